@@ -1,0 +1,67 @@
+"""netprobe's exception tree.
+
+Every error netprobe raises on purpose derives from :class:`NetprobeError`. The CLI maps
+each family to one exit code (see ``EXIT_CODES`` in netprobe/cli/main.py and the README).
+Errors that end a test carry what was measured before the failure in ``partial`` so that
+nothing already measured is lost.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+class NetprobeError(Exception):
+    """Base of every error netprobe raises on purpose."""
+
+
+class SpecError(NetprobeError):
+    """The test spec is invalid, or a tool cannot honour one of its options."""
+
+
+class ToolNotFound(NetprobeError):
+    """No installed tool plugin has the requested name."""
+
+
+class ToolUnavailable(NetprobeError):
+    """The tool plugin is installed but cannot run here (binary missing, too old, ...)."""
+
+
+class TestFailed(NetprobeError):
+    """A test started but did not complete; ``partial`` holds what was measured (or None)."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, message: str, partial: Any = None) -> None:
+        super().__init__(message)
+        self.partial = partial
+
+
+class TestInterrupted(TestFailed):
+    """The user interrupted the test (Ctrl-C); ``partial`` holds what was measured."""
+
+    __test__ = False
+
+
+class ProtocolError(NetprobeError):
+    """A control-protocol message was malformed, too large, or out of place."""
+
+
+class ParseError(NetprobeError):
+    """A peer tool's output could not be read; names the source and line where known."""
+
+    def __init__(self, message: str, source: str | None = None, line: int | None = None) -> None:
+        where = source or "<input>"
+        if line is not None:
+            where = f"{where}:{line}"
+        super().__init__(f"{where}: {message}")
+        self.source = source
+        self.line = line
+
+
+class CoreError(NetprobeError, OSError):
+    """A system call in the data path failed: ``syscall`` names it, ``errno`` says why."""
+
+    def __init__(self, syscall: str, errno_: int) -> None:
+        super().__init__(errno_, f"{syscall}: {os.strerror(errno_)}")
+        self.syscall = syscall

@@ -1,0 +1,305 @@
+"""THE plugin contract: the Tool base class, capabilities, the Reporter protocol, and the
+registry that finds tools through the ``netprobe.tools`` entry-point group (stevedore).
+
+A tool plugin is a subclass of :class:`Tool` published under that group; built-in tools
+register the same way. A plugin that fails to import or is not a compatible Tool is kept
+as a :class:`LoadFailure` so that ``netprobe tools`` can show it while everything else works.
+"""
+from __future__ import annotations
+
+import abc
+import datetime
+from typing import Any, Callable, ClassVar, Optional, Protocol, Sequence, Tuple
+
+import attrs
+from attrs import frozen
+
+from netprobe.errors import NetprobeError, SpecError, ToolNotFound
+from netprobe.schema import Interval, Result, TestSpec
+
+ENTRY_POINT_GROUP = "netprobe.tools"
+"""The entry-point group tools are published under."""
+
+API_VERSION = 1
+"""Version of this contract. A plugin declaring a higher ``api_version`` is incompatible."""
+
+
+@frozen
+class Capabilities:
+    """What a tool can honour. Anything in a spec outside these is refused before running."""
+
+    protocols: frozenset = frozenset({"tcp"})
+    """Protocols supported: ``tcp``, ``udp``."""
+    directions: frozenset = frozenset({"normal"})
+    """Directions supported: ``normal``, ``reverse``, ``bidir``."""
+    max_streams: Optional[int] = 1
+    """Most parallel streams; None for no limit."""
+    byte_count: bool = False
+    """Can stop after a byte count instead of a duration."""
+    min_interval_s: Optional[float] = None
+    """Shortest interval report; None if it has no interval reports."""
+    omit: bool = False
+    """Can exclude a warm-up from the summary."""
+    rate_limit: frozenset = frozenset()
+    """Protocols on which a rate limit can be set."""
+    length: bool = False
+    """Buffer/datagram length can be set."""
+    window: bool = False
+    """Socket buffer size can be set."""
+    mss: bool = False
+    """TCP MSS can be set."""
+    nodelay: bool = False
+    """TCP_NODELAY can be set."""
+    dscp: bool = False
+    """DSCP/TOS can be set."""
+    congestion: bool = False
+    """Congestion control algorithm can be chosen."""
+    ipv6: bool = False
+    """Can run over IPv6."""
+    bind: bool = False
+    """Can bind to a local address."""
+    port: bool = True
+    """The server port can be chosen."""
+    zerocopy: bool = False
+    """Zero-copy send."""
+    skip_rx_copy: bool = False
+    """Receive without copying into user space."""
+
+    def refusals(self, spec: TestSpec, tool: str) -> list[str]:
+        """Reasons this tool cannot run ``spec``, each naming the option and the tool."""
+        found: list[str] = []
+
+        def refuse(option: str, why: str) -> None:
+            found.append(f"{tool} cannot honour {option}: {why}")
+
+        if spec.protocol not in self.protocols:
+            refuse(f"--{spec.protocol}" if spec.protocol == "udp" else "tcp", "protocol not supported")
+        if spec.direction not in self.directions:
+            flag = "--reverse" if spec.direction == "reverse" else f"--{spec.direction}"
+            refuse(flag, "direction not supported")
+        if self.max_streams is not None and spec.streams > self.max_streams:
+            refuse(f"--parallel {spec.streams}", f"at most {self.max_streams} stream(s)")
+        if spec.bytes_total is not None and not self.byte_count:
+            refuse("--bytes", "no byte-count mode")
+        self._check_interval(spec, refuse)
+        if spec.rate_bits_per_second is not None and spec.protocol not in self.rate_limit:
+            refuse("--bitrate", f"no rate limit for {spec.protocol}")
+        for flag, wanted, able in self._switches(spec):
+            if wanted and not able:
+                refuse(flag, "option not supported")
+        return found
+
+    def _check_interval(self, spec: TestSpec, refuse: Callable[[str, str], None]) -> None:
+        if spec.interval_s is None:
+            return
+        if self.min_interval_s is None:
+            refuse("--interval", "no interval reports")
+        elif spec.interval_s < self.min_interval_s:
+            refuse(f"--interval {spec.interval_s}", f"shortest is {self.min_interval_s} s")
+
+    def _switches(self, spec: TestSpec) -> list[tuple[str, bool, bool]]:
+        return [
+            ("--omit", spec.omit_s > 0, self.omit),
+            ("--length", spec.length_bytes is not None, self.length),
+            ("--window", spec.window_bytes is not None, self.window),
+            ("--mss", spec.mss_bytes is not None, self.mss),
+            ("--nodelay", spec.nodelay, self.nodelay),
+            ("--dscp", spec.dscp is not None, self.dscp),
+            ("--congestion", spec.congestion is not None, self.congestion),
+            ("-6", spec.ip_version == 6, self.ipv6),
+            ("--bind", spec.bind_address is not None, self.bind),
+            ("--port", spec.port is not None, self.port),
+            ("--zerocopy", spec.zerocopy, self.zerocopy),
+            ("--skip-rx-copy", spec.skip_rx_copy, self.skip_rx_copy),
+        ]
+
+
+@frozen
+class Availability:
+    """The answer of :meth:`Tool.probe`: can the tool run here, which version, and why not."""
+
+    available: bool
+    """True if ``run`` can be called."""
+    version: Optional[str] = None
+    """The tool's version as it reports it."""
+    reasons: Tuple[str, ...] = ()
+    """Why it cannot run (empty when available)."""
+    path: Optional[str] = None
+    """The binary used, for driven tools."""
+    details: Tuple[str, ...] = ()
+    """Extra facts worth showing (e.g. the native engine's data path)."""
+
+
+class Reporter(Protocol):
+    """Receives live events from a running tool. Tools never print; the CLI renders these."""
+
+    def interval(self, sample: Interval) -> None:
+        """One interval sample, as soon as it is known."""
+
+    def note(self, message: str) -> None:
+        """A progress message (connected, server started, ...)."""
+
+
+class NullReporter:
+    """A reporter that ignores everything: for tests and for ``--json`` output."""
+
+    def interval(self, sample: Interval) -> None:
+        """Ignore the sample."""
+
+    def note(self, message: str) -> None:
+        """Ignore the message."""
+
+
+class Tool(abc.ABC):
+    """Base class of every tool plugin.
+
+    Subclasses set ``name`` and ``capabilities`` and implement :meth:`probe` and :meth:`run`.
+    ``run`` returns a Result with status ``ok``; on failure it raises
+    :class:`~netprobe.errors.TestFailed` (or ``TestInterrupted`` on Ctrl-C) carrying the
+    partial Result, so nothing measured is lost.
+    """
+
+    name: ClassVar[str]
+    """The name users type after ``--tool``."""
+    aliases: ClassVar[Tuple[str, ...]] = ()
+    """Other names accepted for this tool."""
+    api_version: ClassVar[int] = API_VERSION
+    """The plugin contract version this tool was written for."""
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    """What the tool can honour."""
+    description: ClassVar[str] = ""
+    """One line for ``netprobe tools``."""
+
+    def __init__(self, options: Optional[dict[str, Any]] = None) -> None:
+        self.options: dict[str, Any] = dict(options or {})
+
+    @abc.abstractmethod
+    def probe(self) -> Availability:
+        """Say whether the tool can run here. Must not raise."""
+
+    @abc.abstractmethod
+    def run(self, spec: TestSpec, reporter: Reporter) -> Result:
+        """Run the test described by ``spec``, sending live samples to ``reporter``."""
+
+    def refusals(self, spec: TestSpec) -> list[str]:
+        """Options of ``spec`` this tool cannot honour (empty if it can run it)."""
+        return self.capabilities.refusals(spec, self.name)
+
+    def check(self, spec: TestSpec) -> None:
+        """Raise SpecError naming every option of ``spec`` this tool cannot honour."""
+        found = self.refusals(spec)
+        if found:
+            raise SpecError("; ".join(found))
+
+    def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
+        """Turn saved outputs ``[(name, text), ...]`` of this tool into a Result."""
+        raise SpecError(f"{self.name} cannot parse saved output")
+
+
+@frozen
+class LoadFailure:
+    """A plugin that could not be used, and why."""
+
+    name: str
+    """Entry-point name."""
+    error: str
+    """One line saying what went wrong."""
+    target: Optional[str] = None
+    """What the entry point points at (module:attr)."""
+
+
+@attrs.define
+class Registry:
+    """The tools found through entry points, and the ones that failed to load."""
+
+    tools: dict[str, type[Tool]] = attrs.Factory(dict)
+    failures: list[LoadFailure] = attrs.Factory(list)
+
+    def names(self) -> list[str]:
+        """Loaded tool names, sorted."""
+        return sorted(self.tools)
+
+    def get(self, name: str) -> type[Tool]:
+        """The tool class for ``name`` or one of its aliases; ToolNotFound otherwise."""
+        if name in self.tools:
+            return self.tools[name]
+        for cls in self.tools.values():
+            if name in cls.aliases:
+                return cls
+        for failure in self.failures:
+            if failure.name == name:
+                raise ToolNotFound(f"tool {name!r} is installed but failed to load: {failure.error}")
+        known = ", ".join(self.names()) or "none"
+        raise ToolNotFound(f"no tool named {name!r} (installed: {known})")
+
+
+def make_manager(on_failure: Callable[[Any, Any, BaseException], None]) -> Any:
+    """Build the stevedore manager for the tool group (the one place tests can substitute)."""
+    from stevedore import ExtensionManager  # imported late: start-up time matters on routers
+
+    return ExtensionManager(
+        namespace=ENTRY_POINT_GROUP,
+        invoke_on_load=False,
+        on_load_failure_callback=on_failure,
+    )
+
+
+def load_registry(manager_factory: Callable[..., Any] = make_manager) -> Registry:
+    """Load every tool plugin; collect the ones that fail instead of raising."""
+    registry = Registry()
+
+    def on_failure(_manager: Any, entry_point: Any, exc: BaseException) -> None:
+        registry.failures.append(
+            LoadFailure(entry_point.name, _one_line(exc), getattr(entry_point, "value", None))
+        )
+
+    manager = manager_factory(on_failure)
+    for ext in manager:
+        problem = _incompatibility(ext.plugin)
+        if problem:
+            registry.failures.append(LoadFailure(ext.name, problem, ext.entry_point.value))
+        else:
+            registry.tools[ext.name] = ext.plugin
+    return registry
+
+
+def _incompatibility(plugin: Any) -> Optional[str]:
+    if not (isinstance(plugin, type) and issubclass(plugin, Tool)):
+        return f"not a netprobe Tool subclass: {plugin!r}"
+    wanted = getattr(plugin, "api_version", None)
+    if not isinstance(wanted, int) or wanted > API_VERSION:
+        return f"incompatible: needs plugin API {wanted}, this netprobe has {API_VERSION}"
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def utc_now_iso() -> str:
+    """The current time, UTC, ISO 8601 with seconds (for ``Result.start_time``)."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def bits_per_second(nbytes: int, seconds: float) -> float:
+    """Throughput of ``nbytes`` over ``seconds`` (0.0 for an empty span)."""
+    return nbytes * 8 / seconds if seconds > 0 else 0.0
+
+
+__all__ = [
+    "API_VERSION",
+    "ENTRY_POINT_GROUP",
+    "Availability",
+    "Capabilities",
+    "LoadFailure",
+    "NetprobeError",
+    "NullReporter",
+    "Registry",
+    "Reporter",
+    "Tool",
+    "bits_per_second",
+    "load_registry",
+    "make_manager",
+    "utc_now_iso",
+]

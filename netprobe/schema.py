@@ -1,0 +1,372 @@
+"""THE result schema: one set of records that every tool, built-in or third-party, returns.
+
+Rules (see DESIGN.md): units are in the field names; unknown is ``None``, never 0 or -1;
+sender and receiver figures are separate and both kept; per-stream and summed figures;
+per-interval samples. Serialization lives in one place, :mod:`netprobe.convert`.
+
+Directions are named from the client's point of view: ``client_to_server`` is the normal
+(upload) direction, ``server_to_client`` is reverse; a bidirectional test has both.
+
+Type annotations use ``typing.Optional``/``Tuple`` so that the classes resolve on
+Python 3.9, where cattrs evaluates them.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import attrs
+from attrs import field, frozen
+
+from netprobe.errors import SpecError
+
+SCHEMA_VERSION = "1.0"
+"""Version of the result format; bumped on any change, minor for additions."""
+
+PROTOCOLS = ("tcp", "udp")
+DIRECTIONS = ("normal", "reverse", "bidir")
+FLOW_DIRECTIONS = ("client_to_server", "server_to_client")
+ROLES = ("sender", "receiver")
+STATUSES = ("ok", "failed", "interrupted")
+RETRANSMIT_SCOPES = ("connection", "host")
+
+
+def _one_of(choices: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    return attrs.validators.in_(choices)
+
+
+def _positive_or_none(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if value is not None and not (isinstance(value, (int, float)) and value > 0):
+        raise SpecError(f"{attribute.name} must be positive, got {value!r}")
+
+
+def _non_negative_or_none(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if value is not None and not (isinstance(value, (int, float)) and value >= 0):
+        raise SpecError(f"{attribute.name} must not be negative, got {value!r}")
+
+
+def _port_or_none(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if value is not None and not (isinstance(value, int) and 1 <= value <= 65535):
+        raise SpecError(f"{attribute.name} must be a port number 1-65535, got {value!r}")
+
+
+@frozen
+class TestSpec:
+    """What to measure: the options common to every tool, validated at construction."""
+
+    __test__ = False  # not a pytest test class
+
+    tool: str = "native"
+    """Name of the tool plugin that runs the test."""
+    host: Optional[str] = None
+    """The far end; None means this machine (the tool runs both sides on loopback)."""
+    protocol: str = field(default="tcp", validator=_one_of(PROTOCOLS))
+    """``tcp`` or ``udp``."""
+    direction: str = field(default="normal", validator=_one_of(DIRECTIONS))
+    """``normal`` (client sends), ``reverse`` (server sends) or ``bidir`` (both at once)."""
+    streams: int = field(default=1, validator=_positive_or_none)
+    """Parallel streams (per direction)."""
+    duration_s: Optional[float] = field(default=10.0, validator=_positive_or_none)
+    """How long to send; None when ``bytes_total`` bounds the test instead."""
+    bytes_total: Optional[int] = field(default=None, validator=_positive_or_none)
+    """Bytes to send per stream (byte-count mode, like iperf3 -n); overrides duration."""
+    interval_s: Optional[float] = field(default=1.0, validator=_positive_or_none)
+    """Interval between live reports; None for no interval reports."""
+    omit_s: float = field(default=0.0, validator=_non_negative_or_none)
+    """Warm-up seconds excluded from the summary (kept in the intervals, marked omitted)."""
+    length_bytes: Optional[int] = field(default=None, validator=_positive_or_none)
+    """Buffer (TCP) or datagram payload (UDP) length; None for the tool's default."""
+    window_bytes: Optional[int] = field(default=None, validator=_positive_or_none)
+    """Socket buffer size requested (SO_SNDBUF/SO_RCVBUF)."""
+    rate_bits_per_second: Optional[float] = field(default=None, validator=_positive_or_none)
+    """Rate limit per stream in bits per second (SI: 1M = 10**6); None is unlimited."""
+    mss_bytes: Optional[int] = field(default=None, validator=_positive_or_none)
+    """TCP maximum segment size to request."""
+    nodelay: bool = False
+    """Disable Nagle (TCP_NODELAY)."""
+    dscp: Optional[int] = None
+    """DSCP code point (0-63) for the traffic."""
+    congestion: Optional[str] = None
+    """TCP congestion control algorithm (e.g. cubic, bbr)."""
+    ip_version: Optional[int] = None
+    """4 or 6 to force an address family; None lets the host name decide."""
+    port: Optional[int] = field(default=None, validator=_port_or_none)
+    """Server port; None for the tool's default."""
+    bind_address: Optional[str] = None
+    """Local address to bind to."""
+    zerocopy: bool = False
+    """Zero-copy send (sendfile), like iperf3 -Z."""
+    skip_rx_copy: bool = False
+    """Discard received data in the kernel (MSG_TRUNC), like iperf3 --skip-rx-copy."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.dscp is not None and not 0 <= self.dscp <= 63:
+            raise SpecError(f"dscp must be 0-63, got {self.dscp}")
+        if self.ip_version not in (None, 4, 6):
+            raise SpecError(f"ip_version must be 4 or 6, got {self.ip_version}")
+        if self.duration_s is None and self.bytes_total is None:
+            raise SpecError("a test needs a duration or a byte count")
+        if self.protocol == "udp" and self.length_bytes is not None and self.length_bytes < 16:
+            raise SpecError("UDP payload length must be at least 16 bytes")
+
+    def flow_directions(self) -> tuple[str, ...]:
+        """The flow directions this spec produces, client's point of view."""
+        if self.direction == "bidir":
+            return FLOW_DIRECTIONS
+        if self.direction == "reverse":
+            return ("server_to_client",)
+        return ("client_to_server",)
+
+
+@frozen
+class ToolInfo:
+    """Which tool produced the result."""
+
+    name: str
+    """Plugin name (``native``, ``iperf3``, ...)."""
+    version: Optional[str] = None
+    """The tool's own version string, as it reports it."""
+    data_path: Optional[str] = None
+    """For the native engine: ``c`` (compiled core) or ``python`` (pure fallback)."""
+    mode: Optional[str] = None
+    """Copy mode as run: ``copy``, ``zerocopy``, ``skip-rx-copy`` or both joined by ``+``."""
+
+
+@frozen
+class Endpoint:
+    """One end of the test."""
+
+    role: str = field(validator=_one_of(("client", "server")))
+    """``client`` (the side that started the test) or ``server``."""
+    host: Optional[str] = None
+    """Host name as given by the user."""
+    address: Optional[str] = None
+    """Numeric address used."""
+    port: Optional[int] = None
+    """Port used (control port for the native engine)."""
+    system: Optional[str] = None
+    """Operating system and machine (``uname``) where known."""
+
+
+@frozen
+class CpuUsage:
+    """CPU use over the test, in percent of one core (process) or of all cores (host)."""
+
+    user_percent: Optional[float] = None
+    """User-mode CPU."""
+    system_percent: Optional[float] = None
+    """Kernel-mode CPU."""
+    total_percent: Optional[float] = None
+    """User + system (process) or everything but idle (host)."""
+    softirq_percent: Optional[float] = None
+    """Host only: time in soft interrupts (network receive work lands here)."""
+    idle_percent: Optional[float] = None
+    """Host only: idle time."""
+    cpu_seconds: Optional[float] = None
+    """Process only: user + system CPU seconds used during the test."""
+
+
+@frozen
+class Cpu:
+    """CPU cost of one end: its own process and the whole host."""
+
+    process: Optional[CpuUsage] = None
+    """The test process (user/system/total percent of one core)."""
+    host: Optional[CpuUsage] = None
+    """The host (percent of all cores)."""
+
+
+@frozen
+class SocketInfo:
+    """What the kernel actually gave a stream's socket (may differ from what was asked)."""
+
+    send_buffer_bytes: Optional[int] = None
+    """SO_SNDBUF as read back."""
+    receive_buffer_bytes: Optional[int] = None
+    """SO_RCVBUF as read back."""
+    mss_bytes: Optional[int] = None
+    """TCP MSS in use."""
+    pmtu_bytes: Optional[int] = None
+    """Path MTU seen by TCP."""
+    congestion: Optional[str] = None
+    """Congestion control in use."""
+
+
+@frozen
+class Interval:
+    """One live sample: what one side saw on one stream (or all, stream_id None) in a span."""
+
+    direction: str = field(validator=_one_of(FLOW_DIRECTIONS))
+    """Flow direction, client's point of view."""
+    role: str = field(validator=_one_of(ROLES))
+    """Which side measured it: ``sender`` or ``receiver``."""
+    stream_id: Optional[int]
+    """Stream number, or None for the sum over streams."""
+    start_s: float
+    """Start of the interval, seconds since the test started."""
+    end_s: float
+    """End of the interval, seconds since the test started."""
+    bytes: int
+    """Payload bytes moved in the interval."""
+    bits_per_second: float
+    """bytes * 8 / (end_s - start_s)."""
+    omitted: bool = False
+    """True when the interval falls in the warm-up (``omit_s``), excluded from summaries."""
+    retransmits: Optional[int] = None
+    """TCP segments retransmitted in the interval (sender)."""
+    rtt_us: Optional[int] = None
+    """Smoothed RTT at the end of the interval (sender, TCP)."""
+    rttvar_us: Optional[int] = None
+    """RTT variance at the end of the interval (sender, TCP)."""
+    cwnd_bytes: Optional[int] = None
+    """Congestion window at the end of the interval (sender, TCP)."""
+    packets: Optional[int] = None
+    """UDP datagrams sent or received in the interval."""
+    lost_packets: Optional[int] = None
+    """UDP datagrams lost in the interval (receiver)."""
+    out_of_order_packets: Optional[int] = None
+    """UDP datagrams that arrived out of order in the interval (receiver)."""
+    jitter_ms: Optional[float] = None
+    """UDP interarrival jitter at the end of the interval (receiver, RFC 3550)."""
+
+
+@frozen
+class SideSummary:
+    """What one side (sender or receiver) measured over the test, for a stream or in total."""
+
+    role: str = field(validator=_one_of(ROLES))
+    """``sender`` or ``receiver``."""
+    start_s: float
+    """Start of the summarised span (after any omitted warm-up), seconds."""
+    end_s: float
+    """End of the summarised span, seconds."""
+    bytes: int
+    """Payload bytes moved."""
+    bits_per_second: float
+    """Throughput over the span."""
+    retransmits: Optional[int] = None
+    """TCP retransmitted segments (sender)."""
+    retransmits_scope: Optional[str] = field(
+        default=None, validator=attrs.validators.optional(_one_of(RETRANSMIT_SCOPES))
+    )
+    """``connection`` (the test's own sockets) or ``host`` (host-wide kernel counters)."""
+    rtt_us: Optional[int] = None
+    """Mean smoothed RTT (sender, TCP)."""
+    min_rtt_us: Optional[int] = None
+    """Minimum RTT (sender, TCP)."""
+    max_rtt_us: Optional[int] = None
+    """Maximum smoothed RTT sampled (sender, TCP)."""
+    cwnd_bytes: Optional[int] = None
+    """Largest congestion window sampled (sender, TCP)."""
+    packets: Optional[int] = None
+    """UDP datagrams sent or received."""
+    lost_packets: Optional[int] = None
+    """UDP datagrams lost (receiver)."""
+    lost_percent: Optional[float] = None
+    """lost_packets as a percentage of datagrams expected (receiver)."""
+    out_of_order_packets: Optional[int] = None
+    """UDP datagrams out of order (receiver)."""
+    duplicate_packets: Optional[int] = None
+    """UDP datagrams received twice (receiver)."""
+    jitter_ms: Optional[float] = None
+    """UDP interarrival jitter at the end (receiver)."""
+    cpu: Optional[Cpu] = None
+    """CPU cost of this side's process and host (totals only; None per stream)."""
+
+
+@frozen
+class StreamResult:
+    """One stream in one direction: its sender's and receiver's summaries."""
+
+    stream_id: int
+    """Stream number (starting at 1)."""
+    direction: str = field(validator=_one_of(FLOW_DIRECTIONS))
+    """Flow direction, client's point of view."""
+    sender: Optional[SideSummary] = None
+    """What the sending side measured."""
+    receiver: Optional[SideSummary] = None
+    """What the receiving side measured."""
+    socket: Optional[SocketInfo] = None
+    """Socket settings as the kernel gave them (sender side)."""
+
+
+@frozen
+class FlowSummary:
+    """All streams of one direction summed: sender and receiver totals."""
+
+    direction: str = field(validator=_one_of(FLOW_DIRECTIONS))
+    """Flow direction, client's point of view."""
+    sender: Optional[SideSummary] = None
+    """Sender total."""
+    receiver: Optional[SideSummary] = None
+    """Receiver total."""
+
+
+@frozen
+class Latency:
+    """A latency distribution in microseconds (reserved for latency-capable tools)."""
+
+    count: int
+    """Samples."""
+    min_us: Optional[float] = None
+    mean_us: Optional[float] = None
+    p50_us: Optional[float] = None
+    p90_us: Optional[float] = None
+    p99_us: Optional[float] = None
+    max_us: Optional[float] = None
+
+
+@frozen
+class RawOutput:
+    """Exactly what a driven tool printed, kept for diagnosis."""
+
+    name: str
+    """Which process: e.g. ``client``, ``server``, or a result file name."""
+    text: str
+    """Its output (stdout and stderr merged in arrival order)."""
+    command: Optional[Tuple[str, ...]] = None
+    """The command line as run."""
+    exit_code: Optional[int] = None
+    """Exit status (negative: killed by that signal)."""
+
+
+@frozen
+class Result:
+    """A complete test result: what was asked, who measured, and everything measured."""
+
+    tool: ToolInfo
+    """The tool that ran the test."""
+    spec: TestSpec
+    """The spec as run."""
+    start_time: str
+    """When the test started: UTC, ISO 8601."""
+    local: Endpoint
+    """This end (the client)."""
+    remote: Endpoint
+    """The far end (the server)."""
+    status: str = field(default="ok", validator=_one_of(STATUSES))
+    """``ok``, ``failed`` (errors says why) or ``interrupted`` (Ctrl-C); the last two partial."""
+    duration_s: Optional[float] = None
+    """How long data actually flowed."""
+    summaries: Tuple[FlowSummary, ...] = ()
+    """Per direction: all streams summed."""
+    streams: Tuple[StreamResult, ...] = ()
+    """Per stream and direction."""
+    intervals: Tuple[Interval, ...] = ()
+    """Live samples, in time order, per stream and summed."""
+    latency: Optional[Latency] = None
+    """Latency distribution where the tool measures it."""
+    warnings: Tuple[str, ...] = ()
+    """Things the user should know that did not stop the test."""
+    errors: Tuple[str, ...] = ()
+    """What went wrong (status ``failed`` or ``interrupted``)."""
+    raw: Tuple[RawOutput, ...] = ()
+    """Raw outputs of driven tools."""
+    schema_version: str = SCHEMA_VERSION
+    """Version of this format."""
+
+    def summary(self, direction: str = "client_to_server") -> Optional[FlowSummary]:
+        """The summed figures for one direction, or None if the test had no such flow."""
+        for flow in self.summaries:
+            if flow.direction == direction:
+                return flow
+        return None

@@ -1,0 +1,1 @@
+"""Built-in tool plugins; each registers through the netprobe.tools entry-point group."""
