@@ -1,0 +1,107 @@
+"""Merge the client's own figures and the server's report into one Result."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from netprobe import __version__, convert
+from netprobe.engine.conduct import Outcome
+from netprobe.engine.side import Side
+from netprobe.engine.summary import sum_summaries
+from netprobe.errors import NetprobeError
+from netprobe.schema import (
+    Cpu,
+    Endpoint,
+    FlowSummary,
+    Interval,
+    Result,
+    SideSummary,
+    SocketInfo,
+    StreamResult,
+    TestSpec,
+    ToolInfo,
+)
+
+Key = tuple[int, str, str]  # stream id, direction, role
+
+
+def _peer_parts(report: Optional[dict[str, Any]]) -> tuple[dict[Key, SideSummary], dict, Optional[Cpu]]:
+    """The peer's per-stream summaries and socket infos, validated; empty if unusable."""
+    summaries: dict[Key, SideSummary] = {}
+    sockets: dict[tuple[int, str], SocketInfo] = {}
+    if not report:
+        return summaries, sockets, None
+    try:
+        for item in report.get("streams", []):
+            key = (int(item["stream_id"]), str(item["direction"]), str(item["role"]))
+            summaries[key] = convert.structure(item["summary"], SideSummary)
+            sockets[key[:2]] = convert.structure(item.get("socket") or {}, SocketInfo)
+        cpu = convert.structure(report["cpu"], Cpu) if report.get("cpu") else None
+    except (NetprobeError, KeyError, TypeError, ValueError):
+        return {}, {}, None
+    return summaries, sockets, cpu
+
+
+def _mode(spec: TestSpec) -> str:
+    modes = [m for m, on in (("zerocopy", spec.zerocopy), ("skip-rx-copy", spec.skip_rx_copy)) if on]
+    return "+".join(modes) or "copy"
+
+
+def build_result(
+    *, spec: TestSpec, start_time: str, local: Endpoint, remote: Endpoint, side: Side,
+    outcome: Outcome, local_intervals: list[Interval], status: str, errors: list[str],
+    data_path: str,
+) -> Result:
+    """One Result from both ends' figures (either may be missing in a partial result)."""
+    summaries: dict[Key, SideSummary] = {}
+    sockets: dict[tuple[int, str], SocketInfo] = {}
+    for stream, summary in side.stream_summaries():
+        summaries[(stream.stream_id, stream.direction, stream.role)] = summary
+        if stream.role == "sender":
+            sockets[(stream.stream_id, stream.direction)] = stream.socket_info
+    peer_summaries, peer_sockets, peer_cpu = _peer_parts(outcome.peer_report)
+    summaries.update(peer_summaries)
+    for key, info in peer_sockets.items():
+        sockets.setdefault(key, info)
+    cpu_by_role = _cpu_by_role(spec, side.cpu(), peer_cpu)
+    streams, flows = _streams_and_flows(spec, summaries, sockets, cpu_by_role)
+    intervals = sorted(
+        [*local_intervals, *outcome.peer_intervals],
+        key=lambda i: (i.end_s, i.direction, i.role, i.stream_id or 1_000_000),
+    )
+    ends = [s.end_s for s in summaries.values()]
+    return Result(
+        tool=ToolInfo(name="native", version=__version__, data_path=data_path, mode=_mode(spec)),
+        spec=spec, start_time=start_time, local=local, remote=remote, status=status,
+        duration_s=max(ends) if ends else None, summaries=tuple(flows), streams=tuple(streams),
+        intervals=tuple(intervals), errors=tuple(errors),
+    )
+
+
+def _cpu_by_role(spec: TestSpec, local: Optional[Cpu], remote: Optional[Cpu]) -> dict:
+    """CPU of the sender and receiver of each direction (client is local)."""
+    return {
+        ("client_to_server", "sender"): local, ("client_to_server", "receiver"): remote,
+        ("server_to_client", "sender"): remote, ("server_to_client", "receiver"): local,
+    }
+
+
+def _streams_and_flows(
+    spec: TestSpec, summaries: dict[Key, SideSummary], sockets: dict, cpu_by_role: dict,
+) -> tuple[list[StreamResult], list[FlowSummary]]:
+    streams: list[StreamResult] = []
+    flows: list[FlowSummary] = []
+    for direction in spec.flow_directions():
+        senders, receivers = [], []
+        for stream_id in range(1, spec.streams + 1):
+            sender = summaries.get((stream_id, direction, "sender"))
+            receiver = summaries.get((stream_id, direction, "receiver"))
+            senders += [sender] if sender else []
+            receivers += [receiver] if receiver else []
+            streams.append(StreamResult(stream_id=stream_id, direction=direction, sender=sender,
+                                        receiver=receiver, socket=sockets.get((stream_id, direction))))
+        flows.append(FlowSummary(
+            direction=direction,
+            sender=sum_summaries(senders, cpu_by_role[(direction, "sender")]) if senders else None,
+            receiver=sum_summaries(receivers, cpu_by_role[(direction, "receiver")]) if receivers else None,
+        ))
+    return streams, flows

@@ -1,0 +1,221 @@
+"""The native engine's client: connect, ask for a test, open the streams, run, and merge
+both ends' figures into one Result.
+"""
+from __future__ import annotations
+
+import secrets
+import socket
+from typing import Any, Optional
+
+from netprobe import convert, core
+from netprobe.engine import protocol
+from netprobe.engine.assemble import build_result
+from netprobe.engine.conduct import Conductor, Outcome, Reader, close_quietly
+from netprobe.engine.protocol import Channel, DataHello
+from netprobe.engine.side import LocalStream, Side
+from netprobe.engine.sockets import apply_options, family_for, resolve
+from netprobe.errors import NetprobeError, ProtocolError, TestFailed, TestInterrupted
+from netprobe.plugin import Reporter, utc_now_iso
+from netprobe.schema import Endpoint, Interval, Result, TestSpec
+
+CONNECT_TIMEOUT_S = 5.0
+UDP_HELLO_TRIES = 15
+UDP_HELLO_WAIT_S = 0.2
+
+
+class Client:
+    """One native test from the client's end."""
+
+    def __init__(self, spec: TestSpec, reporter: Reporter, host: str) -> None:
+        self.spec = spec
+        self.reporter = reporter
+        self.host = host
+        self.port = spec.port or protocol.DEFAULT_PORT
+        self.start_time = utc_now_iso()
+        self.family, self.address = resolve(host, self.port, family_for(spec), socket.SOCK_STREAM)
+        self.channel: Optional[Channel] = None
+        self.welcome: dict[str, Any] = {}
+        self.streams: list[LocalStream] = []
+        self.side: Optional[Side] = None
+        self.local_intervals: list[Interval] = []
+
+    def run(self) -> Result:
+        """Run the test; TestFailed/TestInterrupted carry the partial result."""
+        try:
+            return self._run()
+        finally:
+            close_quietly(*(s.sock for s in self.streams))
+            if self.channel is not None:
+                self.channel.close()
+
+    def _run(self) -> Result:
+        self._connect()
+        cookie = self._request_test()
+        self._open_streams(cookie)
+        assert self.channel is not None
+        self.channel.expect("start", timeout=10.0)
+        reader = Reader(self.channel)
+        self.side = Side(self.spec, self.streams, self._local_interval)
+        planned = self.spec.duration_s if self.spec.bytes_total is None else None
+        conductor = Conductor(self.channel, reader, self.side, self.reporter.interval, planned)
+        self.side.start()
+        self.reporter.note("test started")
+        try:
+            outcome = conductor.run()
+        except KeyboardInterrupt:
+            conductor.abort("interrupted by the user")
+            self.side.wait(2.0)
+            raise TestInterrupted(
+                "interrupted", self._result(conductor.outcome, "interrupted", ["interrupted by the user"])
+            ) from None
+        return self._finish(conductor, outcome)
+
+    def _finish(self, conductor: Conductor, outcome: Outcome) -> Result:
+        assert self.side is not None
+        self.side.stop()
+        self.side.wait(2.0)
+        if outcome.error:
+            errors = [outcome.error, *self.side.errors()]
+            raise TestFailed(outcome.error, self._result(outcome, "failed", errors))
+        conductor.send({"type": "bye"})
+        errors = self.side.errors() + list((outcome.peer_report or {}).get("errors", []))
+        result = self._result(outcome, "failed" if errors else "ok", errors)
+        if errors:
+            raise TestFailed(errors[0], result)
+        return result
+
+    # -- set-up ----------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        sock = self._tcp_socket()
+        try:
+            sock.connect(self.address)
+        except OSError as exc:
+            close_quietly(sock)
+            where = f"{self.host} port {self.port}"
+            raise TestFailed(f"cannot connect to netprobe server at {where}: {exc.strerror}") from None
+        sock.sendall(protocol.pack_hello(protocol.KIND_CONTROL))
+        self.channel = Channel(sock)
+        try:
+            self.welcome = self.channel.expect("welcome", timeout=10.0)
+        except (OSError, ProtocolError) as exc:
+            raise TestFailed(f"server at {self.host}: {_reason(exc)}") from None
+        self.reporter.note(f"connected to {self.welcome.get('server', 'a netprobe server')}")
+
+    def _tcp_socket(self) -> socket.socket:
+        sock = socket.socket(self.family, socket.SOCK_STREAM)
+        sock.settimeout(CONNECT_TIMEOUT_S)
+        if self.spec.bind_address:
+            sock.bind((self.spec.bind_address, 0))
+        return sock
+
+    def _request_test(self) -> bytes:
+        assert self.channel is not None
+        self.channel.send({"type": "test", "spec": convert.unstructure(self.spec)})
+        try:
+            reply = self.channel.expect("accept", timeout=10.0)
+            return bytes.fromhex(protocol.field(reply, "cookie", str))
+        except (OSError, ValueError, ProtocolError) as exc:
+            raise TestFailed(f"server refused the test: {_reason(exc)}") from None
+
+    def _open_streams(self, cookie: bytes) -> None:
+        for direction in self.spec.flow_directions():
+            role = "sender" if direction == "client_to_server" else "receiver"
+            for stream_id in range(1, self.spec.streams + 1):
+                hello = DataHello(cookie, stream_id, direction)
+                try:
+                    sock = self._open_tcp(hello) if self.spec.protocol == "tcp" else self._open_udp(hello)
+                except OSError as exc:
+                    raise TestFailed(f"cannot open data stream {stream_id}: {_reason(exc)}") from None
+                self.streams.append(LocalStream(stream_id, direction, role, sock))
+
+    def _open_tcp(self, hello: DataHello) -> socket.socket:
+        sock = self._tcp_socket()
+        try:
+            apply_options(sock, self.spec)  # before connect, so MSS and window apply to the SYN
+            sock.connect(self.address)
+            sock.sendall(protocol.pack_data_hello(protocol.KIND_DATA, hello))
+        except (OSError, NetprobeError):
+            close_quietly(sock)
+            raise
+        sock.settimeout(None)
+        return sock
+
+    def _open_udp(self, hello: DataHello) -> socket.socket:
+        sock = socket.socket(self.family, socket.SOCK_DGRAM)
+        try:
+            if self.spec.bind_address:
+                sock.bind((self.spec.bind_address, 0))
+            apply_options(sock, self.spec)
+            sock.connect(self.address)
+            self._udp_handshake(sock, protocol.pack_data_hello(protocol.KIND_UDP, hello))
+        except (OSError, NetprobeError):
+            close_quietly(sock)
+            raise
+        sock.settimeout(None)
+        return sock
+
+    def _udp_handshake(self, sock: socket.socket, hello: bytes) -> None:
+        # Datagrams can be lost: repeat the hello until the server's stream socket echoes it.
+        sock.settimeout(UDP_HELLO_WAIT_S)
+        for _ in range(UDP_HELLO_TRIES):
+            sock.send(hello)
+            try:
+                if sock.recv(len(hello) + 1) == hello:
+                    return
+            except socket.timeout:
+                continue
+        raise OSError(0, "no answer to the UDP stream hello (is UDP blocked?)")
+
+    # -- results ---------------------------------------------------------------------
+
+    def _local_interval(self, sample: Interval) -> None:
+        self.local_intervals.append(sample)
+        self.reporter.interval(sample)
+
+    def _result(self, outcome: Outcome, status: str, errors: list[str]) -> Result:
+        assert self.side is not None
+        local = Endpoint(role="client", host=None, address=None, system=_system())
+        sock = self.channel.sock if self.channel else None
+        if sock is not None:
+            local = Endpoint(role="client", address=_addr(sock.getsockname), system=_system())
+        remote = Endpoint(
+            role="server", host=self.host, address=str(self.address[0]), port=self.port,
+            system=self.welcome.get("system") if isinstance(self.welcome.get("system"), str) else None,
+        )
+        return build_result(
+            spec=self.spec, start_time=self.start_time, local=local, remote=remote,
+            side=self.side, outcome=outcome, local_intervals=self.local_intervals,
+            status=status, errors=errors, data_path=core.DATA_PATH,
+        )
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, socket.timeout):
+        return "timed out"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
+
+
+def _addr(getname: Any) -> Optional[str]:
+    try:
+        return str(getname()[0])
+    except OSError:
+        return None
+
+
+def _system() -> str:
+    from netprobe.engine.conduct import system_name
+
+    return system_name()
+
+
+def run_test(spec: TestSpec, reporter: Reporter, host: str) -> Result:
+    """Run one native test against the netprobe server at ``host``."""
+    return Client(spec, reporter, host).run()
+
+
+def new_cookie() -> bytes:
+    """A fresh 16-byte test cookie."""
+    return secrets.token_bytes(16)

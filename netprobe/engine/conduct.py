@@ -1,0 +1,214 @@
+"""The part of a test both ends share once data flows: watch the local side, tell the
+peer when sending is over, stop receivers once the peer has stopped sending, exchange
+final reports, and give up cleanly when the peer vanishes.
+
+Messages after ``start`` (either direction):
+``interval`` {sample}, ``sent`` {}, ``report`` {streams, cpu, errors, system},
+``abort`` {reason}, ``bye`` {}.
+"""
+from __future__ import annotations
+
+import platform
+import queue
+import socket
+import threading
+from typing import Any, Callable, Optional
+
+import attrs
+
+from netprobe import core, convert
+from netprobe.engine.protocol import Channel
+from netprobe.engine.side import Side
+from netprobe.errors import NetprobeError, ProtocolError
+from netprobe.schema import Interval
+
+UDP_DRAIN_S = 0.5  # datagrams still in flight when the peer says it stopped sending
+TCP_DRAIN_S = 5.0  # a TCP receiver should see EOF well within this after the peer's "sent"
+REPORT_WAIT_S = 15.0  # how long past the planned end to wait for the peer's report
+POLL_S = 0.1
+CLOSED = "__closed__"
+
+
+class Reader:
+    """Reads control messages on a thread of its own into a queue, so the test loop can
+    wait for messages and watch the local side at the same time."""
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.messages: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="np-control-reader", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                message = self.channel.recv(None)
+            except (OSError, NetprobeError) as exc:
+                reason = str(exc) if isinstance(exc, NetprobeError) else (exc.strerror or str(exc))
+                self.messages.put({"type": CLOSED, "reason": reason})
+                return
+            self.messages.put(message)
+            if message.get("type") in ("bye", "abort"):
+                return
+
+    def get(self, timeout: float) -> Optional[dict[str, Any]]:
+        """The next message, or None if none arrived within ``timeout``."""
+        try:
+            return self.messages.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+
+@attrs.define
+class Outcome:
+    """What the conductor learnt from the peer."""
+
+    peer_report: Optional[dict[str, Any]] = None
+    peer_intervals: list = attrs.Factory(list)
+    error: Optional[str] = None
+    aborted_by_peer: bool = False
+
+
+class Conductor:
+    """Runs the end-of-test handshake for one side."""
+
+    def __init__(
+        self, channel: Channel, reader: Reader, side: Side,
+        on_peer_interval: Callable[[Interval], None], planned_s: Optional[float],
+    ) -> None:
+        self.channel = channel
+        self.reader = reader
+        self.side = side
+        self.on_peer_interval = on_peer_interval
+        self.planned_s = planned_s
+        self.outcome = Outcome()
+        self._send_lock = threading.Lock()
+        self._sent_told = False
+        self._report_sent = False
+        self._peer_sent_at: Optional[float] = None
+
+    def send(self, message: dict[str, Any]) -> bool:
+        """Send a message from any thread; False if the connection is gone."""
+        with self._send_lock:
+            try:
+                self.channel.send(message)
+                return True
+            except (OSError, NetprobeError):
+                return False
+
+    def send_interval(self, sample: Interval) -> None:
+        """Forward one local interval sample to the peer (called by the sampler)."""
+        self.send({"type": "interval", "sample": convert.unstructure(sample)})
+
+    def run(self) -> Outcome:
+        """Drive the test to its end; returns once both reports are exchanged or it failed."""
+        while not (self._report_sent and self.outcome.peer_report is not None):
+            self._watch_local()
+            if self._overdue():
+                self._fail("the peer did not finish in time")
+            message = self.reader.get(POLL_S)
+            if message is not None:
+                self._handle(message)
+            if self.outcome.error or self.outcome.aborted_by_peer:
+                break
+        return self.outcome
+
+    def _watch_local(self) -> None:
+        if not self._sent_told and self.side.senders_done():
+            self._sent_told = self.send({"type": "sent", "elapsed_s": self.side.sending_elapsed()})
+        if self._peer_sent_at is not None:
+            since = core.monotonic() - self._peer_sent_at
+            if since > UDP_DRAIN_S:
+                self._stop_receivers(udp_only=since <= TCP_DRAIN_S)
+        if not self._report_sent and self.side.done:
+            self.side.wait(2.0)
+            self._report_sent = self.send(local_report(self.side))
+
+    def _stop_receivers(self, udp_only: bool) -> None:
+        for stream in self.side.streams:
+            if stream.role == "receiver" and (not udp_only or not stream.is_tcp):
+                stream.counters.stop()
+
+    def _overdue(self) -> bool:
+        if self.planned_s is None or not self.side.t0:
+            return False
+        return core.monotonic() - self.side.t0 > self.planned_s + REPORT_WAIT_S
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "interval":
+            self._peer_interval(message)
+        elif kind == "sent":
+            self._peer_sent_at = core.monotonic()
+            elapsed = message.get("elapsed_s")
+            self.side.peer_done(float(elapsed) if isinstance(elapsed, (int, float)) else None)
+        elif kind == "report":
+            self.outcome.peer_report = message
+        elif kind == "abort":
+            self.outcome.aborted_by_peer = True
+            self.outcome.error = f"peer aborted the test: {message.get('reason', 'no reason given')}"
+            self.side.stop()
+        elif kind == "error":
+            self._fail(f"peer reported: {message.get('message', 'an error')}")
+        elif kind == CLOSED:
+            self._fail(f"control connection lost: {message.get('reason')}")
+        else:
+            self._fail(f"unexpected message '{kind}' during the test")
+
+    def _peer_interval(self, message: dict[str, Any]) -> None:
+        try:
+            sample = convert.structure(message.get("sample"), Interval)
+        except NetprobeError:
+            self._fail("peer sent a malformed interval")
+            return
+        self.outcome.peer_intervals.append(sample)
+        self.on_peer_interval(sample)
+
+    def _fail(self, reason: str) -> None:
+        if self.outcome.error is None:
+            self.outcome.error = reason
+        self.side.stop()
+
+    def abort(self, reason: str) -> None:
+        """Tell the peer the test is over (Ctrl-C, local failure) and stop local loops."""
+        self.send({"type": "abort", "reason": reason})
+        self.side.stop()
+
+
+def local_report(side: Side) -> dict[str, Any]:
+    """This side's final figures as a ``report`` message."""
+    streams = [
+        {
+            "stream_id": stream.stream_id, "direction": stream.direction, "role": stream.role,
+            "summary": convert.unstructure(summary),
+            "socket": convert.unstructure(stream.socket_info),
+        }
+        for stream, summary in side.stream_summaries()
+    ]
+    return {
+        "type": "report", "streams": streams, "cpu": convert.unstructure(side.cpu()),
+        "errors": side.errors(), "system": system_name(),
+    }
+
+
+def system_name() -> str:
+    """A short description of this host's OS and machine."""
+    uname = platform.uname()
+    return f"{uname.system} {uname.release} {uname.machine}"
+
+
+def close_quietly(*socks: Optional[socket.socket]) -> None:
+    """Close sockets, ignoring errors (used on every exit path)."""
+    for sock in socks:
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+def check_report(message: dict[str, Any]) -> dict[str, Any]:
+    """Validate the shape of a peer's report before it is used."""
+    if not isinstance(message.get("streams"), list) or not isinstance(message.get("errors"), list):
+        raise ProtocolError("malformed report from peer")
+    return message

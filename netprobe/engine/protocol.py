@@ -1,0 +1,176 @@
+"""The netprobe control protocol: framing, hellos and message checks.
+
+Wire format (all integers big-endian):
+
+* Every TCP connection to the server starts with an 8-byte hello: ``b"NPRB"``, the
+  protocol version (1 byte), the connection kind (1 byte: control or data), 2 reserved
+  bytes. A data hello goes on with the test's 16-byte cookie, the stream id (2 bytes) and
+  the flow direction (1 byte), 1 reserved byte.
+* UDP streams open with a datagram carrying the same 28-byte data hello (kind ``udp``);
+  the server answers from a socket connected to the client, on the same port number.
+* On a control connection, after the hello, messages are JSON objects framed by a 4-byte
+  length. A frame longer than the limit is refused before it is read, so a peer can never
+  make the other side allocate more than ``max_size`` bytes.
+
+One port carries control, TCP data and UDP data: 5301 by default, clear of iperf3 (5201),
+iperf2 (5001), nuttcp (5000, 5001, 5101) and NTttcp (5000 and 5001 upward).
+"""
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from typing import Any, Optional
+
+import attrs
+
+from netprobe.errors import ProtocolError
+
+DEFAULT_PORT = 5301
+"""The server's TCP and UDP port."""
+VERSION = 1
+"""Protocol version spoken by this netprobe."""
+MAGIC = b"NPRB"
+MAX_MESSAGE_BYTES = 64 * 1024
+"""Largest control message accepted (results of many streams fit easily)."""
+
+KIND_CONTROL = 1
+KIND_DATA = 2
+KIND_UDP = 3
+
+DIRECTION_CODES = {"client_to_server": 0, "server_to_client": 1}
+DIRECTION_NAMES = {code: name for name, code in DIRECTION_CODES.items()}
+
+_HELLO = struct.Struct("!4sBBH")
+_DATA = struct.Struct("!16sHBx")
+HELLO_BYTES = _HELLO.size
+DATA_HELLO_BYTES = _HELLO.size + _DATA.size
+_LENGTH = struct.Struct("!I")
+
+
+@attrs.frozen
+class DataHello:
+    """What a data connection or UDP stream says about itself."""
+
+    cookie: bytes
+    stream_id: int
+    direction: str
+
+
+def pack_hello(kind: int, version: int = VERSION) -> bytes:
+    """The 8-byte hello that opens every connection."""
+    return _HELLO.pack(MAGIC, version, kind, 0)
+
+
+def unpack_hello(data: bytes) -> int:
+    """Check an 8-byte hello and return its connection kind."""
+    if len(data) != HELLO_BYTES:
+        raise ProtocolError("truncated hello")
+    magic, version, kind, _ = _HELLO.unpack(data)
+    if magic != MAGIC:
+        raise ProtocolError("not a netprobe client (bad magic)")
+    if version != VERSION:
+        raise ProtocolError(f"protocol version {version} not supported (this side speaks {VERSION})")
+    if kind not in (KIND_CONTROL, KIND_DATA, KIND_UDP):
+        raise ProtocolError(f"unknown connection kind {kind}")
+    return int(kind)
+
+
+def pack_data_hello(kind: int, hello: DataHello) -> bytes:
+    """A data (TCP or UDP) hello: the common hello plus cookie, stream and direction."""
+    code = DIRECTION_CODES[hello.direction]
+    return pack_hello(kind) + _DATA.pack(hello.cookie, hello.stream_id, code)
+
+
+def unpack_data_hello(data: bytes) -> DataHello:
+    """Decode the part of a data hello that follows the common 8 bytes."""
+    if len(data) != _DATA.size:
+        raise ProtocolError("truncated data hello")
+    cookie, stream_id, code = _DATA.unpack(data)
+    if code not in DIRECTION_NAMES:
+        raise ProtocolError(f"unknown direction code {code}")
+    return DataHello(cookie, stream_id, DIRECTION_NAMES[code])
+
+
+def encode(message: dict[str, Any], max_size: int = MAX_MESSAGE_BYTES) -> bytes:
+    """Frame one message: 4-byte length then compact JSON."""
+    body = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+    if len(body) > max_size:
+        raise ProtocolError(f"message of {len(body)} bytes exceeds the {max_size}-byte limit")
+    return _LENGTH.pack(len(body)) + body
+
+
+def decode_length(header: bytes, max_size: int = MAX_MESSAGE_BYTES) -> int:
+    """Read a frame's 4-byte length; refuse it if it is over the limit."""
+    if len(header) != _LENGTH.size:
+        raise ProtocolError("truncated frame header")
+    (length,) = _LENGTH.unpack(header)
+    if length > max_size:
+        raise ProtocolError(f"frame of {length} bytes exceeds the {max_size}-byte limit")
+    return int(length)
+
+
+def decode_body(body: bytes) -> dict[str, Any]:
+    """Parse a frame's JSON body, which must be an object with a string ``type``."""
+    try:
+        message = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ProtocolError(f"bad message: {type(exc).__name__}") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise ProtocolError("bad message: not an object with a 'type'")
+    return message
+
+
+def recv_exact(sock: socket.socket, count: int) -> bytes:
+    """Read exactly ``count`` bytes; ProtocolError if the peer closes first."""
+    chunks = []
+    remaining = count
+    while remaining:
+        chunk = sock.recv(min(remaining, 65536))
+        if not chunk:
+            raise ProtocolError("connection closed by peer")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+class Channel:
+    """A control connection: send and receive framed messages on a socket."""
+
+    def __init__(self, sock: socket.socket, max_size: int = MAX_MESSAGE_BYTES) -> None:
+        self.sock = sock
+        self.max_size = max_size
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Send one message (OSError if the connection is gone)."""
+        self.sock.sendall(encode(message, self.max_size))
+
+    def recv(self, timeout: Optional[float] = None) -> dict[str, Any]:
+        """Receive one message; socket.timeout if none arrives within ``timeout``."""
+        self.sock.settimeout(timeout)
+        length = decode_length(recv_exact(self.sock, _LENGTH.size), self.max_size)
+        return decode_body(recv_exact(self.sock, length))
+
+    def expect(self, kind: str, timeout: Optional[float] = None) -> dict[str, Any]:
+        """Receive one message that must be of type ``kind`` (an ``error`` is raised)."""
+        message = self.recv(timeout)
+        if message["type"] == "error":
+            raise ProtocolError(str(message.get("message", "peer reported an error")))
+        if message["type"] != kind:
+            raise ProtocolError(f"expected '{kind}', got '{message['type']}'")
+        return message
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def field(message: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    """Fetch a required field of a given type from a message, or raise ProtocolError."""
+    value = message.get(name)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ProtocolError(f"message '{message.get('type')}': field '{name}' missing or wrong type")
+    return value

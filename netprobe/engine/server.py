@@ -1,0 +1,402 @@
+"""``netprobe server``: the native engine's far end.
+
+One port serves control connections, TCP data connections and UDP streams. Each control
+connection is a session on a thread of its own; a session holds one of ``max_tests``
+slots from the moment its test is accepted until its control connection ends, whatever
+the reason, so the server is never stuck busy.
+"""
+from __future__ import annotations
+
+import secrets
+import select
+import selectors
+import socket
+import threading
+import time
+from typing import Callable, Optional
+
+import attrs
+
+from netprobe import convert
+from netprobe.engine import protocol
+from netprobe.engine.conduct import Conductor, Reader, close_quietly, system_name
+from netprobe.engine.protocol import Channel, DataHello
+from netprobe.engine.side import LocalStream, Side
+from netprobe.engine.sockets import apply_options
+from netprobe.errors import NetprobeError, ProtocolError, SpecError
+from netprobe.schema import TestSpec
+
+Log = Callable[[str], None]
+
+
+@attrs.define
+class ServerConfig:
+    """How the server listens and what it allows."""
+
+    bind_address: Optional[str] = None
+    """Address to listen on; None for every IPv4 and IPv6 address."""
+    port: int = protocol.DEFAULT_PORT
+    """TCP and UDP port (0 picks a free one)."""
+    max_tests: int = 2
+    """Tests that may run at once; more get a clear 'busy'."""
+    one_off: bool = False
+    """Serve one test, then exit."""
+    handshake_timeout_s: float = 10.0
+    """Time a new connection has to say hello and a test has to open its streams."""
+    idle_timeout_s: float = 30.0
+    """Time a control connection may stay silent before its test is requested."""
+    max_duration_s: float = 3600.0
+    """Longest test accepted."""
+    max_streams: int = 128
+    """Most parallel streams per direction accepted."""
+    max_pending: int = 256
+    """Connections allowed to be in their handshake at once."""
+
+
+class Server:
+    """A running netprobe server (start() it; close() it)."""
+
+    def __init__(self, config: ServerConfig, log: Optional[Log] = None) -> None:
+        self.config = config
+        self.log: Log = log or (lambda _msg: None)
+        self.port = config.port
+        self._listeners: list[socket.socket] = []
+        self._sessions: dict[bytes, _Session] = {}
+        self._lock = threading.Lock()
+        self._active = 0
+        self._pending = threading.BoundedSemaphore(config.max_pending)
+        self._closed = threading.Event()
+        self._served = 0
+        self._thread: Optional[threading.Thread] = None
+
+    # -- listening --------------------------------------------------------------------
+
+    def start(self) -> int:
+        """Bind the TCP and UDP sockets and start accepting; returns the port."""
+        for family, address in _bind_addresses(self.config.bind_address):
+            self._listen(family, address)
+        if not self._listeners:
+            raise OSError(f"cannot listen on port {self.config.port}")
+        self._thread = threading.Thread(target=self._accept_loop, name="np-accept", daemon=True)
+        self._thread.start()
+        return self.port
+
+    def _listen(self, family: int, address: str) -> None:
+        tcp = socket.socket(family, socket.SOCK_STREAM)
+        udp = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            for sock in (tcp, udp):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            # UDP streams get sockets bound to the same port and connected to the client.
+            udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            tcp.bind((address, self.port))
+            self.port = tcp.getsockname()[1]
+            udp.bind((address, self.port))
+            tcp.listen(128)
+        except OSError:
+            close_quietly(tcp, udp)
+            if self._listeners or self.config.bind_address:
+                raise
+            return  # e.g. no IPv6 on this host: serve IPv4 only
+        self._listeners += [tcp, udp]
+
+    def _accept_loop(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            for sock in self._listeners:
+                selector.register(sock, selectors.EVENT_READ)
+            while not self._closed.is_set():
+                for key, _ in selector.select(timeout=0.2):
+                    sock = key.fileobj
+                    assert isinstance(sock, socket.socket)
+                    if sock.type == socket.SOCK_STREAM:
+                        self._accept(sock)
+                    else:
+                        self._udp_hello(sock)
+
+    def _accept(self, listener: socket.socket) -> None:
+        try:
+            conn, peer = listener.accept()
+        except OSError:
+            return
+        if not self._pending.acquire(blocking=False):
+            close_quietly(conn)  # too many half-open handshakes: shed load
+            return
+        threading.Thread(
+            target=self._handshake, args=(conn, peer), name="np-conn", daemon=True
+        ).start()
+
+    def _handshake(self, conn: socket.socket, peer: tuple) -> None:
+        keep = False
+        try:
+            conn.settimeout(self.config.handshake_timeout_s)
+            kind = protocol.unpack_hello(protocol.recv_exact(conn, protocol.HELLO_BYTES))
+            if kind == protocol.KIND_DATA:
+                rest = protocol.recv_exact(conn, protocol.DATA_HELLO_BYTES - protocol.HELLO_BYTES)
+                keep = self._attach(protocol.unpack_data_hello(rest), conn)
+            elif kind == protocol.KIND_CONTROL:
+                self._pending.release()
+                keep = True
+                self._session(conn, peer)
+                return
+        except (OSError, NetprobeError):
+            pass
+        finally:
+            if not keep:
+                close_quietly(conn)
+        self._pending.release()
+
+    def _attach(self, hello: DataHello, sock: socket.socket) -> bool:
+        with self._lock:
+            session = self._sessions.get(hello.cookie)
+        return session is not None and session.attach(hello, sock)
+
+    def _udp_hello(self, listener: socket.socket) -> None:
+        try:
+            data, peer = listener.recvfrom(protocol.DATA_HELLO_BYTES + 1)
+            if len(data) != protocol.DATA_HELLO_BYTES:
+                return
+            if protocol.unpack_hello(data[: protocol.HELLO_BYTES]) != protocol.KIND_UDP:
+                return
+            hello = protocol.unpack_data_hello(data[protocol.HELLO_BYTES :])
+        except (OSError, NetprobeError):
+            return
+        with self._lock:
+            session = self._sessions.get(hello.cookie)
+        if session is not None:
+            session.attach_udp(hello, peer, data)
+
+    # -- sessions ---------------------------------------------------------------------
+
+    def _session(self, conn: socket.socket, peer: tuple) -> None:
+        channel = Channel(conn)
+        try:
+            if not self._take_slot():
+                channel.send({"type": "error", "code": "busy", "message":
+                              f"server busy: {self.config.max_tests} test(s) running"})
+                return
+            try:
+                _Session(self, channel, peer).run()
+            finally:
+                self._free_slot()
+        except (OSError, NetprobeError) as exc:
+            self.log(f"{peer[0]}: session ended: {exc}")
+        finally:
+            channel.close()
+
+    def _take_slot(self) -> bool:
+        with self._lock:
+            if self._active >= self.config.max_tests or self._closed.is_set():
+                return False
+            self._active += 1
+            return True
+
+    def _free_slot(self) -> None:
+        with self._lock:
+            self._active -= 1
+            self._served += 1
+            if self.config.one_off:
+                self._closed.set()
+
+    def register(self, cookie: bytes, session: _Session) -> None:
+        """Make a session findable by its data connections."""
+        with self._lock:
+            self._sessions[cookie] = session
+
+    def unregister(self, cookie: bytes) -> None:
+        """Forget a finished session."""
+        with self._lock:
+            self._sessions.pop(cookie, None)
+
+    @property
+    def active_tests(self) -> int:
+        """Tests holding a slot right now."""
+        with self._lock:
+            return self._active
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block until the server is closed (or, one-off, has served its test)."""
+        return self._closed.wait(timeout)
+
+    def close(self) -> None:
+        """Stop accepting and release the listening sockets."""
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+        close_quietly(*self._listeners)
+        self._listeners = []
+
+
+class _Session:
+    """One client's test on the server."""
+
+    def __init__(self, server: Server, channel: Channel, peer: tuple) -> None:
+        self.server = server
+        self.channel = channel
+        self.peer = peer
+        self.spec: Optional[TestSpec] = None
+        self.local_address = channel.sock.getsockname()[0]
+        self._streams: dict[tuple[int, str], socket.socket] = {}
+        self._lock = threading.Lock()
+        self._complete = threading.Event()
+        self._expected = 0
+
+    def run(self) -> None:
+        """Welcome, accept a test, gather its streams, run it, report."""
+        cfg = self.server.config
+        self.channel.send({"type": "welcome", "version": protocol.VERSION,
+                           "server": _version(), "system": system_name()})
+        request = self.channel.expect("test", timeout=cfg.idle_timeout_s)
+        self.spec = self._checked_spec(request)
+        cookie = secrets.token_bytes(16)
+        self._expected = len(self.spec.flow_directions()) * self.spec.streams
+        self.server.register(cookie, self)
+        try:
+            self.channel.send({"type": "accept", "cookie": cookie.hex()})
+            self._run_test(self.spec)
+        finally:
+            self.server.unregister(cookie)
+            with self._lock:
+                close_quietly(*self._streams.values())
+
+    def _checked_spec(self, request: dict) -> TestSpec:
+        cfg = self.server.config
+        try:
+            spec = convert.structure(request.get("spec"), TestSpec)
+        except NetprobeError as exc:
+            self._refuse(f"bad test spec: {exc}")
+        if spec.duration_s and spec.duration_s > cfg.max_duration_s:
+            self._refuse(f"duration {spec.duration_s} s exceeds this server's limit of "
+                         f"{cfg.max_duration_s:g} s")
+        if spec.streams > cfg.max_streams:
+            self._refuse(f"{spec.streams} streams exceed this server's limit of {cfg.max_streams}")
+        self.server.log(f"{self.peer[0]}: {spec.protocol} {spec.direction} x{spec.streams}")
+        return spec
+
+    def _refuse(self, message: str) -> None:
+        self.channel.send({"type": "error", "code": "refused", "message": message})
+        raise SpecError(message)
+
+    def attach(self, hello: DataHello, sock: socket.socket) -> bool:
+        """Take a TCP data connection for this test; False if it does not belong."""
+        if self.spec is None or self.spec.protocol != "tcp":
+            return False
+        return self._add(hello, sock)
+
+    def attach_udp(self, hello: DataHello, peer: tuple, datagram: bytes) -> None:
+        """Open this test's UDP socket for a stream (connected to the client) and ack."""
+        if self.spec is None or self.spec.protocol != "udp":
+            return
+        with self._lock:
+            known = (hello.stream_id, hello.direction) in self._streams
+        if known:
+            return  # a retried hello: the client will see our ack on the stream socket
+        sock = socket.socket(self.channel.sock.family, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((self.local_address, self.server.port))
+            sock.connect(peer)
+            sock.send(datagram)
+        except OSError:
+            close_quietly(sock)
+            return
+        if not self._add(hello, sock):
+            close_quietly(sock)
+
+    def _add(self, hello: DataHello, sock: socket.socket) -> bool:
+        assert self.spec is not None
+        valid = 1 <= hello.stream_id <= self.spec.streams
+        if not valid or hello.direction not in self.spec.flow_directions():
+            return False
+        with self._lock:
+            if (hello.stream_id, hello.direction) in self._streams:
+                return False
+            self._streams[(hello.stream_id, hello.direction)] = sock
+            if len(self._streams) == self._expected:
+                self._complete.set()
+        return True
+
+    def _wait_streams(self) -> None:
+        # The client may give up while opening streams; notice at once and free the slot.
+        end = time.monotonic() + self.server.config.handshake_timeout_s
+        while not self._complete.wait(0.1):
+            if _peer_closed(self.channel.sock):
+                raise ProtocolError("client left before opening its streams")
+            if time.monotonic() > end:
+                self.channel.send({"type": "error", "code": "streams",
+                                   "message": "not every data stream arrived in time"})
+                raise ProtocolError("data streams missing")
+
+    def _run_test(self, spec: TestSpec) -> None:
+        self._wait_streams()
+        streams = self._local_streams(spec)
+        reader = Reader(self.channel)
+        conductor: Optional[Conductor] = None
+        side = Side(spec, streams, on_interval=lambda s: conductor and conductor.send_interval(s))
+        conductor = Conductor(self.channel, reader, side, lambda _s: None, _planned(spec))
+        conductor.send({"type": "start"})
+        side.start()
+        outcome = conductor.run()
+        side.stop()
+        side.wait(2.0)
+        if outcome.error is None:
+            reader.get(5.0)  # the client's bye (or its close)
+        self.server.log(f"{self.peer[0]}: test over{': ' + outcome.error if outcome.error else ''}")
+
+    def _local_streams(self, spec: TestSpec) -> list[LocalStream]:
+        streams = []
+        for (stream_id, direction), sock in sorted(self._streams.items()):
+            role = "receiver" if direction == "client_to_server" else "sender"
+            sock.settimeout(None)
+            try:
+                apply_options(sock, spec)
+            except SpecError as exc:
+                self.channel.send({"type": "error", "code": "option", "message": str(exc)})
+                raise
+            streams.append(LocalStream(stream_id, direction, role, sock))
+        return streams
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """True if the peer has closed the connection (readable with nothing to read)."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def _planned(spec: TestSpec) -> Optional[float]:
+    return spec.duration_s if spec.bytes_total is None else None
+
+
+def _bind_addresses(bind: Optional[str]) -> list[tuple[int, str]]:
+    if bind:
+        family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+        return [(family, bind)]
+    return [(socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")]
+
+
+def _version() -> str:
+    from netprobe import __version__
+
+    return f"netprobe {__version__}"
+
+
+def serve(config: ServerConfig, log: Log, ready: Optional[Callable[[int], None]] = None) -> None:
+    """Run a server until Ctrl-C (KeyboardInterrupt propagates) or, one-off, one test."""
+    server = Server(config, log)
+    port = server.start()
+    if ready is not None:
+        ready(port)
+    try:
+        while not server.wait(0.5):
+            pass
+    finally:
+        server.close()

@@ -1,0 +1,285 @@
+"""One side of a native test: its streams' loops (one thread each, in the C core with the
+GIL released), the interval sampler, and the side's final report.
+
+Client and server both use :class:`Side`; it knows nothing of the control protocol.
+Kernel counters (bytes moved, TCP retransmits) are running totals; every interval value
+is the difference of two snapshots, and the summary is the difference between the end
+and the warm-up boundary (``omit_s``).
+"""
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Callable, Optional
+
+import attrs
+
+from netprobe import core
+from netprobe.engine import summary
+from netprobe.engine.sockets import socket_info
+from netprobe.errors import CoreError
+from netprobe.schema import Cpu, Interval, SideSummary, SocketInfo, TestSpec
+
+TCP_DEFAULT_LENGTH = 128 * 1024
+UDP_DEFAULT_LENGTH = 1448  # fits one datagram in a 1500-byte MTU over IPv4 and IPv6
+RECEIVER_GRACE_S = 10.0  # how long a receiver outlives the sender's deadline at most
+
+
+def default_length(spec: TestSpec) -> int:
+    """Buffer length used when the spec leaves it open."""
+    if spec.length_bytes:
+        return spec.length_bytes
+    return UDP_DEFAULT_LENGTH if spec.protocol == "udp" else TCP_DEFAULT_LENGTH
+
+
+@attrs.define(eq=False)
+class LocalStream:
+    """One stream as seen from this side: its socket, counters and sampling state."""
+
+    stream_id: int
+    direction: str
+    role: str
+    sock: socket.socket
+    counters: core.Counters = attrs.field(factory=lambda: core.Counters())
+    error: Optional[str] = None
+    ended_at: Optional[float] = None
+    peer_done_at: Optional[float] = None
+    user_s: float = 0.0
+    system_s: float = 0.0
+    last: summary.Snapshot = attrs.field(factory=summary.Snapshot)
+    base: summary.Snapshot = attrs.field(factory=summary.Snapshot)
+    rtt_samples: list = attrs.field(factory=list)
+    max_cwnd_bytes: Optional[int] = None
+    socket_info: SocketInfo = attrs.field(factory=SocketInfo)
+    thread: Optional[threading.Thread] = None
+
+    @property
+    def is_tcp(self) -> bool:
+        """True for a TCP stream."""
+        return self.sock.type == socket.SOCK_STREAM
+
+    def snapshot(self) -> summary.Snapshot:
+        """Current running totals of this stream."""
+        c = self.counters
+        snap = summary.Snapshot(
+            bytes=c.bytes, packets=c.packets, lost=c.lost, out_of_order=c.out_of_order,
+            duplicates=c.duplicates, jitter_ms=c.jitter_ms,
+        )
+        if self.is_tcp and self.role == "sender":
+            snap = summary.with_tcp_info(snap, self._tcp_info())
+        return snap
+
+    def _tcp_info(self) -> Optional[core.TcpInfo]:
+        try:
+            return core.tcp_info(self.sock.fileno())
+        except (OSError, ValueError):
+            return None
+
+
+class Side:
+    """Runs this side's streams for one test and samples them at every interval."""
+
+    def __init__(
+        self, spec: TestSpec, streams: list[LocalStream], on_interval: Callable[[Interval], None]
+    ) -> None:
+        self.spec = spec
+        self.streams = streams
+        self.on_interval = on_interval
+        self.t0 = 0.0
+        self.ended_at: Optional[float] = None
+        self._done = threading.Event()
+        self._sampler: Optional[threading.Thread] = None
+        self._cpu_start: Optional[tuple[core.Rusage, core.HostCpu]] = None
+        self._cpu_end: Optional[tuple[core.Rusage, core.HostCpu]] = None
+        self._sampler_user_s = 0.0
+        self._sampler_system_s = 0.0
+        self._lock = threading.Lock()
+
+    # -- running ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every stream loop and the sampler, now."""
+        self.t0 = core.monotonic()
+        self._cpu_start = (core.rusage("process"), core.host_cpu())
+        for stream in self.streams:
+            stream.socket_info = socket_info(stream.sock)
+            stream.thread = threading.Thread(
+                target=self._run_stream, args=(stream,), name=f"np-stream-{stream.stream_id}",
+                daemon=True,
+            )
+            stream.thread.start()
+        self._sampler = threading.Thread(target=self._sample_loop, name="np-sampler", daemon=True)
+        self._sampler.start()
+        if not self.streams:
+            self._done.set()
+
+    def _run_stream(self, stream: LocalStream) -> None:
+        before = core.rusage("thread")
+        try:
+            self._loop(stream)
+        except CoreError as exc:
+            if not stream.counters.stopped:
+                stream.error = f"stream {stream.stream_id} ({stream.role}): {exc}"
+        except (OSError, ValueError) as exc:
+            stream.error = f"stream {stream.stream_id} ({stream.role}): {exc}"
+        finally:
+            after = core.rusage("thread")
+            stream.user_s = after.user_s - before.user_s
+            stream.system_s = after.system_s - before.system_s
+            stream.ended_at = core.monotonic()
+            self._stream_finished()
+
+    def _loop(self, stream: LocalStream) -> None:
+        spec, fd, c = self.spec, stream.sock.fileno(), stream.counters
+        length = default_length(spec)
+        deadline = None if spec.bytes_total else self.t0 + (spec.duration_s or 0)
+        if stream.role == "sender":
+            rate = spec.rate_bits_per_second
+            if stream.is_tcp:
+                core.tcp_send(fd, c, length=length, deadline=deadline,
+                              max_bytes=spec.bytes_total, rate_bps=rate, zerocopy=spec.zerocopy)
+                _shutdown_write(stream.sock)
+            else:
+                core.udp_send(fd, c, length=length, deadline=deadline,
+                              max_bytes=spec.bytes_total, rate_bps=rate)
+            return
+        limit = None if deadline is None else deadline + RECEIVER_GRACE_S
+        if stream.is_tcp:
+            core.tcp_recv(fd, c, length=length, deadline=limit, skip_copy=spec.skip_rx_copy)
+        else:
+            core.udp_recv(fd, c, length=65507, deadline=limit)  # any datagram fits
+
+    def _stream_finished(self) -> None:
+        with self._lock:
+            if all(s.ended_at is not None for s in self.streams):
+                self.ended_at = core.monotonic()
+                self._done.set()
+
+    def senders_done(self) -> bool:
+        """True once every sending loop of this side has returned."""
+        return all(s.ended_at is not None for s in self.streams if s.role == "sender")
+
+    def wait_senders(self, timeout: float) -> bool:
+        """Wait until every sending loop has returned."""
+        end = core.monotonic() + timeout
+        for stream in self.streams:
+            if stream.role == "sender" and stream.thread is not None:
+                stream.thread.join(max(0.0, end - core.monotonic()))
+        return self.senders_done()
+
+    def stop(self, role: Optional[str] = None) -> None:
+        """Ask the loops (of one role, or all) to return; they do within ~200 ms."""
+        for stream in self.streams:
+            if role is None or stream.role == role:
+                stream.counters.stop()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait for every loop and the sampler to finish."""
+        finished = self._done.wait(timeout)
+        if finished and self._sampler is not None:
+            self._sampler.join(timeout)
+        return finished
+
+    @property
+    def done(self) -> bool:
+        """True once every stream loop has returned."""
+        return self._done.is_set()
+
+    # -- sampling ---------------------------------------------------------------------
+
+    def _sample_loop(self) -> None:
+        before = core.rusage("thread")
+        emit = self.spec.interval_s is not None
+        step = self.spec.interval_s or 1.0
+        omit = self.spec.omit_s
+        prev = 0.0
+        k = 1
+        while True:
+            tick = k * step
+            boundary = omit if prev < omit < tick else tick
+            if self._done.wait(max(0.0, self.t0 + boundary - core.monotonic())):
+                break
+            self._tick(prev, boundary, emit)
+            prev = boundary
+            if boundary == tick:
+                k += 1
+        end = (self.ended_at or core.monotonic()) - self.t0
+        if end > prev:
+            self._tick(prev, end, emit)  # the tail, however short: no byte goes unreported
+        self._cpu_end = (core.rusage("process"), core.host_cpu())
+        after = core.rusage("thread")
+        self._sampler_user_s = after.user_s - before.user_s
+        self._sampler_system_s = after.system_s - before.system_s
+
+    def _tick(self, start_s: float, end_s: float, emit: bool) -> None:
+        omitted = end_s <= self.spec.omit_s + 1e-9 and self.spec.omit_s > 0
+        samples = []
+        for stream in self.streams:
+            snap = stream.snapshot()
+            sample = summary.interval(stream, stream.last, snap, start_s, end_s, omitted)
+            stream.last = snap
+            if abs(end_s - self.spec.omit_s) < 1e-9:
+                stream.base = snap
+            if not omitted:
+                summary.note_tcp_sample(stream, snap)
+            samples.append(sample)
+        if emit:
+            for sample in samples:
+                self.on_interval(sample)
+            for total in summary.sum_intervals(samples):
+                self.on_interval(total)
+
+    # -- report -----------------------------------------------------------------------
+
+    def errors(self) -> list[str]:
+        """What went wrong in the loops."""
+        return [s.error for s in self.streams if s.error]
+
+    def stream_summaries(self) -> list[tuple[LocalStream, SideSummary]]:
+        """Each stream's summary over the test (after the warm-up)."""
+        start = self.spec.omit_s
+        return [(s, summary.side_summary(s, start, self._data_end(s) - self.t0)) for s in self.streams]
+
+    def _data_end(self, stream: LocalStream) -> float:
+        # A UDP receiver cannot see the end of the data; its loop runs on for the drain
+        # time. The peer's "sent" marks when data stopped, which is the honest end.
+        end = stream.ended_at or core.monotonic()
+        if stream.peer_done_at is not None and not stream.is_tcp:
+            end = min(end, stream.peer_done_at)
+        return end
+
+    def peer_done(self, elapsed_s: Optional[float]) -> None:
+        """Note that the peer stopped sending ``elapsed_s`` after its start (its ``sent``)."""
+        now = core.monotonic()
+        if elapsed_s is not None and 0 <= elapsed_s:
+            now = min(now, self.t0 + elapsed_s)
+        for stream in self.streams:
+            if stream.role == "receiver" and stream.peer_done_at is None:
+                stream.peer_done_at = now
+
+    def sending_elapsed(self) -> Optional[float]:
+        """Seconds from the start until the last sending loop returned."""
+        ends = [s.ended_at for s in self.streams if s.role == "sender" and s.ended_at]
+        return max(ends) - self.t0 if ends else None
+
+    def cpu(self) -> Optional[Cpu]:
+        """This side's CPU: its loop and sampler threads (process) and the host."""
+        if self._cpu_start is None:
+            return None
+        end = self._cpu_end or (core.rusage("process"), core.host_cpu())
+        wall = (self.ended_at or core.monotonic()) - self.t0
+        user = sum(s.user_s for s in self.streams) + self._sampler_user_s
+        system = sum(s.system_s for s in self.streams) + self._sampler_system_s
+        return Cpu(
+            process=summary.process_cpu(user, system, wall),
+            host=summary.host_cpu(self._cpu_start[1], end[1]),
+        )
+
+
+def _shutdown_write(sock: socket.socket) -> None:
+    # Tells the receiver the stream is complete (EOF), so byte counts end exactly.
+    try:
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+

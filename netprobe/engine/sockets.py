@@ -1,0 +1,96 @@
+"""Socket set-up for data streams: the spec's options applied, and what the kernel gave back."""
+from __future__ import annotations
+
+import socket
+from typing import Optional
+
+from netprobe import core
+from netprobe.errors import SpecError
+from netprobe.schema import SocketInfo, TestSpec
+
+TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
+IPV6_TCLASS = getattr(socket, "IPV6_TCLASS", 67)
+
+
+def apply_options(sock: socket.socket, spec: TestSpec) -> None:
+    """Apply window, nodelay, MSS, DSCP and congestion control; SpecError if refused."""
+    tcp = sock.type == socket.SOCK_STREAM
+    if spec.window_bytes:
+        _set(sock, socket.SOL_SOCKET, socket.SO_SNDBUF, spec.window_bytes, "--window")
+        _set(sock, socket.SOL_SOCKET, socket.SO_RCVBUF, spec.window_bytes, "--window")
+    if tcp and spec.nodelay:
+        _set(sock, socket.IPPROTO_TCP, socket.TCP_NODELAY, 1, "--nodelay")
+    if tcp and spec.mss_bytes:
+        _set(sock, socket.IPPROTO_TCP, socket.TCP_MAXSEG, spec.mss_bytes, "--mss")
+    if spec.dscp is not None:
+        tos = spec.dscp << 2
+        if sock.family == socket.AF_INET6:
+            _set(sock, socket.IPPROTO_IPV6, IPV6_TCLASS, tos, "--dscp")
+        else:
+            _set(sock, socket.IPPROTO_IP, socket.IP_TOS, tos, "--dscp")
+    if tcp and spec.congestion:
+        _set(sock, socket.IPPROTO_TCP, TCP_CONGESTION, spec.congestion.encode(), "--congestion")
+
+
+def _set(sock: socket.socket, level: int, option: int, value: int | bytes, flag: str) -> None:
+    try:
+        sock.setsockopt(level, option, value)
+    except OSError as exc:
+        shown = value.decode(errors="replace") if isinstance(value, bytes) else value
+        raise SpecError(f"{flag} {shown} refused by the kernel: {exc.strerror}") from None
+
+
+def socket_info(sock: socket.socket) -> SocketInfo:
+    """Read back buffer sizes, MSS, path MTU and congestion control actually in use."""
+    try:
+        sndbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        rcvbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    except OSError:
+        return SocketInfo()
+    if sock.type != socket.SOCK_STREAM:
+        return SocketInfo(send_buffer_bytes=sndbuf, receive_buffer_bytes=rcvbuf)
+    info = _tcp_info(sock)
+    return SocketInfo(
+        send_buffer_bytes=sndbuf,
+        receive_buffer_bytes=rcvbuf,
+        mss_bytes=_getint(sock, socket.TCP_MAXSEG),
+        pmtu_bytes=info.pmtu_bytes if info else None,
+        congestion=_congestion(sock),
+    )
+
+
+def _tcp_info(sock: socket.socket) -> Optional[core.TcpInfo]:
+    try:
+        return core.tcp_info(sock.fileno())
+    except OSError:
+        return None
+
+
+def _getint(sock: socket.socket, option: int) -> Optional[int]:
+    try:
+        return sock.getsockopt(socket.IPPROTO_TCP, option)
+    except OSError:
+        return None
+
+
+def _congestion(sock: socket.socket) -> Optional[str]:
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16)
+    except OSError:
+        return None
+    return raw.split(b"\0", 1)[0].decode("ascii", "replace") or None
+
+
+def family_for(spec: TestSpec) -> int:
+    """AF_INET6 for ``-6``, AF_INET for ``-4``, 0 (either) otherwise."""
+    return {4: socket.AF_INET, 6: socket.AF_INET6}.get(spec.ip_version or 0, 0)
+
+
+def resolve(host: str, port: int, family: int, kind: int) -> tuple[int, tuple]:
+    """The first address of ``host`` for the family; SpecError naming the host if none."""
+    try:
+        infos = socket.getaddrinfo(host, port, family, kind)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise SpecError(f"cannot resolve host {host!r}: {exc}") from None
+    fam, _, _, _, addr = infos[0]
+    return fam, addr

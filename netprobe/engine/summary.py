@@ -1,0 +1,201 @@
+"""Arithmetic of the native engine's figures: snapshots of running totals, the intervals
+and summaries derived from them, sums over streams, and CPU percentages.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import attrs
+
+from netprobe import core
+from netprobe.plugin import bits_per_second
+from netprobe.schema import Cpu, CpuUsage, Interval, SideSummary
+
+if TYPE_CHECKING:
+    from netprobe.engine.side import LocalStream
+
+
+@attrs.frozen
+class Snapshot:
+    """Running totals of one stream at one moment (TCP fields only on TCP senders)."""
+
+    bytes: int = 0
+    packets: int = 0
+    lost: int = 0
+    out_of_order: int = 0
+    duplicates: int = 0
+    jitter_ms: float = 0.0
+    retransmits: Optional[int] = None
+    rtt_us: Optional[int] = None
+    rttvar_us: Optional[int] = None
+    min_rtt_us: Optional[int] = None
+    cwnd_bytes: Optional[int] = None
+
+
+def with_tcp_info(snap: Snapshot, info: Optional[core.TcpInfo]) -> Snapshot:
+    """Add the kernel's TCP_INFO figures to a snapshot (None where unsupported)."""
+    if info is None:
+        return snap
+    return attrs.evolve(
+        snap, retransmits=info.retransmits, rtt_us=info.rtt_us, rttvar_us=info.rttvar_us,
+        min_rtt_us=info.min_rtt_us, cwnd_bytes=info.snd_cwnd_bytes,
+    )
+
+
+def _diff(now: Optional[int], before: Optional[int]) -> Optional[int]:
+    if now is None:
+        return None
+    return now - (before or 0)
+
+
+def interval(
+    stream: LocalStream, last: Snapshot, now: Snapshot, start_s: float, end_s: float,
+    omitted: bool,
+) -> Interval:
+    """The interval of one stream between two snapshots."""
+    nbytes = now.bytes - last.bytes
+    udp = not stream.is_tcp
+    receiver = stream.role == "receiver"
+    return Interval(
+        direction=stream.direction, role=stream.role, stream_id=stream.stream_id,
+        start_s=round(start_s, 6), end_s=round(end_s, 6), bytes=nbytes,
+        bits_per_second=bits_per_second(nbytes, end_s - start_s), omitted=omitted,
+        retransmits=_diff(now.retransmits, last.retransmits),
+        rtt_us=now.rtt_us, rttvar_us=now.rttvar_us, cwnd_bytes=now.cwnd_bytes,
+        packets=now.packets - last.packets if udp else None,
+        lost_packets=now.lost - last.lost if udp and receiver else None,
+        out_of_order_packets=now.out_of_order - last.out_of_order if udp and receiver else None,
+        jitter_ms=now.jitter_ms if udp and receiver else None,
+    )
+
+
+def note_tcp_sample(stream: LocalStream, snap: Snapshot) -> None:
+    """Keep the RTT and cwnd samples a TCP sender's summary is made of."""
+    if snap.rtt_us is not None:
+        stream.rtt_samples.append(snap.rtt_us)
+    if snap.cwnd_bytes is not None:
+        stream.max_cwnd_bytes = max(stream.max_cwnd_bytes or 0, snap.cwnd_bytes)
+
+
+def _total(values: Sequence[Optional[int]]) -> Optional[int]:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def sum_intervals(samples: Sequence[Interval]) -> list[Interval]:
+    """One sum interval (stream_id None) per direction and role among the samples."""
+    groups: dict[tuple[str, str], list[Interval]] = {}
+    for sample in samples:
+        groups.setdefault((sample.direction, sample.role), []).append(sample)
+    sums = []
+    for (direction, role), group in groups.items():
+        first = group[0]
+        nbytes = sum(s.bytes for s in group)
+        rtt = _mean([s.rtt_us for s in group])
+        sums.append(Interval(
+            direction=direction, role=role, stream_id=None, start_s=first.start_s,
+            end_s=first.end_s, bytes=nbytes,
+            bits_per_second=bits_per_second(nbytes, first.end_s - first.start_s),
+            omitted=first.omitted, retransmits=_total([s.retransmits for s in group]),
+            rtt_us=None if rtt is None else round(rtt),
+            cwnd_bytes=_total([s.cwnd_bytes for s in group]),
+            packets=_total([s.packets for s in group]),
+            lost_packets=_total([s.lost_packets for s in group]),
+            out_of_order_packets=_total([s.out_of_order_packets for s in group]),
+            jitter_ms=_mean([s.jitter_ms for s in group]),
+        ))
+    return sums
+
+
+def side_summary(stream: LocalStream, start_s: float, end_s: float) -> SideSummary:
+    """A stream's summary from its warm-up baseline to its final totals."""
+    final, base = stream.snapshot(), stream.base
+    if stream.is_tcp and stream.role == "sender" and not stream.rtt_samples:
+        note_tcp_sample(stream, final)  # a test shorter than one interval
+    nbytes = final.bytes - base.bytes
+    udp_rx = not stream.is_tcp and stream.role == "receiver"
+    lost = final.lost - base.lost if udp_rx else None
+    packets = final.packets - base.packets if not stream.is_tcp else None
+    return SideSummary(
+        role=stream.role, start_s=round(start_s, 6), end_s=round(end_s, 6), bytes=nbytes,
+        bits_per_second=bits_per_second(nbytes, end_s - start_s),
+        retransmits=_diff(final.retransmits, base.retransmits),
+        retransmits_scope="connection" if final.retransmits is not None else None,
+        rtt_us=_rounded(_mean(stream.rtt_samples)), min_rtt_us=final.min_rtt_us,
+        max_rtt_us=max(stream.rtt_samples) if stream.rtt_samples else None,
+        cwnd_bytes=stream.max_cwnd_bytes,
+        packets=packets, lost_packets=lost,
+        lost_percent=_percent(lost, (packets or 0) + (lost or 0)) if udp_rx else None,
+        out_of_order_packets=final.out_of_order - base.out_of_order if udp_rx else None,
+        duplicate_packets=final.duplicates - base.duplicates if udp_rx else None,
+        jitter_ms=final.jitter_ms if udp_rx else None,
+    )
+
+
+def _rounded(value: Optional[float]) -> Optional[int]:
+    return None if value is None else round(value)
+
+
+def _percent(part: Optional[int], whole: int) -> Optional[float]:
+    if part is None or whole <= 0:
+        return None if part is None else 0.0
+    return 100.0 * part / whole
+
+
+def sum_summaries(parts: Sequence[SideSummary], cpu: Optional[Cpu]) -> SideSummary:
+    """All streams of one role and direction summed into a total."""
+    start = min(p.start_s for p in parts)
+    end = max(p.end_s for p in parts)
+    nbytes = sum(p.bytes for p in parts)
+    lost = _total([p.lost_packets for p in parts])
+    packets = _total([p.packets for p in parts])
+    min_rtts = [p.min_rtt_us for p in parts if p.min_rtt_us is not None]
+    max_rtts = [p.max_rtt_us for p in parts if p.max_rtt_us is not None]
+    return SideSummary(
+        role=parts[0].role, start_s=start, end_s=end, bytes=nbytes,
+        bits_per_second=bits_per_second(nbytes, end - start),
+        retransmits=_total([p.retransmits for p in parts]),
+        retransmits_scope=parts[0].retransmits_scope,
+        rtt_us=_rounded(_mean([p.rtt_us for p in parts])),
+        min_rtt_us=min(min_rtts) if min_rtts else None,
+        max_rtt_us=max(max_rtts) if max_rtts else None,
+        cwnd_bytes=_total([p.cwnd_bytes for p in parts]),
+        packets=packets, lost_packets=lost,
+        lost_percent=None if lost is None else _percent(lost, (packets or 0) + lost),
+        out_of_order_packets=_total([p.out_of_order_packets for p in parts]),
+        duplicate_packets=_total([p.duplicate_packets for p in parts]),
+        jitter_ms=_mean([p.jitter_ms for p in parts]), cpu=cpu,
+    )
+
+
+def process_cpu(user_s: float, system_s: float, wall_s: float) -> CpuUsage:
+    """CPU of the test's own threads, in percent of one core (may exceed 100 with -P)."""
+    if wall_s <= 0:
+        return CpuUsage(cpu_seconds=user_s + system_s)
+    return CpuUsage(
+        user_percent=100 * user_s / wall_s, system_percent=100 * system_s / wall_s,
+        total_percent=100 * (user_s + system_s) / wall_s, cpu_seconds=user_s + system_s,
+    )
+
+
+def host_cpu(start: Any, end: Any) -> Optional[CpuUsage]:
+    """Host-wide CPU between two /proc/stat readings, in percent of all cores."""
+    fields = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    delta = {name: getattr(end, name) - getattr(start, name) for name in fields}
+    total = sum(delta.values())
+    if total <= 0:
+        return None
+    idle = delta["idle"] + delta["iowait"]
+    return CpuUsage(
+        user_percent=100 * (delta["user"] + delta["nice"]) / total,
+        system_percent=100 * (delta["system"] + delta["irq"] + delta["softirq"]) / total,
+        total_percent=100 * (total - idle) / total,
+        softirq_percent=100 * delta["softirq"] / total,
+        idle_percent=100 * idle / total,
+    )

@@ -1,0 +1,67 @@
+"""``--tool native``: netprobe's own engine (C data path via cffi, Python control).
+
+Without a host it starts an embedded server on loopback for the duration of the test:
+the self-test that works on any machine with nothing else installed or running.
+"""
+from __future__ import annotations
+
+from netprobe import __version__
+from netprobe.errors import TestFailed
+from netprobe.plugin import Availability, Capabilities, Reporter, Tool
+from netprobe.schema import Result, TestSpec
+
+
+class NativeTool(Tool):
+    """netprobe's own TCP/UDP engine."""
+
+    name = "native"
+    description = "netprobe's own engine: C data path, one port for control and data"
+    capabilities = Capabilities(
+        protocols=frozenset({"tcp", "udp"}),
+        directions=frozenset({"normal", "reverse", "bidir"}),
+        max_streams=128, byte_count=True, min_interval_s=0.1, omit=True,
+        rate_limit=frozenset({"tcp", "udp"}), length=True, window=True, mss=True,
+        nodelay=True, dscp=True, congestion=True, ipv6=True, bind=True, port=True,
+        zerocopy=True, skip_rx_copy=True,
+    )
+
+    def probe(self) -> Availability:
+        """Always available: the pure-Python data path stands in for the compiled one."""
+        try:
+            from netprobe import core
+        except ImportError as exc:  # a broken install, not a missing compiler
+            return Availability(False, __version__, (f"core module failed to load: {exc}",))
+        detail = "data path: C (compiled core)" if core.DATA_PATH == "c" else (
+            "data path: pure Python (compiled core not available; slower)"
+        )
+        return Availability(True, __version__, details=(detail,))
+
+    def run(self, spec: TestSpec, reporter: Reporter) -> Result:
+        """Run against ``spec.host``'s netprobe server, or an embedded one on loopback."""
+        from netprobe.engine.client import run_test
+
+        if spec.host:
+            return run_test(spec, reporter, spec.host)
+        return self._self_test(spec, reporter)
+
+    def _self_test(self, spec: TestSpec, reporter: Reporter) -> Result:
+        from netprobe.engine.client import run_test
+        from netprobe.engine.server import Server, ServerConfig
+
+        loopback = "::1" if spec.ip_version == 6 else "127.0.0.1"
+        server = Server(ServerConfig(bind_address=loopback, port=spec.port or 0, max_tests=1))
+        try:
+            port = server.start()
+        except OSError as exc:
+            raise TestFailed(f"cannot start the embedded server on {loopback}: {exc}") from None
+        reporter.note(f"embedded server on {loopback} port {port}")
+        try:
+            return run_test(_with_port(spec, port), reporter, loopback)
+        finally:
+            server.close()
+
+
+def _with_port(spec: TestSpec, port: int) -> TestSpec:
+    import attrs
+
+    return attrs.evolve(spec, port=port)

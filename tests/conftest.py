@@ -1,0 +1,38 @@
+"""Shared fixtures: the two data paths, and where the peer-tool fixtures live."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from netprobe import _purecore, core
+
+CORE_NAMES = ("Counters", "tcp_send", "tcp_recv", "udp_send", "udp_recv", "tcp_info",
+              "rusage", "host_cpu", "monotonic")
+
+PEER_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "peers"
+
+
+@pytest.fixture(params=["c", "python"])
+def data_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test on the compiled core and again on the pure-Python one.
+
+    The pure path is swapped in by pointing netprobe.core's public names at
+    netprobe._purecore, which is exactly what the module does itself when the compiled
+    core is missing or NETPROBE_PURE=1.
+    """
+    if request.param == "c" and core.DATA_PATH != "c":
+        pytest.skip("the compiled core is not built here")
+    if request.param == "python":
+        for name in CORE_NAMES:
+            monkeypatch.setattr(core, name, getattr(_purecore, name))
+        monkeypatch.setattr(core, "DATA_PATH", "python")
+    return str(request.param)
+
+
+@pytest.fixture
+def peer_fixtures() -> Path:
+    """The folder of real peer-tool outputs (shared/fixtures/peers beside the repo)."""
+    if not PEER_FIXTURES.is_dir():
+        pytest.skip(f"peer fixtures not found at {PEER_FIXTURES}")
+    return PEER_FIXTURES

@@ -1,0 +1,148 @@
+"""A small network lab for tests: network namespaces joined by veth pairs, with ``tc tbf``
+for a real bottleneck and an nftables ``numgen random`` rule for random loss.
+
+Every namespace, link and process a Lab makes is removed when it exits, even when the
+test fails. Processes are started by the lab and stopped by their PID only.
+Needs root and iproute2 (and nftables for loss); ``Lab.available()`` says why not.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from itertools import count
+from typing import Optional, Sequence
+
+_ids = count(1)
+
+
+class LabError(RuntimeError):
+    """A lab command failed."""
+
+
+def _sh(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=30)
+    if check and proc.returncode != 0:
+        raise LabError(f"{' '.join(argv)}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+class Lab:
+    """Namespaces, links and processes that exist only inside a ``with Lab() as lab`` block."""
+
+    def __init__(self) -> None:
+        self.tag = f"np{os.getpid() % 100000}x{next(_ids)}"
+        self.namespaces: list[str] = []
+        self.procs: list[subprocess.Popen] = []
+
+    @staticmethod
+    def available() -> Optional[str]:
+        """None if labs can be built here, else the reason they cannot."""
+        if os.geteuid() != 0:
+            return "network namespaces need root"
+        if not shutil.which("ip") or not shutil.which("tc"):
+            return "iproute2 (ip, tc) is not installed"
+        probe = f"npprobe{os.getpid()}"
+        if _sh(["ip", "netns", "add", probe], check=False).returncode != 0:
+            return "cannot create network namespaces here"
+        _sh(["ip", "netns", "del", probe], check=False)
+        return None
+
+    def __enter__(self) -> Lab:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def host(self, name: str) -> str:
+        """A new namespace (loopback up); returns its full name."""
+        ns = f"{self.tag}{name}"
+        _sh(["ip", "netns", "add", ns])
+        self.namespaces.append(ns)
+        self.ip(ns, "link", "set", "lo", "up")
+        return ns
+
+    def ip(self, ns: str, *args: str) -> None:
+        """Run ``ip`` inside a namespace."""
+        _sh(["ip", "-n", ns, *args])
+
+    def link(self, a: str, a_addr: str, b: str, b_addr: str) -> tuple[str, str]:
+        """A veth pair between namespaces a and b with addresses (CIDR); returns the devices."""
+        n = len(self.namespaces)
+        dev_a, dev_b = f"v{self.tag[-6:]}{n}a", f"v{self.tag[-6:]}{n}b"
+        _sh(["ip", "link", "add", dev_a, "type", "veth", "peer", "name", dev_b])
+        _sh(["ip", "link", "set", dev_a, "netns", a])
+        _sh(["ip", "link", "set", dev_b, "netns", b])
+        for ns, dev, addr in ((a, dev_a, a_addr), (b, dev_b, b_addr)):
+            self.ip(ns, "addr", "add", addr, "dev", dev)
+            self.ip(ns, "link", "set", dev, "up")
+        return dev_a, dev_b
+
+    def shape(self, ns: str, dev: str, rate_mbit: float, burst: str = "32kb",
+              latency_ms: int = 50) -> None:
+        """A token-bucket bottleneck on ``dev``'s egress inside ``ns``."""
+        _sh(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
+             "rate", f"{rate_mbit}mbit", "burst", burst, "latency", f"{latency_ms}ms"])
+
+    def drop_percent(self, ns: str, percent: int) -> None:
+        """Drop ``percent`` % of the packets arriving in ``ns``, at random (nftables)."""
+        if not shutil.which("nft"):
+            raise LabError("nftables (nft) is not installed")
+        table = ["ip", "netns", "exec", ns, "nft"]
+        _sh([*table, "add", "table", "inet", "nplab"])
+        _sh([*table, "add", "chain", "inet", "nplab", "in",
+             "{ type filter hook input priority 0; policy accept; }"])
+        _sh([*table, "add", "rule", "inet", "nplab", "in", "numgen", "random", "mod", "100",
+             "<", str(percent), "drop"])
+
+    def forward(self, ns: str) -> None:
+        """Let ``ns`` route between its links."""
+        _sh(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
+
+    def route(self, ns: str, dest: str, via: str) -> None:
+        """Add a route in ``ns``."""
+        self.ip(ns, "route", "add", dest, "via", via)
+
+    def start(self, ns: str, argv: Sequence[str], **kwargs: object) -> subprocess.Popen:
+        """Start a process inside ``ns``; the lab stops it by PID on exit."""
+        proc = subprocess.Popen(["ip", "netns", "exec", ns, *argv],  # type: ignore[call-overload]
+                                start_new_session=True, **kwargs)
+        self.procs.append(proc)
+        return proc
+
+    def run(self, ns: str, argv: Sequence[str], timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run a command inside ``ns`` to completion (bounded by ``timeout``)."""
+        return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True,
+                              text=True, timeout=timeout)
+
+    def snmp(self, ns: str, group: str = "Tcp") -> dict[str, int]:
+        """The kernel's /proc/net/snmp counters of one group, as seen inside ``ns``."""
+        text = self.run(ns, ["cat", "/proc/net/snmp"]).stdout.splitlines()
+        rows = [line.split() for line in text if line.startswith(f"{group}:")]
+        return {k: int(v) for k, v in zip(rows[0][1:], rows[1][1:])}
+
+    def stop(self, proc: subprocess.Popen, timeout: float = 5.0) -> Optional[int]:
+        """Stop one of the lab's processes (its process group, by PID)."""
+        if proc.poll() is None:
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        return proc.poll()
+
+    def close(self) -> None:
+        """Stop every process and delete every namespace (and so its links) the lab made."""
+        for proc in self.procs:
+            self.stop(proc, timeout=2.0)
+        for ns in reversed(self.namespaces):
+            _sh(["ip", "netns", "del", ns], check=False)
+        self.namespaces.clear()
+        time.sleep(0.05)  # let the kernel finish tearing down veths before the next lab

@@ -1,0 +1,207 @@
+"""The native engine end to end on loopback: real sockets, real server, both data paths."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import attrs
+import pytest
+
+from netprobe import core
+from netprobe.engine import protocol
+from netprobe.engine.client import run_test
+from netprobe.engine.server import Server, ServerConfig
+from netprobe.errors import SpecError, TestFailed
+from netprobe.schema import Interval, Result, TestSpec
+from netprobe.tools.native import NativeTool
+
+
+class Recorder:
+    """A reporter that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.samples: list[Interval] = []
+        self.notes: list[str] = []
+
+    def interval(self, sample: Interval) -> None:
+        self.samples.append(sample)
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+
+def selftest(**kw: object) -> tuple[Result, Recorder]:
+    spec = TestSpec(**{"duration_s": 1.0, **kw})  # type: ignore[arg-type]
+    rec = Recorder()
+    return NativeTool().run(spec, rec), rec
+
+
+def flow(result: Result, direction: str = "client_to_server"):  # type: ignore[no-untyped-def]
+    summary = result.summary(direction)
+    assert summary is not None and summary.sender and summary.receiver
+    return summary.sender, summary.receiver
+
+
+def test_tcp_selftest_fills_both_sides(data_path: str) -> None:
+    result, rec = selftest(duration_s=2.0)
+    assert result.status == "ok" and result.tool.data_path == data_path
+    sender, receiver = flow(result)
+    assert sender.bytes > 0 and 0 < receiver.bytes <= sender.bytes
+    assert receiver.bits_per_second > 10e6  # loopback moves far more than 10 Mbit/s
+    assert sender.retransmits is not None and sender.retransmits_scope == "connection"
+    assert sender.rtt_us is not None and sender.rtt_us > 0
+    assert sender.cpu and sender.cpu.process and sender.cpu.process.total_percent is not None
+    assert receiver.cpu and receiver.cpu.host and receiver.cpu.host.total_percent is not None
+    roles = {(s.role, s.stream_id) for s in rec.samples}
+    assert ("sender", 1) in roles and ("receiver", 1) in roles and ("sender", None) in roles
+    # Every live sample reached the result too, sender side and receiver side.
+    assert len(result.intervals) == len(rec.samples)
+    assert sum(i.bytes for i in result.intervals if i.role == "sender" and i.stream_id == 1) == sender.bytes
+
+
+def test_udp_rate_limit_within_two_percent(data_path: str) -> None:
+    result, _ = selftest(protocol="udp", rate_bits_per_second=100e6, duration_s=3.0)
+    sender, receiver = flow(result)
+    assert sender.bits_per_second == pytest.approx(100e6, rel=0.02)
+    assert receiver.bits_per_second == pytest.approx(100e6, rel=0.02)
+    assert receiver.packets and receiver.lost_packets is not None and receiver.jitter_ms is not None
+    assert sender.packets == receiver.packets + receiver.lost_packets
+
+
+def test_reverse_sends_from_the_server(data_path: str) -> None:
+    result, _ = selftest(direction="reverse")
+    assert result.summary("client_to_server") is None
+    sender, receiver = flow(result, "server_to_client")
+    assert receiver.bytes > 0 and sender.bytes >= receiver.bytes
+
+
+def test_bidir_has_both_directions(data_path: str) -> None:
+    result, _ = selftest(direction="bidir")
+    for direction in ("client_to_server", "server_to_client"):
+        sender, receiver = flow(result, direction)
+        assert receiver.bytes > 0
+
+
+def test_parallel_streams_sum_up(data_path: str) -> None:
+    result, _ = selftest(streams=4)
+    sender, receiver = flow(result)
+    streams = [s for s in result.streams if s.direction == "client_to_server"]
+    assert [s.stream_id for s in streams] == [1, 2, 3, 4]
+    assert sum(s.receiver.bytes for s in streams if s.receiver) == receiver.bytes
+    assert all(s.receiver and s.receiver.bytes > 0 for s in streams)
+
+
+def test_ipv6_loopback(data_path: str) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    result, _ = selftest(ip_version=6)
+    assert result.remote.address == "::1"
+    assert flow(result)[1].bytes > 0
+
+
+def test_byte_count_is_exact_on_both_ends(data_path: str) -> None:
+    result, _ = selftest(bytes_total=10_000_003, streams=2, duration_s=None)
+    for stream in result.streams:
+        assert stream.sender and stream.receiver
+        assert stream.sender.bytes == stream.receiver.bytes == 10_000_003
+
+
+def test_udp_byte_count_is_exact(data_path: str) -> None:
+    result, _ = selftest(protocol="udp", bytes_total=1_000_000, length_bytes=1000,
+                         rate_bits_per_second=50e6, duration_s=None)
+    sender, receiver = flow(result)
+    assert sender.bytes == 1_000_000 and sender.packets == 1000
+    assert receiver.packets == 1000 and receiver.lost_packets == 0
+
+
+def test_omit_excludes_warmup(data_path: str) -> None:
+    result, _ = selftest(duration_s=2.0, omit_s=1.0, interval_s=0.5)
+    sender, _ = flow(result)
+    assert sender.start_s == 1.0
+    omitted = [i for i in result.intervals if i.omitted]
+    kept = [i for i in result.intervals if not i.omitted and i.role == "sender" and i.stream_id == 1]
+    assert omitted and all(i.end_s <= 1.0 for i in omitted)
+    assert sum(i.bytes for i in kept) == sender.bytes
+
+
+def test_options_reach_the_socket(data_path: str) -> None:
+    result, _ = selftest(window_bytes=256 * 1024, nodelay=True, mss_bytes=1200, dscp=46,
+                         congestion="reno")
+    info = result.streams[0].socket
+    assert info is not None
+    assert info.send_buffer_bytes is not None and info.send_buffer_bytes >= 256 * 1024
+    assert info.congestion == "reno"
+    assert info.mss_bytes is not None and info.mss_bytes <= 1200
+
+
+def test_unknown_congestion_control_fails_clearly() -> None:
+    with pytest.raises(SpecError, match="--congestion no-such-algorithm refused"):
+        selftest(congestion="no-such-algorithm")
+
+
+@pytest.fixture
+def server():  # type: ignore[no-untyped-def]
+    srv = Server(ServerConfig(bind_address="127.0.0.1", port=0, max_tests=1))
+    srv.start()
+    yield srv
+    srv.close()
+
+
+def test_busy_server_says_so(server: Server) -> None:
+    spec = TestSpec(duration_s=3.0, port=server.port, interval_s=None)
+    first = threading.Thread(target=run_test, args=(spec, Recorder(), "127.0.0.1"))
+    first.start()
+    _wait(lambda: server.active_tests == 1)
+    with pytest.raises(TestFailed, match="busy"):
+        run_test(attrs.evolve(spec, duration_s=1.0), Recorder(), "127.0.0.1")
+    first.join(10)
+    assert server.active_tests == 0
+
+
+def test_slot_freed_when_client_vanishes(server: Server) -> None:
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(protocol.pack_hello(protocol.KIND_CONTROL))
+    channel = protocol.Channel(sock)
+    channel.expect("welcome", timeout=5)
+    channel.send({"type": "test", "spec": {"duration_s": 5.0, "streams": 1}})
+    channel.expect("accept", timeout=5)
+    _wait(lambda: server.active_tests == 1)
+    sock.close()  # gone before opening its stream
+    assert _wait(lambda: server.active_tests == 0, timeout=server.config.handshake_timeout_s + 3)
+    result = run_test(TestSpec(duration_s=1.0, port=server.port), Recorder(), "127.0.0.1")
+    assert result.status == "ok"
+
+
+def test_server_refuses_bad_spec(server: Server) -> None:
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(protocol.pack_hello(protocol.KIND_CONTROL))
+    channel = protocol.Channel(sock)
+    channel.expect("welcome", timeout=5)
+    channel.send({"type": "test", "spec": {"streams": "many"}})
+    reply = channel.recv(timeout=5)
+    assert reply["type"] == "error" and "spec" in reply["message"]
+    sock.close()
+
+
+def test_no_server_is_a_clear_failure() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(TestFailed, match="cannot connect"):
+        run_test(TestSpec(duration_s=1.0, port=port), Recorder(), "127.0.0.1")
+
+
+def _wait(predicate, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+def test_data_path_is_reported() -> None:
+    availability = NativeTool().probe()
+    assert availability.available
+    assert any(core.DATA_PATH in d.lower() or "python" in d.lower() for d in availability.details)
