@@ -134,3 +134,12 @@ def result_json_schema() -> dict[str, Any]:
         **root,
         "$defs": defs,
     }
+
+
+def schema_text() -> str:
+    """The shipped JSON Schema file's exact text (``result.schema.json`` in the package)."""
+    return json.dumps(result_json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":  # python -m netprobe.convert > netprobe/result.schema.json
+    sys.stdout.write(schema_text())
