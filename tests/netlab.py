@@ -82,9 +82,17 @@ class Lab:
 
     def shape(self, ns: str, dev: str, rate_mbit: float, burst: str = "32kb",
               latency_ms: int = 50) -> None:
-        """A token-bucket bottleneck on ``dev``'s egress inside ``ns``."""
+        """A token-bucket bottleneck on ``dev``'s egress inside ``ns``, as a real Ethernet.
+
+        tbf counts the frame as the kernel sees it (1514 bytes for a full segment); its
+        ``overhead`` adds the 24 bytes a real wire also spends per frame (preamble 8, FCS 4,
+        inter-frame gap 12), so a 100 Mbit/s link carries 100 x 1448/1538 = 94.1 Mbit/s
+        of TCP payload, as a physical one does. (A ``stab`` size table had no effect on
+        tbf here; tbf's own overhead does.)
+        """
         _sh(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
-             "rate", f"{rate_mbit}mbit", "burst", burst, "latency", f"{latency_ms}ms"])
+             "rate", f"{rate_mbit}mbit", "burst", burst, "latency", f"{latency_ms}ms",
+             "overhead", "24"])
 
     def drop_percent(self, ns: str, percent: int) -> None:
         """Drop ``percent`` % of the packets arriving in ``ns``, at random (nftables)."""
