@@ -1,0 +1,183 @@
+/* np_tcp.c: TCP (any stream socket) send and receive loops. */
+#include "np_common.h"
+
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define NP_MFD_CLOEXEC 1U /* MFD_CLOEXEC, spelled out: older libc headers lack it */
+#define NP_PACED_MIN_CHUNK 1024.0
+
+struct tcp_tx {
+    struct np_loop lp;
+    const unsigned char *buf;
+    int file_fd;            /* >= 0: zerocopy, sendfile() from this file */
+};
+
+static int soft_errno(int err)
+{
+    return err == EINTR || err == EAGAIN || err == EWOULDBLOCK;
+}
+
+/* Paced writes are cut to ~1 ms of data so that the schedule, not the buffer size, bounds
+ * how far the sender runs ahead: one 128 KiB write at 100 Mbit/s is 1% of a second. */
+static size_t chunk_size(const struct np_params *p)
+{
+    double per_ms = p->rate_bps / 8.0 / 1000.0;
+
+    if (p->rate_bps <= 0 || per_ms >= (double)p->length)
+        return (size_t)p->length;
+    return per_ms < NP_PACED_MIN_CHUNK ? (size_t)NP_PACED_MIN_CHUNK : (size_t)per_ms;
+}
+
+static ssize_t tx_write(const struct tcp_tx *tx, size_t n, const char **call)
+{
+    off_t off = 0;
+
+    if (tx->file_fd < 0) {
+        *call = "send";
+        return send(tx->lp.fd, tx->buf, n, MSG_NOSIGNAL);
+    }
+    *call = "sendfile";
+    return sendfile(tx->lp.fd, tx->file_fd, &off, n);
+}
+
+static int64_t tcp_send_loop(struct tcp_tx *tx, const struct np_params *p)
+{
+    struct np_loop *lp = &tx->lp;
+    struct np_counters *c = lp->c;
+    uint64_t base = np_get(&c->bytes), calls = np_get(&c->calls), total = 0;
+    size_t chunk = chunk_size(p);
+    const char *call;
+    int64_t now, rc;
+    ssize_t r;
+
+    while (!np_loop_done(lp, &now) && total < p->max_bytes) {
+        if (lp->pace.ns_per_unit > 0 && np_pace_allowed(&lp->pace, total, now) == 0) {
+            np_sleep_until(np_min64(np_pace_due(&lp->pace, total),
+                                    np_min64(lp->deadline_ns, now + NP_TICK_NS)));
+            continue;
+        }
+        r = tx_write(tx, (size_t)np_minu64(chunk, p->max_bytes - total), &call);
+        np_put(&c->calls, ++calls);
+        if (r < 0) {
+            rc = soft_errno(errno) ? np_loop_wait(lp, POLLOUT) : np_fail(c, call, errno);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        total += (uint64_t)r;
+        np_put(&c->bytes, base + total);
+    }
+    return (int64_t)total;
+}
+
+static int make_temp_file(void)
+{
+    char path[] = "/tmp/netprobe-XXXXXX";
+    int fd = mkstemp(path);
+
+    if (fd >= 0)
+        unlink(path);
+    return fd;
+}
+
+/* A file holding one buffer of the pattern, for sendfile(); memfd where the kernel has
+ * it (3.17+), else an unlinked temporary file. Returns the fd or -errno. */
+static int pattern_file(const unsigned char *buf, size_t len, const char **call)
+{
+    int fd = -1;
+    size_t done = 0;
+    ssize_t r;
+
+#ifdef SYS_memfd_create
+    fd = (int)syscall(SYS_memfd_create, "netprobe", NP_MFD_CLOEXEC);
+#endif
+    *call = "memfd_create";
+    if (fd < 0 && (fd = make_temp_file()) < 0)
+        return -errno;
+    *call = "write";
+    while (done < len) {
+        r = pwrite(fd, buf + done, len - done, (off_t)done);
+        if (r < 0 && errno != EINTR) {
+            int err = errno;
+            close(fd);
+            return -err;
+        }
+        done += r > 0 ? (size_t)r : 0;
+    }
+    return fd;
+}
+
+int64_t np_tcp_send(int fd, struct np_counters *c, const struct np_params *p)
+{
+    struct tcp_tx tx;
+    unsigned char *buf = malloc((size_t)p->length);
+    const char *call = "malloc";
+    int64_t rc;
+
+    if (buf == NULL)
+        return np_fail(c, call, ENOMEM);
+    np_fill_pattern(buf, (size_t)p->length, 0);
+    tx.buf = buf;
+    tx.file_fd = p->zerocopy ? pattern_file(buf, (size_t)p->length, &call) : -1;
+    if (p->zerocopy && tx.file_fd < 0) {
+        free(buf);
+        return np_fail(c, call, -tx.file_fd);
+    }
+    rc = np_loop_begin(&tx.lp, fd, c, p, SO_SNDTIMEO, p->rate_bps / 8.0);
+    if (rc == 0) {
+        rc = tcp_send_loop(&tx, p);
+        np_loop_end(&tx.lp);
+    }
+    if (tx.file_fd >= 0)
+        close(tx.file_fd);
+    free(buf);
+    return rc;
+}
+
+static int64_t tcp_recv_loop(struct np_loop *lp, const struct np_params *p, unsigned char *buf)
+{
+    struct np_counters *c = lp->c;
+    uint64_t base = np_get(&c->bytes), calls = np_get(&c->calls), total = 0;
+    int flags = p->skip_copy ? MSG_TRUNC : 0;
+    int64_t now, rc;
+    ssize_t r;
+
+    while (!np_loop_done(lp, &now) && total < p->max_bytes) {
+        r = recv(lp->fd, buf, (size_t)np_minu64((uint64_t)p->length, p->max_bytes - total),
+                 flags);
+        np_put(&c->calls, ++calls);
+        if (r == 0)
+            break; /* peer closed or shut down its write side */
+        if (r < 0) {
+            rc = soft_errno(errno) ? np_loop_wait(lp, POLLIN) : np_fail(c, "recv", errno);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        total += (uint64_t)r;
+        np_put(&c->bytes, base + total);
+    }
+    return (int64_t)total;
+}
+
+int64_t np_tcp_recv(int fd, struct np_counters *c, const struct np_params *p)
+{
+    struct np_loop lp;
+    unsigned char *buf = malloc((size_t)p->length);
+    int64_t rc;
+
+    if (buf == NULL)
+        return np_fail(c, "malloc", ENOMEM);
+    rc = np_loop_begin(&lp, fd, c, p, SO_RCVTIMEO, 0.0);
+    if (rc == 0) {
+        rc = tcp_recv_loop(&lp, p, buf);
+        np_loop_end(&lp);
+    }
+    free(buf);
+    return rc;
+}

@@ -1,0 +1,377 @@
+/* np_udp.c: UDP send and receive loops, batched with sendmmsg/recvmmsg.
+ *
+ * Datagram format, network byte order: bytes 0-7 sequence number (from 0), bytes 8-15
+ * CLOCK_MONOTONIC send time in ns, then padding. The receiver counts gaps, reordering and
+ * duplicates from the sequence numbers and RFC 3550 jitter from the send times. */
+#include "np_common.h"
+
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+#define NP_WINDOW_SEQS (64 * 1024) /* must match window[] in struct np_rx_state */
+
+enum seq_kind { SEQ_NEW, SEQ_LATE, SEQ_DUPLICATE };
+
+/* Receiver buffers: message i reads into its own slot of `length` bytes. */
+struct udp_rx {
+    struct mmsghdr *msgs;
+    struct iovec *iov;
+    unsigned char *data;
+};
+
+/* Sender buffers. Datagram i is iov[2i], its own 16-byte header, then iov[2i+1], padding
+ * all datagrams share; a message carries `seg` consecutive datagrams. With UDP GSO
+ * (seg > 1) the kernel cuts one message into datagrams of gso_size bytes, which saves
+ * most of the per-datagram cost of the send path; the datagrams on the wire are the same. */
+struct udp_tx {
+    struct mmsghdr *msgs;
+    struct iovec *iov;
+    unsigned char *headers;
+    unsigned char *pad;
+    unsigned char *control;     /* one UDP_SEGMENT cmsg per message */
+    unsigned seg;               /* datagrams per message */
+    unsigned length;
+};
+
+#define NP_SOL_UDP 17           /* IPPROTO_UDP */
+#define NP_UDP_SEGMENT 103      /* spelled out: older libc headers lack it */
+#define NP_GSO_MAX_SEGS 64      /* the kernel's UDP_MAX_SEGMENTS before Linux 6.8 */
+#define NP_GSO_MAX_BYTES 61440  /* one GSO message stays below 64 KiB with headers */
+
+static void put_be64(unsigned char *b, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        b[i] = (unsigned char)v;
+}
+
+static uint64_t get_be64(const unsigned char *b)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | b[i];
+    return v;
+}
+
+/* Soft errors: retry after a wait. ECONNREFUSED is an ICMP echo of an earlier datagram to
+ * a port nobody listens on (yet, or any more): a UDP test carries on through it. */
+static int soft_errno(int err)
+{
+    return err == EINTR || err == EAGAIN || err == EWOULDBLOCK || err == ECONNREFUSED
+           || err == ENOBUFS;
+}
+
+/* What a kernel, device or path without usable UDP GSO answers (old kernel, no checksum
+ * offload, datagrams needing IP fragmentation): the sender then sends one per message. */
+static int gso_refused(int err)
+{
+    return err == EIO || err == EINVAL || err == ENOPROTOOPT || err == EOPNOTSUPP;
+}
+
+static void tx_free(struct udp_tx *t)
+{
+    free(t->msgs);
+    free(t->iov);
+    free(t->headers);
+    free(t->pad);
+    free(t->control);
+}
+
+static void tx_control(struct udp_tx *t, int n)
+{
+    size_t space = CMSG_SPACE(sizeof(uint16_t));
+
+    for (int i = 0; i < n; i++) {
+        struct msghdr *mh = &t->msgs[i].msg_hdr;
+        struct cmsghdr *cm;
+        uint16_t gso = (uint16_t)t->length;
+
+        mh->msg_control = t->control + space * (size_t)i;
+        mh->msg_controllen = space;
+        cm = CMSG_FIRSTHDR(mh);
+        cm->cmsg_level = NP_SOL_UDP;
+        cm->cmsg_type = NP_UDP_SEGMENT;
+        cm->cmsg_len = CMSG_LEN(sizeof(gso));
+        memcpy(CMSG_DATA(cm), &gso, sizeof(gso));
+    }
+}
+
+static int tx_alloc(struct udp_tx *t, int n, unsigned length)
+{
+    unsigned fit = NP_GSO_MAX_BYTES / length;
+
+    t->length = length;
+    t->seg = fit < 2 ? 1 : fit < NP_GSO_MAX_SEGS ? fit : NP_GSO_MAX_SEGS;
+    t->msgs = calloc((size_t)n, sizeof(*t->msgs));
+    t->iov = calloc(2 * (size_t)n, sizeof(*t->iov));
+    t->headers = calloc((size_t)n, NP_UDP_HEADER);
+    t->pad = malloc(length);
+    t->control = calloc((size_t)n, CMSG_SPACE(sizeof(uint16_t)));
+    if (!t->msgs || !t->iov || !t->headers || !t->pad || !t->control) {
+        tx_free(t);
+        return -ENOMEM;
+    }
+    np_fill_pattern(t->pad, length, NP_UDP_HEADER);
+    for (int i = 0; i < n; i++) {
+        t->iov[2 * i].iov_base = t->headers + NP_UDP_HEADER * (size_t)i;
+        t->iov[2 * i].iov_len = NP_UDP_HEADER;
+        t->iov[2 * i + 1].iov_base = t->pad;
+        t->iov[2 * i + 1].iov_len = length - NP_UDP_HEADER;
+    }
+    tx_control(t, n);
+    return 0;
+}
+
+/* Lays n datagrams out as messages of up to `seg` each; returns the message count. */
+static unsigned tx_layout(struct udp_tx *t, unsigned n)
+{
+    unsigned msgs = 0;
+
+    for (unsigned first = 0; first < n; first += t->seg, msgs++) {
+        struct msghdr *mh = &t->msgs[msgs].msg_hdr;
+        unsigned count = n - first < t->seg ? n - first : t->seg;
+
+        mh->msg_iov = &t->iov[2 * first];
+        mh->msg_iovlen = 2 * count;
+        mh->msg_controllen = t->seg > 1 ? CMSG_SPACE(sizeof(uint16_t)) : 0;
+        if (t->seg == 1)
+            mh->msg_control = NULL;
+    }
+    return msgs;
+}
+
+static void stamp(struct udp_tx *t, unsigned n, uint64_t seq, int64_t now_ns)
+{
+    for (unsigned i = 0; i < n; i++) {
+        unsigned char *h = t->headers + NP_UDP_HEADER * (size_t)i;
+        put_be64(h, seq + i);
+        put_be64(h + 8, (uint64_t)now_ns);
+    }
+}
+
+static unsigned send_count(struct np_loop *lp, const struct np_params *p, uint64_t sent,
+                           uint64_t max_pk, int64_t *now)
+{
+    uint64_t n = np_minu64((uint64_t)p->batch, max_pk - sent), allowed;
+
+    if (lp->pace.ns_per_unit <= 0)
+        return (unsigned)n;
+    allowed = np_pace_allowed(&lp->pace, sent, *now);
+    if (allowed == 0)
+        np_sleep_until(np_min64(np_pace_due(&lp->pace, sent),
+                                np_min64(lp->deadline_ns, *now + NP_TICK_NS)));
+    return (unsigned)np_minu64(n, allowed);
+}
+
+/* Sends n stamped datagrams in one sendmmsg; returns how many went, or -1 (errno set). */
+static int64_t tx_send(struct udp_tx *t, int fd, unsigned n)
+{
+    int r;
+
+    for (;;) {
+        r = sendmmsg(fd, t->msgs, tx_layout(t, n), 0);
+        if (r >= 0)
+            return (int64_t)np_minu64(n, (uint64_t)r * t->seg);
+        if (t->seg == 1 || !gso_refused(errno))
+            return -1;
+        t->seg = 1; /* and retry: this path cannot segment for us */
+    }
+}
+
+static int64_t udp_send_loop(struct np_loop *lp, struct udp_tx *t, const struct np_params *p)
+{
+    struct np_counters *c = lp->c;
+    uint64_t len = (uint64_t)p->length, seq0 = np_get(&c->packets), base = np_get(&c->bytes);
+    uint64_t calls = np_get(&c->calls), sent = 0;
+    uint64_t max_pk = np_minu64(p->max_packets, p->max_bytes / len);
+    int64_t now, r;
+    unsigned n;
+
+    while (!np_loop_done(lp, &now) && sent < max_pk) {
+        if ((n = send_count(lp, p, sent, max_pk, &now)) == 0)
+            continue; /* slept until the next datagram is due */
+        stamp(t, n, seq0 + sent, lp->timed ? now : np_now_ns());
+        r = tx_send(t, lp->fd, n);
+        np_put(&c->calls, ++calls);
+        if (r < 0) {
+            int64_t rc = soft_errno(errno) ? np_loop_wait(lp, POLLOUT)
+                                           : np_fail(c, "sendmmsg", errno);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        sent += (uint64_t)r;
+        np_put(&c->packets, seq0 + sent);
+        np_put(&c->bytes, base + sent * len);
+    }
+    return (int64_t)(sent * len);
+}
+
+int64_t np_udp_send(int fd, struct np_counters *c, const struct np_params *p)
+{
+    struct np_loop lp;
+    struct udp_tx t;
+    double pps = p->rate_pps > 0 ? p->rate_pps : p->rate_bps / (8.0 * (double)p->length);
+    int64_t rc;
+
+    if (tx_alloc(&t, p->batch, (unsigned)p->length) < 0)
+        return np_fail(c, "malloc", ENOMEM);
+    rc = np_loop_begin(&lp, fd, c, p, SO_SNDTIMEO, pps);
+    if (rc == 0) {
+        rc = udp_send_loop(&lp, &t, p);
+        np_loop_end(&lp);
+    }
+    tx_free(&t);
+    return rc;
+}
+
+static void rx_free(struct udp_rx *b)
+{
+    free(b->msgs);
+    free(b->iov);
+    free(b->data);
+}
+
+static int rx_alloc(struct udp_rx *b, int n, size_t length)
+{
+    b->msgs = calloc((size_t)n, sizeof(*b->msgs));
+    b->iov = calloc((size_t)n, sizeof(*b->iov));
+    b->data = malloc(length * (size_t)n);
+    if (b->msgs == NULL || b->iov == NULL || b->data == NULL) {
+        rx_free(b);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        b->iov[i].iov_base = b->data + length * (size_t)i;
+        b->iov[i].iov_len = length;
+        b->msgs[i].msg_hdr.msg_iov = &b->iov[i];
+        b->msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    return 0;
+}
+
+/* Marks seq in the window of the last NP_WINDOW_SEQS sequence numbers and says what it
+ * was. Beyond the window a late datagram cannot be told from a duplicate: it counts as
+ * late, the rarer mistake on any real path. */
+static enum seq_kind rx_seq(struct np_rx_state *rx, uint64_t seq)
+{
+    uint64_t slot = seq % NP_WINDOW_SEQS, mask = 1ULL << (slot & 63);
+    uint64_t *word = &rx->window[slot >> 6];
+
+    if (seq >= rx->next_seq) {
+        if (seq - rx->next_seq >= NP_WINDOW_SEQS)
+            memset(rx->window, 0, sizeof(rx->window));
+        else /* slots of the skipped numbers still hold marks from a window ago */
+            for (uint64_t s = rx->next_seq; s < seq; s++)
+                rx->window[(s % NP_WINDOW_SEQS) >> 6] &= ~(1ULL << (s & 63));
+        *word |= mask;
+        rx->next_seq = seq + 1;
+        rx->unique++;
+        return SEQ_NEW;
+    }
+    if (rx->next_seq - seq <= NP_WINDOW_SEQS) {
+        if (*word & mask)
+            return SEQ_DUPLICATE;
+        *word |= mask;
+    }
+    rx->unique++;
+    return SEQ_LATE;
+}
+
+/* RFC 3550 section 6.4.1: J += (|D| - J) / 16, D the change in transit time. */
+static void rx_jitter(struct np_rx_state *rx, uint64_t sent_ns, int64_t arrival_ns)
+{
+    int64_t transit = arrival_ns - (int64_t)sent_ns, d;
+
+    if (rx->have_transit) {
+        d = transit - rx->last_transit_ns;
+        rx->jitter_ns += ((double)(d < 0 ? -d : d) - rx->jitter_ns) / 16.0;
+    }
+    rx->last_transit_ns = transit;
+    rx->have_transit = 1;
+}
+
+struct rx_tally {
+    uint64_t packets, bytes, out_of_order, duplicates;
+};
+
+static void rx_account(struct np_rx_state *rx, struct rx_tally *t, const unsigned char *h,
+                       unsigned len, int64_t arrival_ns)
+{
+    enum seq_kind kind;
+
+    t->packets++;
+    t->bytes += len;
+    if (len < NP_UDP_HEADER)
+        return; /* not ours: counted, but it carries no sequence number */
+    kind = rx_seq(rx, get_be64(h));
+    if (kind == SEQ_DUPLICATE) {
+        t->duplicates++;
+        return;
+    }
+    t->out_of_order += kind == SEQ_LATE;
+    rx_jitter(rx, get_be64(h + 8), arrival_ns);
+}
+
+static void rx_publish(struct np_counters *c, const struct rx_tally *t)
+{
+    const struct np_rx_state *rx = &c->rx;
+    double jitter_ms = rx->jitter_ns / 1e6;
+    uint64_t bits;
+
+    memcpy(&bits, &jitter_ms, sizeof(bits));
+    np_put(&c->packets, t->packets);
+    np_put(&c->bytes, t->bytes);
+    np_put(&c->out_of_order, t->out_of_order);
+    np_put(&c->duplicates, t->duplicates);
+    np_put(&c->lost, rx->next_seq > rx->unique ? rx->next_seq - rx->unique : 0);
+    np_put(&c->jitter_ms_bits, bits);
+}
+
+static int64_t udp_recv_loop(struct np_loop *lp, struct udp_rx *b, const struct np_params *p)
+{
+    struct np_counters *c = lp->c;
+    struct rx_tally t = { np_get(&c->packets), np_get(&c->bytes), np_get(&c->out_of_order),
+                          np_get(&c->duplicates) };
+    uint64_t calls = np_get(&c->calls), base = t.bytes, got = 0;
+    int64_t now;
+    int r;
+
+    while (!np_loop_done(lp, &now) && got < p->max_packets) {
+        r = recvmmsg(lp->fd, b->msgs, (unsigned)np_minu64((uint64_t)p->batch,
+                     p->max_packets - got), MSG_WAITFORONE | MSG_TRUNC, NULL);
+        np_put(&c->calls, ++calls);
+        if (r < 0) {
+            int64_t rc = soft_errno(errno) ? np_loop_wait(lp, POLLIN)
+                                           : np_fail(c, "recvmmsg", errno);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        /* One clock read per batch: the datagrams of a batch were queued together. */
+        now = np_now_ns();
+        for (int i = 0; i < r; i++)
+            rx_account(&c->rx, &t, b->iov[i].iov_base, b->msgs[i].msg_len, now);
+        got += (uint64_t)r;
+        rx_publish(c, &t);
+    }
+    return (int64_t)(t.bytes - base);
+}
+
+int64_t np_udp_recv(int fd, struct np_counters *c, const struct np_params *p)
+{
+    struct np_loop lp;
+    struct udp_rx b;
+    int64_t rc;
+
+    if (rx_alloc(&b, p->batch, (size_t)p->length) < 0)
+        return np_fail(c, "malloc", ENOMEM);
+    rc = np_loop_begin(&lp, fd, c, p, SO_RCVTIMEO, 0.0);
+    if (rc == 0) {
+        rc = udp_recv_loop(&lp, &b, p);
+        np_loop_end(&lp);
+    }
+    rx_free(&b);
+    return rc;
+}

@@ -1,0 +1,521 @@
+"""The data path in pure Python: the same functions and results as the compiled core.
+
+Used where the C core could not be built or with NETPROBE_PURE=1, and as the reference
+the compiled core is tested against. It moves one buffer or datagram per system call
+(Python has no sendmmsg/recvmmsg), so it is slower; its figures mean the same things.
+Import it through :mod:`netprobe.core`, never directly.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import resource
+import select
+import socket
+import struct
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Callable
+
+from netprobe._corerecords import (
+    UDP_HEADER_BYTES,
+    HostCpu,
+    LoopArgs,
+    Rusage,
+    TcpInfo,
+    check_fd,
+    pattern,
+)
+from netprobe.errors import CoreError
+
+DATA_PATH = "python"
+
+_NS = 1_000_000_000
+_TICK_NS = 100_000_000  # how long a blocked call waits before looking at the stop flag
+_PACED_MIN_CHUNK = 1024
+_WINDOW = 65536  # sequence numbers remembered for duplicate detection
+_HEADER = struct.Struct("!QQ")
+# ICMP echoes of earlier datagrams, or a full device queue: a UDP test carries on.
+_UDP_SOFT = (errno.ECONNREFUSED, errno.ENOBUFS)
+
+
+class _RxState:
+    """Receiver sequence bookkeeping, same algorithm as struct np_rx_state in C."""
+
+    __slots__ = ("have_transit", "jitter_ns", "last_transit", "next_seq", "unique", "window")
+
+    def __init__(self) -> None:
+        self.next_seq = 0
+        self.unique = 0
+        self.last_transit = 0
+        self.jitter_ns = 0.0
+        self.have_transit = False
+        self.window = bytearray(_WINDOW)
+
+
+class Counters:
+    """Live, thread-safe-to-read state of one stream loop.
+
+    Totals accumulate across the loops run with the same counters; a UDP receiver's
+    sequence accounting carries over too.
+    """
+
+    __slots__ = ("_bytes", "_calls", "_duplicates", "_jitter_ms", "_lost", "_out_of_order",
+                 "_packets", "_rx", "_stop")
+
+    def __init__(self) -> None:
+        self._bytes = self._calls = self._packets = 0
+        self._lost = self._out_of_order = self._duplicates = 0
+        self._jitter_ms = 0.0
+        self._stop = False
+        self._rx = _RxState()
+
+    @property
+    def bytes(self) -> int:
+        """Payload bytes moved so far."""
+        return self._bytes
+
+    @property
+    def calls(self) -> int:
+        """Data system calls made (including ones that returned a soft error)."""
+        return self._calls
+
+    @property
+    def packets(self) -> int:
+        """UDP datagrams sent (sender) or received (receiver)."""
+        return self._packets
+
+    @property
+    def lost(self) -> int:
+        """UDP receiver: datagrams missing (highest sequence + 1 - distinct received)."""
+        return self._lost
+
+    @property
+    def out_of_order(self) -> int:
+        """UDP receiver: datagrams that arrived below the highest sequence number seen."""
+        return self._out_of_order
+
+    @property
+    def duplicates(self) -> int:
+        """UDP receiver: datagrams whose sequence number had already arrived."""
+        return self._duplicates
+
+    @property
+    def jitter_ms(self) -> float:
+        """UDP receiver: RFC 3550 interarrival jitter, milliseconds."""
+        return self._jitter_ms
+
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stop
+
+    def stop(self) -> None:
+        """Ask the loop to return; it does within ~200 ms, even when blocked.
+
+        The flag stays set: a later loop on these counters returns at once.
+        """
+        self._stop = True
+
+    def __repr__(self) -> str:
+        return (f"Counters(bytes={self.bytes}, calls={self.calls}, packets={self.packets}, "
+                f"lost={self.lost}, out_of_order={self.out_of_order}, "
+                f"duplicates={self.duplicates}, jitter_ms={self.jitter_ms:.3f})")
+
+
+def _counters(counters: object) -> Counters:
+    if not isinstance(counters, Counters):
+        raise TypeError(f"counters must be netprobe.core.Counters, not {type(counters).__name__}")
+    return counters
+
+
+class _Pacer:
+    """Unit k is due at start + k / rate; late units go at once, so errors never add up."""
+
+    def __init__(self, units_per_s: float, now_ns: int) -> None:
+        self.start = now_ns
+        self.ns_per_unit = _NS / units_per_s if units_per_s > 0 else 0.0
+
+    def due(self, done: int) -> int:
+        return self.start + int(done * self.ns_per_unit)
+
+    def allowed(self, done: int, now_ns: int) -> int:
+        if now_ns < self.due(done):
+            return 0
+        return max(1, int((now_ns - self.start) / self.ns_per_unit) + 1 - done)
+
+
+class _Loop:
+    """One loop's stop/deadline/pacing checks on a borrowed socket."""
+
+    def __init__(self, sock: socket.socket, counters: Counters, args: LoopArgs,
+                 units_per_s: float) -> None:
+        self.sock = sock
+        self.counters = counters
+        self.nonblocking = not os.get_blocking(sock.fileno())
+        self.deadline = _deadline_ns(args.deadline)
+        self.now = time.monotonic_ns()
+        self.pacer = _Pacer(units_per_s, self.now)
+        self.timed = self.deadline is not None or self.pacer.ns_per_unit > 0
+
+    def done(self) -> bool:
+        if self.counters._stop:
+            return True
+        if not self.timed:
+            return False
+        self.now = time.monotonic_ns()
+        return self.deadline is not None and self.now >= self.deadline
+
+    def sleep_until_due(self, done: int) -> None:
+        """Sleep until unit ``done`` is due, a tick at most, never past the deadline."""
+        until = min(self.pacer.due(done), self.now + _TICK_NS)
+        if self.deadline is not None:
+            until = min(until, self.deadline)
+        time.sleep(max(0, until - self.now) / _NS)
+
+    def wait(self, events: int) -> None:
+        """After EAGAIN: a non-blocking socket waits here, a blocking one already did."""
+        if not self.nonblocking:
+            return
+        wait_ns = _TICK_NS
+        if self.deadline is not None:
+            wait_ns = min(wait_ns, self.deadline - time.monotonic_ns())
+        if wait_ns > 0:
+            poller = select.poll()
+            poller.register(self.sock.fileno(), events)
+            try:
+                poller.poll(wait_ns / 1e6)
+            except OSError as exc:
+                raise CoreError("poll", exc.errno or errno.EIO) from None
+
+
+def _deadline_ns(deadline: float | None) -> int | None:
+    if deadline is None or not deadline < 9.0e9:
+        return None
+    return int(deadline * _NS)
+
+
+@contextlib.contextmanager
+def _borrowed(fd: int, call: str) -> Iterator[socket.socket]:
+    """A socket object on the caller's fd, detached (never closed) afterwards."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError as exc:
+        raise CoreError(call, exc.errno or errno.EBADF) from None
+    try:
+        yield sock
+    finally:
+        sock.detach()
+
+
+@contextlib.contextmanager
+def _loop_socket(fd: int, send: bool) -> Iterator[socket.socket]:
+    """The fd as a socket with a one-tick send/receive timeout, restored afterwards."""
+    opt, name = ((socket.SO_SNDTIMEO, "SO_SNDTIMEO") if send
+                 else (socket.SO_RCVTIMEO, "SO_RCVTIMEO"))
+    with _borrowed(fd, f"getsockopt({name})") as sock:
+        try:
+            saved = sock.getsockopt(socket.SOL_SOCKET, opt, 16)
+        except OSError as exc:
+            raise CoreError(f"getsockopt({name})", exc.errno or errno.EIO) from None
+        # struct timeval is 2 x 8 bytes, or 2 x 4 with a 32-bit time_t: the kernel says which.
+        tick = struct.pack("=2q" if len(saved) == 16 else "=2i", 0, _TICK_NS // 1000)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, opt, tick)
+        except OSError as exc:
+            raise CoreError(f"setsockopt({name})", exc.errno or errno.EIO) from None
+        try:
+            yield sock
+        finally:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, opt, saved)
+
+
+def _soft(exc: OSError, loop: _Loop, events: int, udp: bool) -> bool:
+    """True for errors the loop retries after (EAGAIN waits first); EINTR Python retries."""
+    if isinstance(exc, BlockingIOError):
+        loop.wait(events)
+        return True
+    return udp and exc.errno in _UDP_SOFT
+
+
+def _paced_chunk(args: LoopArgs) -> int:
+    """Paced writes carry ~1 ms of data, so the schedule bounds how far a write runs ahead."""
+    if args.rate_bps is None:
+        return args.length
+    return min(args.length, max(_PACED_MIN_CHUNK, int(args.rate_bps / 8 / 1000)))
+
+
+def _tcp_send_loop(loop: _Loop, write: Callable[[int], int], call: str, args: LoopArgs) -> int:
+    c = loop.counters
+    limit = args.max_bytes if args.max_bytes is not None else 1 << 64
+    chunk, total = _paced_chunk(args), 0
+    while not loop.done() and total < limit:
+        if loop.pacer.ns_per_unit and not loop.pacer.allowed(total, loop.now):
+            loop.sleep_until_due(total)
+            continue
+        c._calls += 1
+        try:
+            n = write(min(chunk, limit - total))
+        except OSError as exc:
+            if _soft(exc, loop, select.POLLOUT, udp=False):
+                continue
+            raise CoreError(call, exc.errno or errno.EIO) from None
+        total += n
+        c._bytes += n
+    return total
+
+
+@contextlib.contextmanager
+def _pattern_file(data: bytes) -> Iterator[int]:
+    """A file holding one buffer of the pattern, for sendfile(): memfd, else a temp file."""
+    try:
+        fd = os.memfd_create("netprobe", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        fd, path = tempfile.mkstemp(prefix="netprobe-")
+        os.unlink(path)
+    try:
+        try:
+            os.pwrite(fd, data, 0)
+        except OSError as exc:
+            raise CoreError("write", exc.errno or errno.EIO) from None
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def tcp_send(fd: int, counters: Counters, *, length: int, deadline: float | None = None,
+             max_bytes: int | None = None, rate_bps: float | None = None,
+             zerocopy: bool = False) -> int:
+    """Send ``length``-byte buffers until the deadline, ``max_bytes`` (exact) or stop.
+
+    Returns the bytes this call sent. ``rate_bps`` paces the payload (writes then carry
+    ~1 ms of data each); ``zerocopy`` sends with sendfile() from a memory file.
+    """
+    args = LoopArgs(length=length, deadline=deadline, max_bytes=max_bytes, rate_bps=rate_bps)
+    c = _counters(counters)
+    with _loop_socket(check_fd(fd), send=True) as sock:
+        loop = _Loop(sock, c, args, (rate_bps or 0.0) / 8)
+        data = pattern(args.length)
+        if not zerocopy:
+            view = memoryview(data)
+            return _tcp_send_loop(
+                loop, lambda n: sock.send(view[:n], socket.MSG_NOSIGNAL), "send", args)
+        with _pattern_file(data) as src:
+            return _tcp_send_loop(loop, lambda n: os.sendfile(fd, src, 0, n), "sendfile", args)
+
+
+def tcp_recv(fd: int, counters: Counters, *, length: int, deadline: float | None = None,
+             max_bytes: int | None = None, skip_copy: bool = False) -> int:
+    """Receive until the peer closes, the deadline, ``max_bytes`` (exact) or stop.
+
+    Returns the bytes this call received. ``skip_copy`` uses recv(MSG_TRUNC): the kernel
+    discards the data instead of copying it out.
+    """
+    args = LoopArgs(length=length, deadline=deadline, max_bytes=max_bytes)
+    c = _counters(counters)
+    limit = args.max_bytes if args.max_bytes is not None else 1 << 64
+    buf = memoryview(bytearray(args.length))
+    flags = socket.MSG_TRUNC if skip_copy else 0
+    total = 0
+    with _loop_socket(check_fd(fd), send=False) as sock:
+        loop = _Loop(sock, c, args, 0.0)
+        while not loop.done() and total < limit:
+            c._calls += 1
+            try:
+                n = sock.recv_into(buf, min(args.length, limit - total), flags)
+            except OSError as exc:
+                if _soft(exc, loop, select.POLLIN, udp=False):
+                    continue
+                raise CoreError("recv", exc.errno or errno.EIO) from None
+            if n == 0:
+                break  # peer closed or shut down its write side
+            total += n
+            c._bytes += n
+    return total
+
+
+def udp_send(fd: int, counters: Counters, *, length: int, deadline: float | None = None,
+             max_bytes: int | None = None, max_packets: int | None = None,
+             rate_bps: float | None = None, rate_pps: float | None = None,
+             batch: int = 32) -> int:
+    """Send sequenced, timestamped datagrams on a connected UDP socket.
+
+    Stops at the deadline, ``max_packets``, ``max_bytes`` (whole datagrams only) or stop.
+    Paced by ``rate_bps`` (payload bits) or ``rate_pps``. Returns the bytes this call sent.
+    ``batch`` is accepted for the compiled core's sake; here each call sends one datagram.
+    """
+    args = LoopArgs(length=length, deadline=deadline, max_bytes=max_bytes,
+                    max_packets=max_packets, rate_bps=rate_bps, rate_pps=rate_pps,
+                    batch=batch).check_udp()
+    c = _counters(counters)
+    limit = min(args.max_packets if args.max_packets is not None else 1 << 64,
+                (args.max_bytes if args.max_bytes is not None else 1 << 64) // args.length)
+    buf = bytearray(pattern(args.length))
+    seq0, sent = c._packets, 0
+    with _loop_socket(check_fd(fd), send=True) as sock:
+        loop = _Loop(sock, c, args, args.packets_per_s)
+        while not loop.done() and sent < limit:
+            if loop.pacer.ns_per_unit and not loop.pacer.allowed(sent, loop.now):
+                loop.sleep_until_due(sent)
+                continue
+            _HEADER.pack_into(buf, 0, seq0 + sent, loop.now if loop.timed
+                              else time.monotonic_ns())
+            c._calls += 1
+            try:
+                sock.send(buf)
+            except OSError as exc:
+                if _soft(exc, loop, select.POLLOUT, udp=True):
+                    continue
+                raise CoreError("send", exc.errno or errno.EIO) from None
+            sent += 1
+            c._packets += 1
+            c._bytes += args.length
+    return sent * args.length
+
+
+def _clear_window(window: bytearray, start: int, stop: int) -> None:
+    """Forget the marks of sequence numbers start..stop-1 (their slots a window ago)."""
+    if stop - start >= _WINDOW:
+        window[:] = bytes(_WINDOW)
+        return
+    a, b = start % _WINDOW, stop % _WINDOW
+    if a <= b:
+        window[a:b] = bytes(b - a)
+    else:
+        window[a:] = bytes(_WINDOW - a)
+        window[:b] = bytes(b)
+
+
+def _account(c: Counters, data: memoryview, n: int, arrival_ns: int) -> None:
+    """Count one received datagram: sequence accounting, then RFC 3550 jitter."""
+    c._packets += 1
+    c._bytes += n
+    if n < UDP_HEADER_BYTES:
+        return  # not ours: counted, but it carries no sequence number
+    rx = c._rx
+    seq, sent_ns = _HEADER.unpack_from(data)
+    slot = seq % _WINDOW
+    if seq >= rx.next_seq:
+        _clear_window(rx.window, rx.next_seq, seq)
+        rx.next_seq = seq + 1
+    elif rx.next_seq - seq <= _WINDOW:
+        if rx.window[slot]:
+            c._duplicates += 1
+            return
+        c._out_of_order += 1
+    else:  # beyond the window: cannot be told from a duplicate, counted as late
+        c._out_of_order += 1
+    if rx.next_seq - seq <= _WINDOW:
+        rx.window[slot] = 1
+    rx.unique += 1
+    c._lost = max(0, rx.next_seq - rx.unique)
+    transit = arrival_ns - sent_ns
+    if rx.have_transit:
+        rx.jitter_ns += (abs(transit - rx.last_transit) - rx.jitter_ns) / 16.0
+        c._jitter_ms = rx.jitter_ns / 1e6
+    rx.last_transit = transit
+    rx.have_transit = True
+
+
+def udp_recv(fd: int, counters: Counters, *, length: int, deadline: float | None = None,
+             max_packets: int | None = None, batch: int = 32) -> int:
+    """Receive datagrams until the deadline, ``max_packets`` or stop; count loss and jitter.
+
+    Returns the bytes this call received (true datagram sizes, even beyond ``length``).
+    """
+    args = LoopArgs(length=length, deadline=deadline, max_packets=max_packets,
+                    batch=batch).check_udp()
+    c = _counters(counters)
+    limit = args.max_packets if args.max_packets is not None else 1 << 64
+    buf = memoryview(bytearray(args.length))
+    got = total = 0
+    with _loop_socket(check_fd(fd), send=False) as sock:
+        loop = _Loop(sock, c, args, 0.0)
+        while not loop.done() and got < limit:
+            c._calls += 1
+            try:
+                n = sock.recv_into(buf, args.length, socket.MSG_TRUNC)
+            except OSError as exc:
+                if _soft(exc, loop, select.POLLIN, udp=True):
+                    continue
+                raise CoreError("recv", exc.errno or errno.EIO) from None
+            _account(c, buf, n, time.monotonic_ns())
+            got += 1
+            total += n
+    return total
+
+
+# struct tcp_info (include/uapi/linux/tcp.h): field -> (offset, struct format).
+_TCPI = {
+    "snd_mss": (16, "I"), "pmtu": (60, "I"), "rtt": (68, "I"), "rttvar": (72, "I"),
+    "snd_cwnd": (80, "I"), "total_retrans": (100, "I"), "bytes_acked": (120, "Q"),
+    "min_rtt": (148, "I"), "delivery_rate": (160, "Q"), "bytes_retrans": (208, "Q"),
+}
+_TCP_INFO = 11  # same value on every Linux architecture
+_NO_MIN_RTT = 0xFFFFFFFF
+
+
+def _tcpi(raw: bytes, name: str) -> int | None:
+    """A field of the kernel's struct, or None where the returned length stops short."""
+    offset, fmt = _TCPI[name]
+    if len(raw) < offset + struct.calcsize(fmt):
+        return None
+    return int(struct.unpack_from("=" + fmt, raw, offset)[0])
+
+
+def tcp_info(fd: int) -> TcpInfo:
+    """The connection's TCP_INFO figures; None for what this kernel does not report."""
+    with _borrowed(check_fd(fd), "getsockopt(TCP_INFO)") as sock:
+        try:
+            raw = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 256)
+        except OSError as exc:
+            raise CoreError("getsockopt(TCP_INFO)", exc.errno or errno.EIO) from None
+    cwnd, mss, rate = _tcpi(raw, "snd_cwnd"), _tcpi(raw, "snd_mss"), _tcpi(raw, "delivery_rate")
+    min_rtt = _tcpi(raw, "min_rtt")
+    return TcpInfo(
+        retransmits=_tcpi(raw, "total_retrans"), rtt_us=_tcpi(raw, "rtt"),
+        rttvar_us=_tcpi(raw, "rttvar"),
+        min_rtt_us=None if min_rtt == _NO_MIN_RTT else min_rtt,
+        snd_cwnd_bytes=None if cwnd is None or mss is None else cwnd * mss,
+        snd_mss_bytes=mss, pmtu_bytes=_tcpi(raw, "pmtu"),
+        delivery_rate_bps=None if rate is None else rate * 8,
+        bytes_acked=_tcpi(raw, "bytes_acked"), bytes_retrans=_tcpi(raw, "bytes_retrans"))
+
+
+def rusage(scope: str = "process") -> Rusage:
+    """CPU time of this process (``"process"``) or of the calling thread (``"thread"``)."""
+    if scope not in ("process", "thread"):
+        raise ValueError(f"scope must be 'process' or 'thread', not {scope!r}")
+    who = resource.RUSAGE_THREAD if scope == "thread" else resource.RUSAGE_SELF
+    try:
+        ru = resource.getrusage(who)
+    except OSError as exc:
+        raise CoreError("getrusage", exc.errno or errno.EIO) from None
+    return Rusage(user_s=ru.ru_utime, system_s=ru.ru_stime)
+
+
+def host_cpu() -> HostCpu:
+    """The host's cumulative CPU ticks from the first line of /proc/stat."""
+    try:
+        fd = os.open("/proc/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise CoreError("open(/proc/stat)", exc.errno or errno.EIO) from None
+    try:
+        head = os.read(fd, 511)
+    except OSError as exc:
+        raise CoreError("read(/proc/stat)", exc.errno or errno.EIO) from None
+    finally:
+        os.close(fd)
+    fields = head.split(b"\n", 1)[0].split()
+    if len(fields) < 5 or fields[0] != b"cpu":
+        raise CoreError("read(/proc/stat)", errno.EIO)
+    ticks = [int(f) for f in fields[1:9]] + [0] * (9 - len(fields))
+    return HostCpu(*ticks)
+
+
+def monotonic() -> float:
+    """Seconds on CLOCK_MONOTONIC, the clock deadlines are given on."""
+    return time.monotonic()

@@ -1,0 +1,667 @@
+"""The data path, on real loopback sockets, against both implementations.
+
+Every test runs on the compiled core ("c") and on the pure-Python one ("python"); the
+compiled one is skipped only when it cannot be built here.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import importlib
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import netprobe.core
+from netprobe import _purecore
+from netprobe._corerecords import HostCpu, TcpInfo, pattern
+from netprobe.errors import CoreError
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADER = struct.Struct("!QQ")
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="session")
+def compiled() -> ModuleType:
+    """netprobe.core on the C data path, building the extension in place if need be."""
+    if netprobe.core.DATA_PATH != "c":
+        if os.environ.get("NETPROBE_PURE") == "1":
+            pytest.skip("NETPROBE_PURE=1")
+        build = subprocess.run([sys.executable, "csrc/build_core.py"], cwd=ROOT,
+                               capture_output=True, text=True, check=False)
+        importlib.reload(netprobe.core)
+        if netprobe.core.DATA_PATH != "c":
+            pytest.skip(f"the C core cannot be built here: {build.stderr[-500:]}")
+    return netprobe.core
+
+
+@pytest.fixture(params=["c", "python"])
+def impl(request: pytest.FixtureRequest) -> ModuleType:
+    """Each implementation in turn: the compiled core, then the pure-Python one."""
+    if request.param == "c":
+        return request.getfixturevalue("compiled")
+    return _purecore
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=2) as executor:
+        yield executor
+
+
+@contextlib.contextmanager
+def tcp_pair(family: int = socket.AF_INET) -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A connected (client, server) TCP pair on loopback."""
+    host = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+    with socket.socket(family, socket.SOCK_STREAM) as listener:
+        listener.bind((host, 0))
+        listener.listen(1)
+        client = socket.create_connection(listener.getsockname()[:2], timeout=5)
+        client.settimeout(None)
+        server, _ = listener.accept()
+    with client, server:
+        yield client, server
+
+
+@contextlib.contextmanager
+def udp_pair(family: int = socket.AF_INET) -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A (sender connected to receiver, receiver) UDP pair on loopback."""
+    host = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+    rx = socket.socket(family, socket.SOCK_DGRAM)
+    tx = socket.socket(family, socket.SOCK_DGRAM)
+    with rx, tx:
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MIB)
+        rx.bind((host, 0))
+        tx.connect(rx.getsockname()[:2])
+        yield tx, rx
+
+
+def datagram(seq: int, sent_ns: int = 0, length: int = 64) -> bytes:
+    return HEADER.pack(seq, sent_ns) + bytes(length - HEADER.size)
+
+
+def drain(sock: socket.socket) -> int:
+    """Read a stream socket to EOF with plain Python; returns the byte count."""
+    total = 0
+    while chunk := sock.recv(1 << 16):
+        total += len(chunk)
+    return total
+
+
+def finish(future: Future[Any], within: float) -> Any:
+    return future.result(timeout=within)
+
+
+def soon(seconds: float) -> float:
+    return time.monotonic() + seconds
+
+
+# --- TCP -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("zerocopy", [False, True])
+def test_tcp_send_stops_exactly_at_max_bytes(impl: ModuleType, pool: ThreadPoolExecutor,
+                                              zerocopy: bool) -> None:
+    with tcp_pair() as (client, server):
+        received = pool.submit(drain, server)
+        counters = impl.Counters()
+        sent = impl.tcp_send(client.fileno(), counters, length=65536, max_bytes=3_000_017,
+                             zerocopy=zerocopy, deadline=soon(10))
+        client.shutdown(socket.SHUT_WR)
+        assert sent == 3_000_017
+        assert finish(received, 10) == 3_000_017
+    assert counters.bytes == 3_000_017
+    assert counters.calls >= 3_000_017 // 65536 + 1
+    assert counters.packets == 0
+
+
+@pytest.mark.parametrize("zerocopy", [False, True])
+def test_tcp_send_payload_is_the_pattern(impl: ModuleType, zerocopy: bool) -> None:
+    with tcp_pair() as (client, server):
+        impl.tcp_send(client.fileno(), impl.Counters(), length=1000, max_bytes=1000,
+                      zerocopy=zerocopy)
+        client.shutdown(socket.SHUT_WR)
+        data = b"".join(iter(lambda: server.recv(4096), b""))
+    assert data == pattern(1000)
+    assert data != bytes(1000)
+
+
+@pytest.mark.parametrize("skip_copy", [False, True])
+def test_tcp_recv_counts_to_eof(impl: ModuleType, pool: ThreadPoolExecutor,
+                                skip_copy: bool) -> None:
+    with tcp_pair() as (client, server):
+        counters = impl.Counters()
+        got = pool.submit(impl.tcp_recv, server.fileno(), counters, length=131072,
+                          skip_copy=skip_copy, deadline=soon(10))
+        client.sendall(b"x" * 2_500_001)
+        client.shutdown(socket.SHUT_WR)
+        assert finish(got, 10) == 2_500_001
+    assert counters.bytes == 2_500_001
+
+
+def test_tcp_recv_stops_exactly_at_max_bytes(impl: ModuleType) -> None:
+    with tcp_pair() as (client, server):
+        client.sendall(b"y" * 300_000)
+        client.shutdown(socket.SHUT_WR)
+        assert impl.tcp_recv(server.fileno(), impl.Counters(), length=65536,
+                             max_bytes=100_001, deadline=soon(5)) == 100_001
+        assert drain(server) == 199_999
+
+
+def test_tcp_loops_accumulate_on_the_same_counters(impl: ModuleType) -> None:
+    counters = impl.Counters()
+    with tcp_pair() as (client, server):
+        for _ in range(3):
+            impl.tcp_send(client.fileno(), counters, length=4096, max_bytes=10_000)
+        client.shutdown(socket.SHUT_WR)
+        assert drain(server) == 30_000
+    assert counters.bytes == 30_000
+
+
+def test_tcp_send_ends_at_deadline(impl: ModuleType, pool: ThreadPoolExecutor) -> None:
+    with tcp_pair() as (client, server):
+        received = pool.submit(drain, server)
+        start = time.monotonic()
+        sent = impl.tcp_send(client.fileno(), impl.Counters(), length=131072,
+                             deadline=start + 0.3)
+        elapsed = time.monotonic() - start
+        client.shutdown(socket.SHUT_WR)
+        assert finish(received, 10) == sent > 0
+    assert 0.29 <= elapsed < 0.6
+
+
+def test_nonblocking_sockets_work_without_spinning(impl: ModuleType,
+                                                   pool: ThreadPoolExecutor) -> None:
+    with tcp_pair() as (client, server):
+        client.setblocking(False)
+        server.setblocking(False)
+        counters = impl.Counters()
+        idle = pool.submit(impl.tcp_recv, server.fileno(), counters, length=65536,
+                           deadline=soon(0.3))
+        assert finish(idle, 5) == 0
+        assert counters.calls <= 10  # one poll per 100 ms tick, not a busy loop
+        got = pool.submit(impl.tcp_recv, server.fileno(), counters, length=65536,
+                          max_bytes=5_000_000, deadline=soon(10))
+        assert impl.tcp_send(client.fileno(), impl.Counters(), length=65536,
+                             max_bytes=5_000_000, deadline=soon(10)) == 5_000_000
+        assert finish(got, 10) == 5_000_000
+        assert not os.get_blocking(server.fileno())
+
+
+def test_loops_restore_the_socket_timeout(impl: ModuleType) -> None:
+    with tcp_pair() as (client, server):
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("=2q", 7, 250_000))
+        saved = server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16)  # in jiffies
+        impl.tcp_recv(server.fileno(), impl.Counters(), length=1024, deadline=soon(0.05))
+        assert server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16) == saved
+        assert client.fileno() >= 0 and server.fileno() >= 0  # and the fds stay open
+
+
+# --- stop flag ---------------------------------------------------------------------------
+
+
+def _stop_after(counters: Any, delay: float) -> threading.Timer:
+    timer = threading.Timer(delay, counters.stop)
+    timer.start()
+    return timer
+
+
+def test_stop_ends_a_blocked_recv(impl: ModuleType) -> None:
+    with tcp_pair() as (_client, server):
+        counters = impl.Counters()
+        _stop_after(counters, 0.2)
+        start = time.monotonic()
+        assert impl.tcp_recv(server.fileno(), counters, length=65536, deadline=soon(10)) == 0
+        assert time.monotonic() - start < 0.2 + 0.3
+    assert counters.stopped
+
+
+def test_stop_ends_a_blocked_send(impl: ModuleType) -> None:
+    with tcp_pair() as (client, _server):  # nobody reads: the send buffer fills up
+        counters = impl.Counters()
+        _stop_after(counters, 0.3)
+        start = time.monotonic()
+        sent = impl.tcp_send(client.fileno(), counters, length=65536, deadline=soon(10))
+        assert time.monotonic() - start < 0.3 + 0.3
+        assert sent == counters.bytes > 0
+
+
+def test_stop_ends_udp_loops(impl: ModuleType) -> None:
+    with udp_pair() as (tx, rx):
+        rx_counters, tx_counters = impl.Counters(), impl.Counters()
+        _stop_after(rx_counters, 0.2)
+        start = time.monotonic()
+        assert impl.udp_recv(rx.fileno(), rx_counters, length=2048, deadline=soon(10)) == 0
+        assert time.monotonic() - start < 0.5
+        _stop_after(tx_counters, 0.2)
+        impl.udp_send(tx.fileno(), tx_counters, length=64, rate_pps=0.5, deadline=soon(10))
+        assert time.monotonic() - start < 0.2 + 0.5 + 0.3
+        assert tx_counters.packets == 1  # the first datagram is due at once, the next in 2 s
+
+
+def test_stop_before_start_returns_at_once(impl: ModuleType) -> None:
+    counters = impl.Counters()
+    counters.stop()
+    with tcp_pair() as (client, _server):
+        assert impl.tcp_send(client.fileno(), counters, length=1024) == 0
+    assert counters.calls == 0
+
+
+def test_counters_are_readable_while_the_loop_runs(impl: ModuleType,
+                                                   pool: ThreadPoolExecutor) -> None:
+    with tcp_pair() as (client, server):
+        counters = impl.Counters()
+        running = pool.submit(impl.tcp_recv, server.fileno(), counters, length=65536,
+                              deadline=soon(10))
+        sender = pool.submit(impl.tcp_send, client.fileno(), impl.Counters(), length=65536,
+                             deadline=soon(0.4))
+        samples = []
+        while not sender.done():
+            samples.append(counters.bytes)
+            time.sleep(0.02)
+        client.shutdown(socket.SHUT_WR)
+        total = finish(running, 10)
+    assert samples == sorted(samples)
+    assert len({s for s in samples if 0 < s < total}) >= 3  # saw it grow mid-run
+    assert counters.bytes == total == sender.result()
+
+
+# --- errors ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("zerocopy", [False, True])
+def test_send_to_a_reset_connection_names_the_syscall(impl: ModuleType, zerocopy: bool) -> None:
+    with tcp_pair() as (client, server):
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        server.close()  # RST
+        time.sleep(0.05)
+        with pytest.raises(CoreError) as info:
+            impl.tcp_send(client.fileno(), impl.Counters(), length=65536, zerocopy=zerocopy,
+                          deadline=soon(5))
+    assert info.value.syscall == ("sendfile" if zerocopy else "send")
+    assert info.value.errno in (errno.EPIPE, errno.ECONNRESET)
+    assert isinstance(info.value, OSError)
+
+
+def test_recv_on_a_reset_connection_names_the_syscall(impl: ModuleType) -> None:
+    with tcp_pair() as (client, server):
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()
+        time.sleep(0.05)
+        with pytest.raises(CoreError) as info:
+            impl.tcp_recv(server.fileno(), impl.Counters(), length=1024, deadline=soon(5))
+    assert (info.value.syscall, info.value.errno) == ("recv", errno.ECONNRESET)
+    assert str(info.value).startswith("[Errno") and "recv: " in str(info.value)
+
+
+def test_bad_descriptors_name_the_first_syscall(impl: ModuleType) -> None:
+    read_end, write_end = os.pipe()
+    os.close(write_end)
+    try:
+        with pytest.raises(CoreError) as info:
+            impl.tcp_send(read_end, impl.Counters(), length=1024)
+        assert (info.value.syscall, info.value.errno) == (
+            "getsockopt(SO_SNDTIMEO)", errno.ENOTSOCK)
+    finally:
+        os.close(read_end)
+    with pytest.raises(CoreError) as info:
+        impl.udp_recv(read_end, impl.Counters(), length=64)  # now closed
+    assert (info.value.syscall, info.value.errno) == ("getsockopt(SO_RCVTIMEO)", errno.EBADF)
+
+
+def test_udp_send_on_an_unconnected_socket_names_the_syscall(impl: ModuleType) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx, \
+            pytest.raises(CoreError) as info:
+        impl.udp_send(tx.fileno(), impl.Counters(), length=64, max_packets=1, deadline=soon(5))
+    # One datagram per send() in pure Python, batches per sendmmsg() in C.
+    assert info.value.syscall == ("send" if impl is _purecore else "sendmmsg")
+    assert info.value.errno == errno.EDESTADDRREQ
+
+
+@pytest.mark.parametrize(("kwargs", "error"), [
+    ({"length": 15}, ValueError),
+    ({"length": 65508}, ValueError),
+    ({"length": 64, "batch": 0}, ValueError),
+    ({"length": 64, "batch": 1025}, ValueError),
+    ({"length": 64, "rate_bps": 1e6, "rate_pps": 10.0}, ValueError),
+    ({"length": 64, "rate_pps": 0.0}, ValueError),
+    ({"length": 64, "max_packets": -1}, ValueError),
+    ({"length": 64, "deadline": float("nan")}, ValueError),
+    ({"length": 64.0}, TypeError),
+])
+def test_udp_arguments_are_checked(impl: ModuleType, kwargs: dict[str, Any],
+                                   error: type[Exception]) -> None:
+    with pytest.raises(error):
+        impl.udp_send(0, impl.Counters(), **kwargs)
+
+
+def test_foreign_counters_and_fds_are_refused(impl: ModuleType) -> None:
+    other = _purecore if impl is not _purecore else impl
+    with pytest.raises(ValueError):
+        impl.tcp_recv(-1, impl.Counters(), length=1024)
+    with pytest.raises(TypeError):
+        impl.tcp_recv(0, object(), length=1024)
+    if other is not impl:
+        with pytest.raises(TypeError):
+            impl.tcp_recv(0, other.Counters(), length=1024)
+
+
+# --- UDP ------------------------------------------------------------------------------
+
+
+def _recv_all(impl: ModuleType, rx: socket.socket, counters: Any, count: int) -> int:
+    return int(impl.udp_recv(rx.fileno(), counters, length=2048, max_packets=count,
+                             deadline=soon(3)))
+
+
+def test_udp_sequence_accounting(impl: ModuleType) -> None:
+    with udp_pair() as (tx, rx):
+        for seq in (0, 1, 2, 5, 3, 3, 4, 9, 7):
+            tx.send(datagram(seq))
+        tx.send(b"not ours")  # too short to carry a sequence number
+        counters = impl.Counters()
+        got = _recv_all(impl, rx, counters, 10)
+    assert got == counters.bytes == 9 * 64 + 8
+    assert counters.packets == 10
+    assert counters.duplicates == 1          # the second 3
+    assert counters.out_of_order == 3        # 3, 4 after 5; 7 after 9
+    assert counters.lost == 2                # 6 and 8 never came
+
+
+def test_udp_late_arrivals_reduce_loss_across_calls(impl: ModuleType) -> None:
+    counters = impl.Counters()
+    with udp_pair() as (tx, rx):
+        for seq in (0, 1, 4):
+            tx.send(datagram(seq))
+        _recv_all(impl, rx, counters, 3)
+        assert (counters.lost, counters.out_of_order) == (2, 0)
+        for seq in (2, 3, 3):
+            tx.send(datagram(seq))
+        _recv_all(impl, rx, counters, 3)
+    assert (counters.lost, counters.out_of_order, counters.duplicates) == (0, 2, 1)
+    assert counters.packets == 6
+
+
+def test_udp_duplicate_window_is_64k(impl: ModuleType) -> None:
+    with udp_pair() as (tx, rx):
+        for seq in (0, 70_000, 69_999, 69_999, 0):
+            tx.send(datagram(seq))
+        counters = impl.Counters()
+        _recv_all(impl, rx, counters, 5)
+    assert counters.duplicates == 1          # 69_999 twice, inside the window
+    assert counters.out_of_order == 2        # 69_999 once, and 0 from beyond the window
+    assert counters.lost == 70_001 - 4
+
+
+def test_udp_jitter_follows_rfc3550(impl: ModuleType) -> None:
+    # Send times 10 ms apart, arrivals microseconds apart: |D| ~ 10 ms for each of the 4
+    # transitions, so J = 10 ms * (1 - (15/16)**4).
+    with udp_pair() as (tx, rx):
+        for i in range(5):
+            tx.send(datagram(i, sent_ns=1_000_000_000 + i * 10_000_000))
+        counters = impl.Counters()
+        _recv_all(impl, rx, counters, 5)
+    assert counters.jitter_ms == pytest.approx(10 * (1 - (15 / 16) ** 4), abs=0.05)
+
+
+def test_udp_stream_end_to_end(impl: ModuleType, pool: ThreadPoolExecutor) -> None:
+    with udp_pair() as (tx, rx):
+        rx_counters, tx_counters = impl.Counters(), impl.Counters()
+        got = pool.submit(_recv_all, impl, rx, rx_counters, 3000)
+        start_ns = time.monotonic_ns()
+        sent = impl.udp_send(tx.fileno(), tx_counters, length=100, max_packets=3000,
+                             rate_pps=20_000, deadline=soon(5))
+        assert finish(got, 5) == sent == 300_000
+    assert tx_counters.packets == rx_counters.packets == 3000
+    assert tx_counters.bytes == rx_counters.bytes == 300_000
+    assert (rx_counters.lost, rx_counters.out_of_order, rx_counters.duplicates) == (0, 0, 0)
+    assert 0 <= rx_counters.jitter_ms < 50
+    assert 3000 / 32 <= tx_counters.calls <= 3000 * 1.05
+    assert time.monotonic_ns() > start_ns
+
+
+def test_udp_datagram_format(impl: ModuleType) -> None:
+    with udp_pair() as (tx, rx):
+        before = time.monotonic_ns()
+        impl.udp_send(tx.fileno(), impl.Counters(), length=40, max_packets=5)
+        after = time.monotonic_ns()
+        rx.settimeout(2)
+        frames = [rx.recv(2048) for _ in range(5)]
+    assert [len(f) for f in frames] == [40] * 5
+    seqs, stamps = zip(*(HEADER.unpack_from(f) for f in frames))
+    assert list(seqs) == [0, 1, 2, 3, 4]
+    assert all(before <= s <= after for s in stamps)
+    assert frames[0][16:] == pattern(40)[16:]
+
+
+def test_udp_sequence_continues_across_send_calls(impl: ModuleType) -> None:
+    counters = impl.Counters()
+    with udp_pair() as (tx, rx):
+        impl.udp_send(tx.fileno(), counters, length=16, max_packets=2)
+        impl.udp_send(tx.fileno(), counters, length=16, max_packets=2)
+        rx.settimeout(2)
+        seqs = [HEADER.unpack(rx.recv(64))[0] for _ in range(4)]
+    assert seqs == [0, 1, 2, 3]
+    assert counters.packets == 4
+
+
+def test_udp_max_bytes_counts_whole_datagrams(impl: ModuleType) -> None:
+    with udp_pair() as (tx, _rx):
+        counters = impl.Counters()
+        assert impl.udp_send(tx.fileno(), counters, length=100, max_bytes=1050) == 1000
+    assert counters.packets == 10
+
+
+def test_udp_to_a_closed_port_is_not_an_error(impl: ModuleType) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as gone:
+        gone.bind(("127.0.0.1", 0))
+        address = gone.getsockname()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+        tx.connect(address)
+        counters = impl.Counters()
+        sent = impl.udp_send(tx.fileno(), counters, length=64, max_packets=200,
+                             rate_pps=4000, deadline=soon(3))
+    assert sent == 200 * 64
+    assert counters.calls > 200  # refused sends were retried, not fatal
+
+
+def test_udp_over_ipv6(impl: ModuleType, pool: ThreadPoolExecutor) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    try:
+        pair = udp_pair(socket.AF_INET6)
+        tx, rx = pair.__enter__()
+    except OSError as exc:
+        pytest.skip(f"no ::1: {exc}")
+    try:
+        counters = impl.Counters()
+        got = pool.submit(_recv_all, impl, rx, counters, 500)
+        impl.udp_send(tx.fileno(), impl.Counters(), length=1200, max_packets=500,
+                      rate_pps=10_000)
+        assert finish(got, 5) == 500 * 1200
+        assert counters.lost == 0
+    finally:
+        pair.__exit__(None, None, None)
+
+
+# --- pacing ----------------------------------------------------------------------------
+
+
+def _paced_tcp(impl: ModuleType, pool: ThreadPoolExecutor, rate: float,
+               seconds: float) -> tuple[float, float]:
+    """(achieved rate / asked rate, sender thread's CPU seconds)."""
+    with tcp_pair() as (client, server):
+        received = pool.submit(drain, server)
+        cpu_before = impl.rusage("thread")
+        sent = impl.tcp_send(client.fileno(), impl.Counters(), length=131072,
+                             rate_bps=rate, deadline=soon(seconds))
+        cpu_after = impl.rusage("thread")
+        client.shutdown(socket.SHUT_WR)
+        assert finish(received, 10) == sent
+    cpu = (cpu_after.user_s - cpu_before.user_s) + (cpu_after.system_s - cpu_before.system_s)
+    return sent * 8 / seconds / rate, cpu
+
+
+def test_tcp_pacing_is_accurate_and_sleeps(impl: ModuleType, pool: ThreadPoolExecutor) -> None:
+    ratio, cpu = _paced_tcp(impl, pool, 100e6, 0.5)
+    assert ratio == pytest.approx(1.0, abs=0.02)
+    assert cpu < 0.5 * 0.5  # sleeps between writes, never spins
+
+
+def test_tcp_pacing_at_a_gigabit(compiled: ModuleType, pool: ThreadPoolExecutor) -> None:
+    ratio, _cpu = _paced_tcp(compiled, pool, 1e9, 0.5)
+    assert ratio == pytest.approx(1.0, abs=0.02)
+
+
+def _paced_udp(impl: ModuleType, pool: ThreadPoolExecutor, seconds: float,
+               **rate: float) -> tuple[int, Any]:
+    with udp_pair() as (tx, rx):
+        counters = impl.Counters()
+        got = pool.submit(impl.udp_recv, rx.fileno(), counters, length=2048,
+                          deadline=soon(seconds + 0.3))
+        sent = impl.udp_send(tx.fileno(), impl.Counters(), length=1400,
+                             deadline=soon(seconds), **rate)
+        finish(got, 5)
+    return sent, counters
+
+
+def test_udp_pacing_by_bits(impl: ModuleType, pool: ThreadPoolExecutor) -> None:
+    # 100 Mbit/s of 1400-byte datagrams is ~9k sends/s: more than pure Python sustains
+    # next to a pure-Python receiver on a busy 2-core box, so it is asked for less.
+    rate = 20e6 if impl is _purecore else 100e6
+    sent, counters = _paced_udp(impl, pool, 0.5, rate_bps=rate)
+    assert sent * 8 / 0.5 == pytest.approx(rate, rel=0.02)
+    assert counters.bytes == sent and counters.lost == 0
+
+
+def test_udp_pacing_by_packets(impl: ModuleType, pool: ThreadPoolExecutor) -> None:
+    sent, counters = _paced_udp(impl, pool, 0.5, rate_pps=2000)
+    assert sent // 1400 == pytest.approx(1000, rel=0.02)
+    assert counters.packets == sent // 1400
+
+
+def test_udp_pacing_at_a_gigabit(compiled: ModuleType, pool: ThreadPoolExecutor) -> None:
+    sent, _counters = _paced_udp(compiled, pool, 0.5, rate_bps=1e9)
+    assert sent * 8 / 0.5 == pytest.approx(1e9, rel=0.02)
+
+
+# --- system figures -------------------------------------------------------------------
+
+
+def test_tcp_info_after_a_transfer(impl: ModuleType) -> None:
+    with tcp_pair() as (client, server):
+        impl.tcp_send(client.fileno(), impl.Counters(), length=65536, max_bytes=1_000_000)
+        client.shutdown(socket.SHUT_WR)
+        assert drain(server) == 1_000_000
+        time.sleep(0.05)
+        info = impl.tcp_info(client.fileno())
+    assert isinstance(info, TcpInfo)
+    assert None not in (info.rtt_us, info.snd_mss_bytes, info.retransmits, info.bytes_acked)
+    assert info.bytes_acked >= 1_000_000
+    assert info.snd_mss_bytes > 0 and info.snd_cwnd_bytes >= info.snd_mss_bytes
+    assert info.pmtu_bytes >= 1280 and info.delivery_rate_bps > 0
+
+
+def test_both_paths_read_tcp_info_alike(compiled: ModuleType) -> None:
+    with tcp_pair() as (client, server):
+        client.sendall(b"z" * 10_000)
+        server.recv(10_000, socket.MSG_WAITALL)
+        time.sleep(0.05)
+        assert compiled.tcp_info(client.fileno()) == _purecore.tcp_info(client.fileno())
+
+
+def test_tcp_info_on_udp_names_the_call(impl: ModuleType) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock, \
+            pytest.raises(CoreError) as info:
+        impl.tcp_info(sock.fileno())
+    assert info.value.syscall == "getsockopt(TCP_INFO)"
+    assert info.value.errno in (errno.EOPNOTSUPP, errno.ENOPROTOOPT)
+
+
+def test_tcp_info_short_kernel_struct_gives_none() -> None:
+    raw = bytes(104)  # a kernel whose struct tcp_info ends after tcpi_total_retrans
+    assert _purecore._tcpi(raw, "total_retrans") == 0
+    assert _purecore._tcpi(raw, "bytes_acked") is None
+    assert _purecore._tcpi(raw, "delivery_rate") is None
+
+
+def _burn(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_rusage_counts_this_thread(impl: ModuleType) -> None:
+    before_t, cpu_before = impl.rusage("thread"), time.thread_time()
+    end = time.monotonic() + 5  # on a busy host, 0.1 s of CPU may take longer
+    while time.thread_time() - cpu_before < 0.1 and time.monotonic() < end:
+        _burn(0.01)
+    after_t, after_p = impl.rusage("thread"), impl.rusage("process")
+    assert after_t.user_s + after_t.system_s - before_t.user_s - before_t.system_s >= 0.08
+    assert after_p.user_s >= after_t.user_s
+    with pytest.raises(ValueError):
+        impl.rusage("host")
+
+
+def test_host_cpu(impl: ModuleType) -> None:
+    earlier = impl.host_cpu()
+    _burn(0.1)
+    later = impl.host_cpu()
+    assert isinstance(later, HostCpu)
+    assert later.ticks_total >= earlier.ticks_total > 0
+    assert 0.0 <= later.busy_fraction_since(earlier) <= 1.0
+    assert later.busy_fraction_since(later) == 0.0
+
+
+def test_both_paths_read_host_cpu_and_rusage_alike(compiled: ModuleType) -> None:
+    for _ in range(5):  # a tick may land between the two reads
+        if compiled.host_cpu() == _purecore.host_cpu():
+            break
+    else:
+        pytest.fail("host_cpu differs between data paths")
+    record = compiled.rusage()
+    assert type(record) is type(_purecore.rusage())
+
+
+def test_monotonic_is_time_monotonic(impl: ModuleType) -> None:
+    before = time.monotonic()
+    now = impl.monotonic()
+    assert before <= now <= time.monotonic()
+
+
+# --- selection -------------------------------------------------------------------------
+
+
+def test_data_path_names_the_implementation(impl: ModuleType) -> None:
+    assert impl.DATA_PATH in ("c", "python")
+    assert (impl is _purecore) == (impl.DATA_PATH == "python")
+
+
+def test_netprobe_pure_forces_the_python_path() -> None:
+    code = ("import netprobe.core as c, netprobe._purecore as p;"
+            "print(c.DATA_PATH, c.Counters is p.Counters)")
+    env = dict(os.environ, NETPROBE_PURE="1", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split() == ["python", "True"]
+
+
+def test_only_core_imports_the_compiled_module() -> None:
+    imports = re.compile(r"netprobe\._core\b|from netprobe import .*\b_core\b")
+    users = [p.relative_to(ROOT).as_posix() for p in (ROOT / "netprobe").rglob("*.py")
+             if imports.search(p.read_text())]
+    assert users == ["netprobe/core.py"]
+
