@@ -1,6 +1,7 @@
 """The one place that turns schema records into JSON-ready data and back, and that
 derives the JSON Schema of a :class:`~netprobe.schema.Result` from the classes.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,7 @@ def _lists(data: Any) -> Any:
 
 
 def structure(data: Any, cls: type[T]) -> T:
-    """Build a schema record of type ``cls`` from plain data; raise ParseError if it does not fit."""
+    """Build a record of type ``cls`` from plain data; ParseError if it does not fit."""
     try:
         return _converter.structure(data, cls)
     except NetprobeError as exc:

@@ -5,6 +5,7 @@ each family to one exit code (see ``EXIT_CODES`` in netprobe/cli/main.py and the
 Errors that end a test carry what was measured before the failure in ``partial`` so that
 nothing already measured is lost.
 """
+
 from __future__ import annotations
 
 import os

@@ -5,11 +5,13 @@ A tool plugin is a subclass of :class:`Tool` published under that group; built-i
 register the same way. A plugin that fails to import or is not a compatible Tool is kept
 as a :class:`LoadFailure` so that ``netprobe tools`` can show it while everything else works.
 """
+
 from __future__ import annotations
 
 import abc
 import datetime
-from typing import Any, Callable, ClassVar, Optional, Protocol, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any, Callable, ClassVar, Optional, Protocol
 
 import attrs
 from attrs import frozen
@@ -73,7 +75,9 @@ class Capabilities:
             found.append(f"{tool} cannot honour {option}: {why}")
 
         if spec.protocol not in self.protocols:
-            refuse(f"--{spec.protocol}" if spec.protocol == "udp" else "tcp", "protocol not supported")
+            refuse(
+                f"--{spec.protocol}" if spec.protocol == "udp" else "tcp", "protocol not supported"
+            )
         if spec.direction not in self.directions:
             flag = "--reverse" if spec.direction == "reverse" else f"--{spec.direction}"
             refuse(flag, "direction not supported")
@@ -122,11 +126,11 @@ class Availability:
     """True if ``run`` can be called."""
     version: Optional[str] = None
     """The tool's version as it reports it."""
-    reasons: Tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
     """Why it cannot run (empty when available)."""
     path: Optional[str] = None
     """The binary used, for driven tools."""
-    details: Tuple[str, ...] = ()
+    details: tuple[str, ...] = ()
     """Extra facts worth showing (e.g. the native engine's data path)."""
 
 
@@ -161,7 +165,7 @@ class Tool(abc.ABC):
 
     name: ClassVar[str]
     """The name users type after ``--tool``."""
-    aliases: ClassVar[Tuple[str, ...]] = ()
+    aliases: ClassVar[tuple[str, ...]] = ()
     """Other names accepted for this tool."""
     api_version: ClassVar[int] = API_VERSION
     """The plugin contract version this tool was written for."""
@@ -228,7 +232,9 @@ class Registry:
                 return cls
         for failure in self.failures:
             if failure.name == name:
-                raise ToolNotFound(f"tool {name!r} is installed but failed to load: {failure.error}")
+                raise ToolNotFound(
+                    f"tool {name!r} is installed but failed to load: {failure.error}"
+                )
         known = ", ".join(self.names()) or "none"
         raise ToolNotFound(f"no tool named {name!r} (installed: {known})")
 

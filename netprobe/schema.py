@@ -10,9 +10,10 @@ Directions are named from the client's point of view: ``client_to_server`` is th
 Type annotations use ``typing.Optional``/``Tuple`` so that the classes resolve on
 Python 3.9, where cattrs evaluates them.
 """
+
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Any, Optional
 
 import attrs
 from attrs import field, frozen
@@ -30,7 +31,7 @@ STATUSES = ("ok", "failed", "interrupted")
 RETRANSMIT_SCOPES = ("connection", "host")
 
 
-def _one_of(choices: tuple[str, ...]):  # type: ignore[no-untyped-def]
+def _one_of(choices: tuple[str, ...]) -> Any:
     return attrs.validators.in_(choices)
 
 
@@ -323,7 +324,7 @@ class RawOutput:
     """Which process: e.g. ``client``, ``server``, or a result file name."""
     text: str
     """Its output (stdout and stderr merged in arrival order)."""
-    command: Optional[Tuple[str, ...]] = None
+    command: Optional[tuple[str, ...]] = None
     """The command line as run."""
     exit_code: Optional[int] = None
     """Exit status (negative: killed by that signal)."""
@@ -337,8 +338,8 @@ class Result:
     """The tool that ran the test."""
     spec: TestSpec
     """The spec as run."""
-    start_time: str
-    """When the test started: UTC, ISO 8601."""
+    start_time: Optional[str]
+    """When the test started: UTC, ISO 8601 (None when a parsed tool output does not say)."""
     local: Endpoint
     """This end (the client)."""
     remote: Endpoint
@@ -347,19 +348,19 @@ class Result:
     """``ok``, ``failed`` (errors says why) or ``interrupted`` (Ctrl-C); the last two partial."""
     duration_s: Optional[float] = None
     """How long data actually flowed."""
-    summaries: Tuple[FlowSummary, ...] = ()
+    summaries: tuple[FlowSummary, ...] = ()
     """Per direction: all streams summed."""
-    streams: Tuple[StreamResult, ...] = ()
+    streams: tuple[StreamResult, ...] = ()
     """Per stream and direction."""
-    intervals: Tuple[Interval, ...] = ()
+    intervals: tuple[Interval, ...] = ()
     """Live samples, in time order, per stream and summed."""
     latency: Optional[Latency] = None
     """Latency distribution where the tool measures it."""
-    warnings: Tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
     """Things the user should know that did not stop the test."""
-    errors: Tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
     """What went wrong (status ``failed`` or ``interrupted``)."""
-    raw: Tuple[RawOutput, ...] = ()
+    raw: tuple[RawOutput, ...] = ()
     """Raw outputs of driven tools."""
     schema_version: str = SCHEMA_VERSION
     """Version of this format."""

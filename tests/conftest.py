@@ -1,4 +1,5 @@
 """Shared fixtures: the two data paths, and where the peer-tool fixtures live."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,8 +8,17 @@ import pytest
 
 from netprobe import _purecore, core
 
-CORE_NAMES = ("Counters", "tcp_send", "tcp_recv", "udp_send", "udp_recv", "tcp_info",
-              "rusage", "host_cpu", "monotonic")
+CORE_NAMES = (
+    "Counters",
+    "tcp_send",
+    "tcp_recv",
+    "udp_send",
+    "udp_recv",
+    "tcp_info",
+    "rusage",
+    "host_cpu",
+    "monotonic",
+)
 
 PEER_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "peers"
 

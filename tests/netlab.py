@@ -5,6 +5,7 @@ Every namespace, link and process a Lab makes is removed when it exits, even whe
 test fails. Processes are started by the lab and stopped by their PID only.
 Needs root and iproute2 (and nftables for loss); ``Lab.available()`` says why not.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,9 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from itertools import count
-from typing import Optional, Sequence
+from typing import Optional
 
 _ids = count(1)
 
@@ -80,8 +82,9 @@ class Lab:
             self.ip(ns, "link", "set", dev, "up")
         return dev_a, dev_b
 
-    def shape(self, ns: str, dev: str, rate_mbit: float, burst: str = "32kb",
-              latency_ms: int = 50) -> None:
+    def shape(
+        self, ns: str, dev: str, rate_mbit: float, burst: str = "32kb", latency_ms: int = 50
+    ) -> None:
         """A token-bucket bottleneck on ``dev``'s egress inside ``ns``, as a real Ethernet.
 
         tbf counts the frame as the kernel sees it (1514 bytes for a full segment); its
@@ -90,9 +93,29 @@ class Lab:
         of TCP payload, as a physical one does. (A ``stab`` size table had no effect on
         tbf here; tbf's own overhead does.)
         """
-        _sh(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
-             "rate", f"{rate_mbit}mbit", "burst", burst, "latency", f"{latency_ms}ms",
-             "overhead", "24"])
+        _sh(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                dev,
+                "root",
+                "tbf",
+                "rate",
+                f"{rate_mbit}mbit",
+                "burst",
+                burst,
+                "latency",
+                f"{latency_ms}ms",
+                "overhead",
+                "24",
+            ]
+        )
 
     def drop_percent(self, ns: str, percent: int) -> None:
         """Drop ``percent`` % of the packets arriving in ``ns``, at random (nftables)."""
@@ -100,10 +123,34 @@ class Lab:
             raise LabError("nftables (nft) is not installed")
         table = ["ip", "netns", "exec", ns, "nft"]
         _sh([*table, "add", "table", "inet", "nplab"])
-        _sh([*table, "add", "chain", "inet", "nplab", "in",
-             "{ type filter hook input priority 0; policy accept; }"])
-        _sh([*table, "add", "rule", "inet", "nplab", "in", "numgen", "random", "mod", "100",
-             "<", str(percent), "drop"])
+        _sh(
+            [
+                *table,
+                "add",
+                "chain",
+                "inet",
+                "nplab",
+                "in",
+                "{ type filter hook input priority 0; policy accept; }",
+            ]
+        )
+        _sh(
+            [
+                *table,
+                "add",
+                "rule",
+                "inet",
+                "nplab",
+                "in",
+                "numgen",
+                "random",
+                "mod",
+                "100",
+                "<",
+                str(percent),
+                "drop",
+            ]
+        )
 
     def forward(self, ns: str) -> None:
         """Let ``ns`` route between its links."""
@@ -115,15 +162,21 @@ class Lab:
 
     def start(self, ns: str, argv: Sequence[str], **kwargs: object) -> subprocess.Popen:
         """Start a process inside ``ns``; the lab stops it by PID on exit."""
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, *argv],  # type: ignore[call-overload]
-                                start_new_session=True, **kwargs)
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, *argv],  # type: ignore[call-overload]
+            start_new_session=True,
+            **kwargs,
+        )
         self.procs.append(proc)
         return proc
 
-    def run(self, ns: str, argv: Sequence[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    def run(
+        self, ns: str, argv: Sequence[str], timeout: float = 120
+    ) -> subprocess.CompletedProcess:
         """Run a command inside ``ns`` to completion (bounded by ``timeout``)."""
-        return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True,
-                              text=True, timeout=timeout)
+        return subprocess.run(
+            ["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, timeout=timeout
+        )
 
     def snmp(self, ns: str, group: str = "Tcp") -> dict[str, int]:
         """The kernel's /proc/net/snmp counters of one group, as seen inside ``ns``."""

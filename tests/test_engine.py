@@ -1,4 +1,5 @@
 """The native engine end to end on loopback: real sockets, real server, both data paths."""
+
 from __future__ import annotations
 
 import socket
@@ -57,7 +58,10 @@ def test_tcp_selftest_fills_both_sides(data_path: str) -> None:
     assert ("sender", 1) in roles and ("receiver", 1) in roles and ("sender", None) in roles
     # Every live sample reached the result too, sender side and receiver side.
     assert len(result.intervals) == len(rec.samples)
-    assert sum(i.bytes for i in result.intervals if i.role == "sender" and i.stream_id == 1) == sender.bytes
+    assert (
+        sum(i.bytes for i in result.intervals if i.role == "sender" and i.stream_id == 1)
+        == sender.bytes
+    )
 
 
 def test_udp_rate_limit_within_two_percent(data_path: str) -> None:
@@ -79,13 +83,13 @@ def test_reverse_sends_from_the_server(data_path: str) -> None:
 def test_bidir_has_both_directions(data_path: str) -> None:
     result, _ = selftest(direction="bidir")
     for direction in ("client_to_server", "server_to_client"):
-        sender, receiver = flow(result, direction)
+        _sender, receiver = flow(result, direction)
         assert receiver.bytes > 0
 
 
 def test_parallel_streams_sum_up(data_path: str) -> None:
     result, _ = selftest(streams=4)
-    sender, receiver = flow(result)
+    _sender, receiver = flow(result)
     streams = [s for s in result.streams if s.direction == "client_to_server"]
     assert [s.stream_id for s in streams] == [1, 2, 3, 4]
     assert sum(s.receiver.bytes for s in streams if s.receiver) == receiver.bytes
@@ -108,8 +112,13 @@ def test_byte_count_is_exact_on_both_ends(data_path: str) -> None:
 
 
 def test_udp_byte_count_is_exact(data_path: str) -> None:
-    result, _ = selftest(protocol="udp", bytes_total=1_000_000, length_bytes=1000,
-                         rate_bits_per_second=50e6, duration_s=None)
+    result, _ = selftest(
+        protocol="udp",
+        bytes_total=1_000_000,
+        length_bytes=1000,
+        rate_bits_per_second=50e6,
+        duration_s=None,
+    )
     sender, receiver = flow(result)
     assert sender.bytes == 1_000_000 and sender.packets == 1000
     assert receiver.packets == 1000 and receiver.lost_packets == 0
@@ -120,14 +129,17 @@ def test_omit_excludes_warmup(data_path: str) -> None:
     sender, _ = flow(result)
     assert sender.start_s == 1.0
     omitted = [i for i in result.intervals if i.omitted]
-    kept = [i for i in result.intervals if not i.omitted and i.role == "sender" and i.stream_id == 1]
+    kept = [
+        i for i in result.intervals if not i.omitted and i.role == "sender" and i.stream_id == 1
+    ]
     assert omitted and all(i.end_s <= 1.0 for i in omitted)
     assert sum(i.bytes for i in kept) == sender.bytes
 
 
 def test_options_reach_the_socket(data_path: str) -> None:
-    result, _ = selftest(window_bytes=256 * 1024, nodelay=True, mss_bytes=1200, dscp=46,
-                         congestion="reno")
+    result, _ = selftest(
+        window_bytes=256 * 1024, nodelay=True, mss_bytes=1200, dscp=46, congestion="reno"
+    )
     info = result.streams[0].socket
     assert info is not None
     assert info.send_buffer_bytes is not None and info.send_buffer_bytes >= 256 * 1024
@@ -156,7 +168,7 @@ def test_busy_server_says_so(server: Server) -> None:
     with pytest.raises(TestFailed, match="busy"):
         run_test(attrs.evolve(spec, duration_s=1.0), Recorder(), "127.0.0.1")
     first.join(10)
-    assert server.active_tests == 0
+    assert _wait(lambda: server.active_tests == 0, timeout=3)
 
 
 def test_slot_freed_when_client_vanishes(server: Server) -> None:

@@ -4,6 +4,7 @@
 The TCP goodput of a 100 Mbit/s link at MTU 1500 with timestamps is
 100 x 1448 / 1538 = 94.1 Mbit/s; iperf3 and nuttcp report 93.5 to 94.7 there.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,9 @@ def link():  # type: ignore[no-untyped-def]
 
 
 def start_server(lab: Lab, ns: str) -> subprocess.Popen:
-    server = lab.start(ns, [*NETPROBE, "server", "-B", B_ADDR], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE)
+    server = lab.start(
+        ns, [*NETPROBE, "server", "-B", B_ADDR], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         probe = lab.run(ns, ["ss", "-ltnH", f"sport = :{5301}"])

@@ -1,4 +1,5 @@
 """The result schema: validation at construction, the shipped JSON Schema, JSON round trip."""
+
 from __future__ import annotations
 
 import json
@@ -37,57 +38,133 @@ text = st.text(max_size=12)
 
 specs = st.builds(
     TestSpec,
-    tool=text, host=st.none() | text, protocol=st.sampled_from(schema.PROTOCOLS),
-    direction=st.sampled_from(schema.DIRECTIONS), streams=st.integers(1, 128),
-    duration_s=st.floats(0.1, 1e6), bytes_total=st.none() | st.integers(1, 2**62),
-    interval_s=st.none() | st.floats(0.1, 60), omit_s=st.floats(0, 60),
-    length_bytes=st.none() | st.integers(16, 2**20), window_bytes=st.none() | st.integers(1, 2**30),
-    rate_bits_per_second=st.none() | st.floats(1, 1e12), mss_bytes=st.none() | st.integers(1, 9000),
-    nodelay=st.booleans(), dscp=st.none() | st.integers(0, 63), congestion=st.none() | text,
-    ip_version=st.sampled_from([None, 4, 6]), port=st.none() | st.integers(1, 65535),
-    bind_address=st.none() | text, zerocopy=st.booleans(), skip_rx_copy=st.booleans(),
+    tool=text,
+    host=st.none() | text,
+    protocol=st.sampled_from(schema.PROTOCOLS),
+    direction=st.sampled_from(schema.DIRECTIONS),
+    streams=st.integers(1, 128),
+    duration_s=st.floats(0.1, 1e6),
+    bytes_total=st.none() | st.integers(1, 2**62),
+    interval_s=st.none() | st.floats(0.1, 60),
+    omit_s=st.floats(0, 60),
+    length_bytes=st.none() | st.integers(16, 2**20),
+    window_bytes=st.none() | st.integers(1, 2**30),
+    rate_bits_per_second=st.none() | st.floats(1, 1e12),
+    mss_bytes=st.none() | st.integers(1, 9000),
+    nodelay=st.booleans(),
+    dscp=st.none() | st.integers(0, 63),
+    congestion=st.none() | text,
+    ip_version=st.sampled_from([None, 4, 6]),
+    port=st.none() | st.integers(1, 65535),
+    bind_address=st.none() | text,
+    zerocopy=st.booleans(),
+    skip_rx_copy=st.booleans(),
 )
-usages = st.builds(CpuUsage, user_percent=maybe_float, system_percent=maybe_float,
-                   total_percent=maybe_float, softirq_percent=maybe_float,
-                   idle_percent=maybe_float, cpu_seconds=maybe_float)
+usages = st.builds(
+    CpuUsage,
+    user_percent=maybe_float,
+    system_percent=maybe_float,
+    total_percent=maybe_float,
+    softirq_percent=maybe_float,
+    idle_percent=maybe_float,
+    cpu_seconds=maybe_float,
+)
 cpus = st.none() | st.builds(Cpu, process=st.none() | usages, host=st.none() | usages)
 sides = st.builds(
-    SideSummary, role=st.sampled_from(schema.ROLES), start_s=finite, end_s=finite,
-    bytes=st.integers(0, 2**63), bits_per_second=finite, retransmits=maybe_int,
-    retransmits_scope=st.sampled_from([None, *schema.RETRANSMIT_SCOPES]), rtt_us=maybe_int,
-    min_rtt_us=maybe_int, max_rtt_us=maybe_int, cwnd_bytes=maybe_int, packets=maybe_int,
-    lost_packets=maybe_int, lost_percent=maybe_float, out_of_order_packets=maybe_int,
-    duplicate_packets=maybe_int, jitter_ms=maybe_float, cpu=cpus,
+    SideSummary,
+    role=st.sampled_from(schema.ROLES),
+    start_s=finite,
+    end_s=finite,
+    bytes=st.integers(0, 2**63),
+    bits_per_second=finite,
+    retransmits=maybe_int,
+    retransmits_scope=st.sampled_from([None, *schema.RETRANSMIT_SCOPES]),
+    rtt_us=maybe_int,
+    min_rtt_us=maybe_int,
+    max_rtt_us=maybe_int,
+    cwnd_bytes=maybe_int,
+    packets=maybe_int,
+    lost_packets=maybe_int,
+    lost_percent=maybe_float,
+    out_of_order_packets=maybe_int,
+    duplicate_packets=maybe_int,
+    jitter_ms=maybe_float,
+    cpu=cpus,
 )
 directions = st.sampled_from(schema.FLOW_DIRECTIONS)
 intervals = st.builds(
-    Interval, direction=directions, role=st.sampled_from(schema.ROLES),
-    stream_id=st.none() | st.integers(1, 128), start_s=finite, end_s=finite,
-    bytes=st.integers(0, 2**63), bits_per_second=finite, omitted=st.booleans(),
-    retransmits=maybe_int, rtt_us=maybe_int, rttvar_us=maybe_int, cwnd_bytes=maybe_int,
-    packets=maybe_int, lost_packets=maybe_int, out_of_order_packets=maybe_int, jitter_ms=maybe_float,
+    Interval,
+    direction=directions,
+    role=st.sampled_from(schema.ROLES),
+    stream_id=st.none() | st.integers(1, 128),
+    start_s=finite,
+    end_s=finite,
+    bytes=st.integers(0, 2**63),
+    bits_per_second=finite,
+    omitted=st.booleans(),
+    retransmits=maybe_int,
+    rtt_us=maybe_int,
+    rttvar_us=maybe_int,
+    cwnd_bytes=maybe_int,
+    packets=maybe_int,
+    lost_packets=maybe_int,
+    out_of_order_packets=maybe_int,
+    jitter_ms=maybe_float,
 )
 results = st.builds(
     Result,
-    tool=st.builds(ToolInfo, name=text, version=st.none() | text, data_path=st.none() | text,
-                   mode=st.none() | text),
-    spec=specs, start_time=text,
-    local=st.builds(Endpoint, role=st.just("client"), host=st.none() | text, port=st.none() | st.integers(1, 65535)),
-    remote=st.builds(Endpoint, role=st.just("server"), address=st.none() | text, system=st.none() | text),
-    status=st.sampled_from(schema.STATUSES), duration_s=maybe_float,
-    summaries=st.lists(st.builds(FlowSummary, direction=directions, sender=st.none() | sides,
-                                 receiver=st.none() | sides), max_size=2).map(tuple),
-    streams=st.lists(st.builds(StreamResult, stream_id=st.integers(1, 128), direction=directions,
-                               sender=st.none() | sides, receiver=st.none() | sides,
-                               socket=st.none() | st.builds(SocketInfo, mss_bytes=maybe_int,
-                                                            congestion=st.none() | text)),
-                     max_size=3).map(tuple),
+    tool=st.builds(
+        ToolInfo,
+        name=text,
+        version=st.none() | text,
+        data_path=st.none() | text,
+        mode=st.none() | text,
+    ),
+    spec=specs,
+    start_time=text,
+    local=st.builds(
+        Endpoint,
+        role=st.just("client"),
+        host=st.none() | text,
+        port=st.none() | st.integers(1, 65535),
+    ),
+    remote=st.builds(
+        Endpoint, role=st.just("server"), address=st.none() | text, system=st.none() | text
+    ),
+    status=st.sampled_from(schema.STATUSES),
+    duration_s=maybe_float,
+    summaries=st.lists(
+        st.builds(
+            FlowSummary, direction=directions, sender=st.none() | sides, receiver=st.none() | sides
+        ),
+        max_size=2,
+    ).map(tuple),
+    streams=st.lists(
+        st.builds(
+            StreamResult,
+            stream_id=st.integers(1, 128),
+            direction=directions,
+            sender=st.none() | sides,
+            receiver=st.none() | sides,
+            socket=st.none()
+            | st.builds(SocketInfo, mss_bytes=maybe_int, congestion=st.none() | text),
+        ),
+        max_size=3,
+    ).map(tuple),
     intervals=st.lists(intervals, max_size=4).map(tuple),
     latency=st.none() | st.builds(Latency, count=st.integers(0, 10**6), p99_us=maybe_float),
-    warnings=st.lists(text, max_size=2).map(tuple), errors=st.lists(text, max_size=2).map(tuple),
-    raw=st.lists(st.builds(RawOutput, name=text, text=st.text(max_size=40),
-                           command=st.none() | st.lists(text, max_size=3).map(tuple),
-                           exit_code=st.none() | st.integers(-64, 255)), max_size=2).map(tuple),
+    warnings=st.lists(text, max_size=2).map(tuple),
+    errors=st.lists(text, max_size=2).map(tuple),
+    raw=st.lists(
+        st.builds(
+            RawOutput,
+            name=text,
+            text=st.text(max_size=40),
+            command=st.none() | st.lists(text, max_size=3).map(tuple),
+            exit_code=st.none() | st.integers(-64, 255),
+        ),
+        max_size=2,
+    ).map(tuple),
 )
 
 
@@ -105,7 +182,9 @@ def test_every_result_validates_against_the_schema(result: Result) -> None:
 
 def test_shipped_schema_is_current() -> None:
     shipped = resources.files("netprobe").joinpath("result.schema.json").read_text()
-    assert shipped == convert.schema_text(), "run: python -m netprobe.convert > netprobe/result.schema.json"
+    assert shipped == convert.schema_text(), (
+        "run: python -m netprobe.convert > netprobe/result.schema.json"
+    )
     jsonschema.Draft202012Validator.check_schema(json.loads(shipped))
 
 
@@ -118,24 +197,38 @@ def test_real_result_validates() -> None:
 
 
 def test_schema_rejects_a_wrong_document() -> None:
-    bad = {"tool": {"name": "x"}, "spec": {}, "start_time": "t",
-           "local": {"role": "client"}, "remote": {"role": "nobody"}}
+    bad = {
+        "tool": {"name": "x"},
+        "spec": {},
+        "start_time": "t",
+        "local": {"role": "client"},
+        "remote": {"role": "nobody"},
+    }
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, convert.result_json_schema())
     with pytest.raises(ParseError):
         convert.structure(bad, Result)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"protocol": "sctp"}, {"streams": 0}, {"duration_s": -1.0}, {"port": 70000},
-    {"dscp": 64}, {"ip_version": 5}, {"duration_s": None}, {"direction": "sideways"},
-    {"protocol": "udp", "length_bytes": 8},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"protocol": "sctp"},
+        {"streams": 0},
+        {"duration_s": -1.0},
+        {"port": 70000},
+        {"dscp": 64},
+        {"ip_version": 5},
+        {"duration_s": None},
+        {"direction": "sideways"},
+        {"protocol": "udp", "length_bytes": 8},
+    ],
+)
 def test_spec_validation(kwargs: dict) -> None:
     with pytest.raises((SpecError, ValueError)):
         TestSpec(**kwargs)
 
 
 def test_from_json_names_the_source() -> None:
-    with pytest.raises(ParseError, match="saved.json"):
+    with pytest.raises(ParseError, match=r"saved\.json"):
         convert.from_json("{not json", source="saved.json")

@@ -1,4 +1,5 @@
 """Merge the client's own figures and the server's report into one Result."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -24,7 +25,9 @@ from netprobe.schema import (
 Key = tuple[int, str, str]  # stream id, direction, role
 
 
-def _peer_parts(report: Optional[dict[str, Any]]) -> tuple[dict[Key, SideSummary], dict, Optional[Cpu]]:
+def _peer_parts(
+    report: Optional[dict[str, Any]],
+) -> tuple[dict[Key, SideSummary], dict, Optional[Cpu]]:
     """The peer's per-stream summaries and socket infos, validated; empty if unusable."""
     summaries: dict[Key, SideSummary] = {}
     sockets: dict[tuple[int, str], SocketInfo] = {}
@@ -42,13 +45,23 @@ def _peer_parts(report: Optional[dict[str, Any]]) -> tuple[dict[Key, SideSummary
 
 
 def _mode(spec: TestSpec) -> str:
-    modes = [m for m, on in (("zerocopy", spec.zerocopy), ("skip-rx-copy", spec.skip_rx_copy)) if on]
+    modes = [
+        m for m, on in (("zerocopy", spec.zerocopy), ("skip-rx-copy", spec.skip_rx_copy)) if on
+    ]
     return "+".join(modes) or "copy"
 
 
 def build_result(
-    *, spec: TestSpec, start_time: str, local: Endpoint, remote: Endpoint, side: Side,
-    outcome: Outcome, local_intervals: list[Interval], status: str, errors: list[str],
+    *,
+    spec: TestSpec,
+    start_time: str,
+    local: Endpoint,
+    remote: Endpoint,
+    side: Side,
+    outcome: Outcome,
+    local_intervals: list[Interval],
+    status: str,
+    errors: list[str],
     data_path: str,
 ) -> Result:
     """One Result from both ends' figures (either may be missing in a partial result)."""
@@ -71,22 +84,34 @@ def build_result(
     ends = [s.end_s for s in summaries.values()]
     return Result(
         tool=ToolInfo(name="native", version=__version__, data_path=data_path, mode=_mode(spec)),
-        spec=spec, start_time=start_time, local=local, remote=remote, status=status,
-        duration_s=max(ends) if ends else None, summaries=tuple(flows), streams=tuple(streams),
-        intervals=tuple(intervals), errors=tuple(errors),
+        spec=spec,
+        start_time=start_time,
+        local=local,
+        remote=remote,
+        status=status,
+        duration_s=max(ends) if ends else None,
+        summaries=tuple(flows),
+        streams=tuple(streams),
+        intervals=tuple(intervals),
+        errors=tuple(errors),
     )
 
 
 def _cpu_by_role(spec: TestSpec, local: Optional[Cpu], remote: Optional[Cpu]) -> dict:
     """CPU of the sender and receiver of each direction (client is local)."""
     return {
-        ("client_to_server", "sender"): local, ("client_to_server", "receiver"): remote,
-        ("server_to_client", "sender"): remote, ("server_to_client", "receiver"): local,
+        ("client_to_server", "sender"): local,
+        ("client_to_server", "receiver"): remote,
+        ("server_to_client", "sender"): remote,
+        ("server_to_client", "receiver"): local,
     }
 
 
 def _streams_and_flows(
-    spec: TestSpec, summaries: dict[Key, SideSummary], sockets: dict, cpu_by_role: dict,
+    spec: TestSpec,
+    summaries: dict[Key, SideSummary],
+    sockets: dict,
+    cpu_by_role: dict,
 ) -> tuple[list[StreamResult], list[FlowSummary]]:
     streams: list[StreamResult] = []
     flows: list[FlowSummary] = []
@@ -97,11 +122,24 @@ def _streams_and_flows(
             receiver = summaries.get((stream_id, direction, "receiver"))
             senders += [sender] if sender else []
             receivers += [receiver] if receiver else []
-            streams.append(StreamResult(stream_id=stream_id, direction=direction, sender=sender,
-                                        receiver=receiver, socket=sockets.get((stream_id, direction))))
-        flows.append(FlowSummary(
-            direction=direction,
-            sender=sum_summaries(senders, cpu_by_role[(direction, "sender")]) if senders else None,
-            receiver=sum_summaries(receivers, cpu_by_role[(direction, "receiver")]) if receivers else None,
-        ))
+            streams.append(
+                StreamResult(
+                    stream_id=stream_id,
+                    direction=direction,
+                    sender=sender,
+                    receiver=receiver,
+                    socket=sockets.get((stream_id, direction)),
+                )
+            )
+        flows.append(
+            FlowSummary(
+                direction=direction,
+                sender=sum_summaries(senders, cpu_by_role[(direction, "sender")])
+                if senders
+                else None,
+                receiver=sum_summaries(receivers, cpu_by_role[(direction, "receiver")])
+                if receivers
+                else None,
+            )
+        )
     return streams, flows

@@ -1,6 +1,7 @@
 """The native engine's client: connect, ask for a test, open the streams, run, and merge
 both ends' figures into one Result.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -66,7 +67,8 @@ class Client:
             conductor.abort("interrupted by the user")
             self.side.wait(2.0)
             raise TestInterrupted(
-                "interrupted", self._result(conductor.outcome, "interrupted", ["interrupted by the user"])
+                "interrupted",
+                self._result(conductor.outcome, "interrupted", ["interrupted by the user"]),
             ) from None
         return self._finish(conductor, outcome)
 
@@ -93,7 +95,9 @@ class Client:
         except OSError as exc:
             close_quietly(sock)
             where = f"{self.host} port {self.port}"
-            raise TestFailed(f"cannot connect to netprobe server at {where}: {exc.strerror}") from None
+            raise TestFailed(
+                f"cannot connect to netprobe server at {where}: {exc.strerror}"
+            ) from None
         sock.sendall(protocol.pack_hello(protocol.KIND_CONTROL))
         self.channel = Channel(sock)
         try:
@@ -124,9 +128,15 @@ class Client:
             for stream_id in range(1, self.spec.streams + 1):
                 hello = DataHello(cookie, stream_id, direction)
                 try:
-                    sock = self._open_tcp(hello) if self.spec.protocol == "tcp" else self._open_udp(hello)
+                    sock = (
+                        self._open_tcp(hello)
+                        if self.spec.protocol == "tcp"
+                        else self._open_udp(hello)
+                    )
                 except OSError as exc:
-                    raise TestFailed(f"cannot open data stream {stream_id}: {_reason(exc)}") from None
+                    raise TestFailed(
+                        f"cannot open data stream {stream_id}: {_reason(exc)}"
+                    ) from None
                 self.streams.append(LocalStream(stream_id, direction, role, sock))
 
     def _open_tcp(self, hello: DataHello) -> socket.socket:
@@ -180,13 +190,25 @@ class Client:
         if sock is not None:
             local = Endpoint(role="client", address=_addr(sock.getsockname), system=_system())
         remote = Endpoint(
-            role="server", host=self.host, address=str(self.address[0]), port=self.port,
-            system=self.welcome.get("system") if isinstance(self.welcome.get("system"), str) else None,
+            role="server",
+            host=self.host,
+            address=str(self.address[0]),
+            port=self.port,
+            system=self.welcome.get("system")
+            if isinstance(self.welcome.get("system"), str)
+            else None,
         )
         return build_result(
-            spec=self.spec, start_time=self.start_time, local=local, remote=remote,
-            side=self.side, outcome=outcome, local_intervals=self.local_intervals,
-            status=status, errors=errors, data_path=core.DATA_PATH,
+            spec=self.spec,
+            start_time=self.start_time,
+            local=local,
+            remote=remote,
+            side=self.side,
+            outcome=outcome,
+            local_intervals=self.local_intervals,
+            status=status,
+            errors=errors,
+            data_path=core.DATA_PATH,
         )
 
 

@@ -6,8 +6,10 @@ Messages after ``start`` (either direction):
 ``interval`` {sample}, ``sent`` {}, ``report`` {streams, cpu, errors, system},
 ``abort`` {reason}, ``bye`` {}.
 """
+
 from __future__ import annotations
 
+import contextlib
 import platform
 import queue
 import socket
@@ -16,7 +18,7 @@ from typing import Any, Callable, Optional
 
 import attrs
 
-from netprobe import core, convert
+from netprobe import convert, core
 from netprobe.engine.protocol import Channel
 from netprobe.engine.side import Side
 from netprobe.errors import NetprobeError, ProtocolError
@@ -73,8 +75,12 @@ class Conductor:
     """Runs the end-of-test handshake for one side."""
 
     def __init__(
-        self, channel: Channel, reader: Reader, side: Side,
-        on_peer_interval: Callable[[Interval], None], planned_s: Optional[float],
+        self,
+        channel: Channel,
+        reader: Reader,
+        side: Side,
+        on_peer_interval: Callable[[Interval], None],
+        planned_s: Optional[float],
     ) -> None:
         self.channel = channel
         self.reader = reader
@@ -146,7 +152,9 @@ class Conductor:
             self.outcome.peer_report = message
         elif kind == "abort":
             self.outcome.aborted_by_peer = True
-            self.outcome.error = f"peer aborted the test: {message.get('reason', 'no reason given')}"
+            self.outcome.error = (
+                f"peer aborted the test: {message.get('reason', 'no reason given')}"
+            )
             self.side.stop()
         elif kind == "error":
             self._fail(f"peer reported: {message.get('message', 'an error')}")
@@ -179,15 +187,20 @@ def local_report(side: Side) -> dict[str, Any]:
     """This side's final figures as a ``report`` message."""
     streams = [
         {
-            "stream_id": stream.stream_id, "direction": stream.direction, "role": stream.role,
+            "stream_id": stream.stream_id,
+            "direction": stream.direction,
+            "role": stream.role,
             "summary": convert.unstructure(summary),
             "socket": convert.unstructure(stream.socket_info),
         }
         for stream, summary in side.stream_summaries()
     ]
     return {
-        "type": "report", "streams": streams, "cpu": convert.unstructure(side.cpu()),
-        "errors": side.errors(), "system": system_name(),
+        "type": "report",
+        "streams": streams,
+        "cpu": convert.unstructure(side.cpu()),
+        "errors": side.errors(),
+        "system": system_name(),
     }
 
 
@@ -201,10 +214,8 @@ def close_quietly(*socks: Optional[socket.socket]) -> None:
     """Close sockets, ignoring errors (used on every exit path)."""
     for sock in socks:
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.close()
-            except OSError:
-                pass
 
 
 def check_report(message: dict[str, Any]) -> dict[str, Any]:

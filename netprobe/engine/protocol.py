@@ -15,8 +15,10 @@ Wire format (all integers big-endian):
 One port carries control, TCP data and UDP data: 5301 by default, clear of iperf3 (5201),
 iperf2 (5001), nuttcp (5000, 5001, 5101) and NTttcp (5000 and 5001 upward).
 """
+
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -70,7 +72,9 @@ def unpack_hello(data: bytes) -> int:
     if magic != MAGIC:
         raise ProtocolError("not a netprobe client (bad magic)")
     if version != VERSION:
-        raise ProtocolError(f"protocol version {version} not supported (this side speaks {VERSION})")
+        raise ProtocolError(
+            f"protocol version {version} not supported (this side speaks {VERSION})"
+        )
     if kind not in (KIND_CONTROL, KIND_DATA, KIND_UDP):
         raise ProtocolError(f"unknown connection kind {kind}")
     return int(kind)
@@ -162,15 +166,15 @@ class Channel:
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
 
 
 def field(message: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
     """Fetch a required field of a given type from a message, or raise ProtocolError."""
     value = message.get(name)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ProtocolError(f"message '{message.get('type')}': field '{name}' missing or wrong type")
+        raise ProtocolError(
+            f"message '{message.get('type')}': field '{name}' missing or wrong type"
+        )
     return value

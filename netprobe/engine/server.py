@@ -5,6 +5,7 @@ connection is a session on a thread of its own; a session holds one of ``max_tes
 slots from the moment its test is accepted until its control connection ends, whatever
 the reason, so the server is never stuck busy.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -24,7 +25,7 @@ from netprobe.engine.protocol import Channel, DataHello
 from netprobe.engine.side import LocalStream, Side
 from netprobe.engine.sockets import apply_options
 from netprobe.errors import NetprobeError, ProtocolError, SpecError
-from netprobe.schema import TestSpec
+from netprobe.schema import Interval, TestSpec
 
 Log = Callable[[str], None]
 
@@ -108,12 +109,12 @@ class Server:
                 selector.register(sock, selectors.EVENT_READ)
             while not self._closed.is_set():
                 for key, _ in selector.select(timeout=0.2):
-                    sock = key.fileobj
-                    assert isinstance(sock, socket.socket)
-                    if sock.type == socket.SOCK_STREAM:
-                        self._accept(sock)
+                    listener = key.fileobj
+                    assert isinstance(listener, socket.socket)
+                    if listener.type == socket.SOCK_STREAM:
+                        self._accept(listener)
                     else:
-                        self._udp_hello(sock)
+                        self._udp_hello(listener)
 
     def _accept(self, listener: socket.socket) -> None:
         try:
@@ -173,8 +174,13 @@ class Server:
         channel = Channel(conn)
         try:
             if not self._take_slot():
-                channel.send({"type": "error", "code": "busy", "message":
-                              f"server busy: {self.config.max_tests} test(s) running"})
+                channel.send(
+                    {
+                        "type": "error",
+                        "code": "busy",
+                        "message": f"server busy: {self.config.max_tests} test(s) running",
+                    }
+                )
                 return
             try:
                 _Session(self, channel, peer).run()
@@ -245,8 +251,14 @@ class _Session:
     def run(self) -> None:
         """Welcome, accept a test, gather its streams, run it, report."""
         cfg = self.server.config
-        self.channel.send({"type": "welcome", "version": protocol.VERSION,
-                           "server": _version(), "system": system_name()})
+        self.channel.send(
+            {
+                "type": "welcome",
+                "version": protocol.VERSION,
+                "server": _version(),
+                "system": system_name(),
+            }
+        )
         request = self.channel.expect("test", timeout=cfg.idle_timeout_s)
         self.spec = self._checked_spec(request)
         cookie = secrets.token_bytes(16)
@@ -267,8 +279,10 @@ class _Session:
         except NetprobeError as exc:
             self._refuse(f"bad test spec: {exc}")
         if spec.duration_s and spec.duration_s > cfg.max_duration_s:
-            self._refuse(f"duration {spec.duration_s} s exceeds this server's limit of "
-                         f"{cfg.max_duration_s:g} s")
+            self._refuse(
+                f"duration {spec.duration_s} s exceeds this server's limit of "
+                f"{cfg.max_duration_s:g} s"
+            )
         if spec.streams > cfg.max_streams:
             self._refuse(f"{spec.streams} streams exceed this server's limit of {cfg.max_streams}")
         self.server.log(f"{self.peer[0]}: {spec.protocol} {spec.direction} x{spec.streams}")
@@ -325,17 +339,23 @@ class _Session:
             if _peer_closed(self.channel.sock):
                 raise ProtocolError("client left before opening its streams")
             if time.monotonic() > end:
-                self.channel.send({"type": "error", "code": "streams",
-                                   "message": "not every data stream arrived in time"})
+                self.channel.send(
+                    {
+                        "type": "error",
+                        "code": "streams",
+                        "message": "not every data stream arrived in time",
+                    }
+                )
                 raise ProtocolError("data streams missing")
 
     def _run_test(self, spec: TestSpec) -> None:
         self._wait_streams()
         streams = self._local_streams(spec)
         reader = Reader(self.channel)
-        conductor: Optional[Conductor] = None
-        side = Side(spec, streams, on_interval=lambda s: conductor and conductor.send_interval(s))
+        forward = _Forwarder()
+        side = Side(spec, streams, on_interval=forward)
         conductor = Conductor(self.channel, reader, side, lambda _s: None, _planned(spec))
+        forward.conductor = conductor
         conductor.send({"type": "start"})
         side.start()
         outcome = conductor.run()
@@ -357,6 +377,17 @@ class _Session:
                 raise
             streams.append(LocalStream(stream_id, direction, role, sock))
         return streams
+
+
+class _Forwarder:
+    """Sends the server's interval samples to the client as they are taken."""
+
+    def __init__(self) -> None:
+        self.conductor: Optional[Conductor] = None
+
+    def __call__(self, sample: Interval) -> None:
+        if self.conductor is not None:
+            self.conductor.send_interval(sample)
 
 
 def _peer_closed(sock: socket.socket) -> bool:

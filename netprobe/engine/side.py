@@ -6,8 +6,10 @@ Kernel counters (bytes moved, TCP retransmits) are running totals; every interva
 is the difference of two snapshots, and the summary is the difference between the end
 and the warm-up boundary (``omit_s``).
 """
+
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from typing import Callable, Optional
@@ -62,8 +64,12 @@ class LocalStream:
         """Current running totals of this stream."""
         c = self.counters
         snap = summary.Snapshot(
-            bytes=c.bytes, packets=c.packets, lost=c.lost, out_of_order=c.out_of_order,
-            duplicates=c.duplicates, jitter_ms=c.jitter_ms,
+            bytes=c.bytes,
+            packets=c.packets,
+            lost=c.lost,
+            out_of_order=c.out_of_order,
+            duplicates=c.duplicates,
+            jitter_ms=c.jitter_ms,
         )
         if self.is_tcp and self.role == "sender":
             snap = summary.with_tcp_info(snap, self._tcp_info())
@@ -104,7 +110,9 @@ class Side:
         for stream in self.streams:
             stream.socket_info = socket_info(stream.sock)
             stream.thread = threading.Thread(
-                target=self._run_stream, args=(stream,), name=f"np-stream-{stream.stream_id}",
+                target=self._run_stream,
+                args=(stream,),
+                name=f"np-stream-{stream.stream_id}",
                 daemon=True,
             )
             stream.thread.start()
@@ -136,12 +144,25 @@ class Side:
         if stream.role == "sender":
             rate = spec.rate_bits_per_second
             if stream.is_tcp:
-                core.tcp_send(fd, c, length=length, deadline=deadline,
-                              max_bytes=spec.bytes_total, rate_bps=rate, zerocopy=spec.zerocopy)
+                core.tcp_send(
+                    fd,
+                    c,
+                    length=length,
+                    deadline=deadline,
+                    max_bytes=spec.bytes_total,
+                    rate_bps=rate,
+                    zerocopy=spec.zerocopy,
+                )
                 _shutdown_write(stream.sock)
             else:
-                core.udp_send(fd, c, length=length, deadline=deadline,
-                              max_bytes=spec.bytes_total, rate_bps=rate)
+                core.udp_send(
+                    fd,
+                    c,
+                    length=length,
+                    deadline=deadline,
+                    max_bytes=spec.bytes_total,
+                    rate_bps=rate,
+                )
             return
         limit = None if deadline is None else deadline + RECEIVER_GRACE_S
         if stream.is_tcp:
@@ -238,7 +259,9 @@ class Side:
     def stream_summaries(self) -> list[tuple[LocalStream, SideSummary]]:
         """Each stream's summary over the test (after the warm-up)."""
         start = self.spec.omit_s
-        return [(s, summary.side_summary(s, start, self._data_end(s) - self.t0)) for s in self.streams]
+        return [
+            (s, summary.side_summary(s, start, self._data_end(s) - self.t0)) for s in self.streams
+        ]
 
     def _data_end(self, stream: LocalStream) -> float:
         # A UDP receiver cannot see the end of the data; its loop runs on for the drain
@@ -251,7 +274,7 @@ class Side:
     def peer_done(self, elapsed_s: Optional[float]) -> None:
         """Note that the peer stopped sending ``elapsed_s`` after its start (its ``sent``)."""
         now = core.monotonic()
-        if elapsed_s is not None and 0 <= elapsed_s:
+        if elapsed_s is not None and elapsed_s >= 0:
             now = min(now, self.t0 + elapsed_s)
         for stream in self.streams:
             if stream.role == "receiver" and stream.peer_done_at is None:
@@ -278,8 +301,5 @@ class Side:
 
 def _shutdown_write(sock: socket.socket) -> None:
     # Tells the receiver the stream is complete (EOF), so byte counts end exactly.
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
-

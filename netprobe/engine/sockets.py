@@ -1,4 +1,5 @@
 """Socket set-up for data streams: the spec's options applied, and what the kernel gave back."""
+
 from __future__ import annotations
 
 import socket

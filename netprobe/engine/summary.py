@@ -1,10 +1,12 @@
 """Arithmetic of the native engine's figures: snapshots of running totals, the intervals
 and summaries derived from them, sums over streams, and CPU percentages.
 """
+
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Optional
 
 import attrs
 
@@ -38,8 +40,12 @@ def with_tcp_info(snap: Snapshot, info: Optional[core.TcpInfo]) -> Snapshot:
     if info is None:
         return snap
     return attrs.evolve(
-        snap, retransmits=info.retransmits, rtt_us=info.rtt_us, rttvar_us=info.rttvar_us,
-        min_rtt_us=info.min_rtt_us, cwnd_bytes=info.snd_cwnd_bytes,
+        snap,
+        retransmits=info.retransmits,
+        rtt_us=info.rtt_us,
+        rttvar_us=info.rttvar_us,
+        min_rtt_us=info.min_rtt_us,
+        cwnd_bytes=info.snd_cwnd_bytes,
     )
 
 
@@ -50,7 +56,11 @@ def _diff(now: Optional[int], before: Optional[int]) -> Optional[int]:
 
 
 def interval(
-    stream: LocalStream, last: Snapshot, now: Snapshot, start_s: float, end_s: float,
+    stream: LocalStream,
+    last: Snapshot,
+    now: Snapshot,
+    start_s: float,
+    end_s: float,
     omitted: bool,
 ) -> Interval:
     """The interval of one stream between two snapshots."""
@@ -58,11 +68,18 @@ def interval(
     udp = not stream.is_tcp
     receiver = stream.role == "receiver"
     return Interval(
-        direction=stream.direction, role=stream.role, stream_id=stream.stream_id,
-        start_s=round(start_s, 6), end_s=round(end_s, 6), bytes=nbytes,
-        bits_per_second=bits_per_second(nbytes, end_s - start_s), omitted=omitted,
+        direction=stream.direction,
+        role=stream.role,
+        stream_id=stream.stream_id,
+        start_s=round(start_s, 6),
+        end_s=round(end_s, 6),
+        bytes=nbytes,
+        bits_per_second=bits_per_second(nbytes, end_s - start_s),
+        omitted=omitted,
         retransmits=_diff(now.retransmits, last.retransmits),
-        rtt_us=now.rtt_us, rttvar_us=now.rttvar_us, cwnd_bytes=now.cwnd_bytes,
+        rtt_us=now.rtt_us,
+        rttvar_us=now.rttvar_us,
+        cwnd_bytes=now.cwnd_bytes,
         packets=now.packets - last.packets if udp else None,
         lost_packets=now.lost - last.lost if udp and receiver else None,
         out_of_order_packets=now.out_of_order - last.out_of_order if udp and receiver else None,
@@ -98,18 +115,25 @@ def sum_intervals(samples: Sequence[Interval]) -> list[Interval]:
         first = group[0]
         nbytes = sum(s.bytes for s in group)
         rtt = _mean([s.rtt_us for s in group])
-        sums.append(Interval(
-            direction=direction, role=role, stream_id=None, start_s=first.start_s,
-            end_s=first.end_s, bytes=nbytes,
-            bits_per_second=bits_per_second(nbytes, first.end_s - first.start_s),
-            omitted=first.omitted, retransmits=_total([s.retransmits for s in group]),
-            rtt_us=None if rtt is None else round(rtt),
-            cwnd_bytes=_total([s.cwnd_bytes for s in group]),
-            packets=_total([s.packets for s in group]),
-            lost_packets=_total([s.lost_packets for s in group]),
-            out_of_order_packets=_total([s.out_of_order_packets for s in group]),
-            jitter_ms=_mean([s.jitter_ms for s in group]),
-        ))
+        sums.append(
+            Interval(
+                direction=direction,
+                role=role,
+                stream_id=None,
+                start_s=first.start_s,
+                end_s=first.end_s,
+                bytes=nbytes,
+                bits_per_second=bits_per_second(nbytes, first.end_s - first.start_s),
+                omitted=first.omitted,
+                retransmits=_total([s.retransmits for s in group]),
+                rtt_us=None if rtt is None else round(rtt),
+                cwnd_bytes=_total([s.cwnd_bytes for s in group]),
+                packets=_total([s.packets for s in group]),
+                lost_packets=_total([s.lost_packets for s in group]),
+                out_of_order_packets=_total([s.out_of_order_packets for s in group]),
+                jitter_ms=_mean([s.jitter_ms for s in group]),
+            )
+        )
     return sums
 
 
@@ -123,14 +147,19 @@ def side_summary(stream: LocalStream, start_s: float, end_s: float) -> SideSumma
     lost = final.lost - base.lost if udp_rx else None
     packets = final.packets - base.packets if not stream.is_tcp else None
     return SideSummary(
-        role=stream.role, start_s=round(start_s, 6), end_s=round(end_s, 6), bytes=nbytes,
+        role=stream.role,
+        start_s=round(start_s, 6),
+        end_s=round(end_s, 6),
+        bytes=nbytes,
         bits_per_second=bits_per_second(nbytes, end_s - start_s),
         retransmits=_diff(final.retransmits, base.retransmits),
         retransmits_scope="connection" if final.retransmits is not None else None,
-        rtt_us=_rounded(_mean(stream.rtt_samples)), min_rtt_us=final.min_rtt_us,
+        rtt_us=_rounded(_mean(stream.rtt_samples)),
+        min_rtt_us=final.min_rtt_us,
         max_rtt_us=max(stream.rtt_samples) if stream.rtt_samples else None,
         cwnd_bytes=stream.max_cwnd_bytes,
-        packets=packets, lost_packets=lost,
+        packets=packets,
+        lost_packets=lost,
         lost_percent=_percent(lost, (packets or 0) + (lost or 0)) if udp_rx else None,
         out_of_order_packets=final.out_of_order - base.out_of_order if udp_rx else None,
         duplicate_packets=final.duplicates - base.duplicates if udp_rx else None,
@@ -158,7 +187,10 @@ def sum_summaries(parts: Sequence[SideSummary], cpu: Optional[Cpu]) -> SideSumma
     min_rtts = [p.min_rtt_us for p in parts if p.min_rtt_us is not None]
     max_rtts = [p.max_rtt_us for p in parts if p.max_rtt_us is not None]
     return SideSummary(
-        role=parts[0].role, start_s=start, end_s=end, bytes=nbytes,
+        role=parts[0].role,
+        start_s=start,
+        end_s=end,
+        bytes=nbytes,
         bits_per_second=bits_per_second(nbytes, end - start),
         retransmits=_total([p.retransmits for p in parts]),
         retransmits_scope=parts[0].retransmits_scope,
@@ -166,11 +198,13 @@ def sum_summaries(parts: Sequence[SideSummary], cpu: Optional[Cpu]) -> SideSumma
         min_rtt_us=min(min_rtts) if min_rtts else None,
         max_rtt_us=max(max_rtts) if max_rtts else None,
         cwnd_bytes=_total([p.cwnd_bytes for p in parts]),
-        packets=packets, lost_packets=lost,
+        packets=packets,
+        lost_packets=lost,
         lost_percent=None if lost is None else _percent(lost, (packets or 0) + lost),
         out_of_order_packets=_total([p.out_of_order_packets for p in parts]),
         duplicate_packets=_total([p.duplicate_packets for p in parts]),
-        jitter_ms=_mean([p.jitter_ms for p in parts]), cpu=cpu,
+        jitter_ms=_mean([p.jitter_ms for p in parts]),
+        cpu=cpu,
     )
 
 
@@ -179,8 +213,10 @@ def process_cpu(user_s: float, system_s: float, wall_s: float) -> CpuUsage:
     if wall_s <= 0:
         return CpuUsage(cpu_seconds=user_s + system_s)
     return CpuUsage(
-        user_percent=100 * user_s / wall_s, system_percent=100 * system_s / wall_s,
-        total_percent=100 * (user_s + system_s) / wall_s, cpu_seconds=user_s + system_s,
+        user_percent=100 * user_s / wall_s,
+        system_percent=100 * system_s / wall_s,
+        total_percent=100 * (user_s + system_s) / wall_s,
+        cpu_seconds=user_s + system_s,
     )
 
 

@@ -3,6 +3,7 @@
 Without a host it starts an embedded server on loopback for the duration of the test:
 the self-test that works on any machine with nothing else installed or running.
 """
+
 from __future__ import annotations
 
 from netprobe import __version__
@@ -19,10 +20,22 @@ class NativeTool(Tool):
     capabilities = Capabilities(
         protocols=frozenset({"tcp", "udp"}),
         directions=frozenset({"normal", "reverse", "bidir"}),
-        max_streams=128, byte_count=True, min_interval_s=0.1, omit=True,
-        rate_limit=frozenset({"tcp", "udp"}), length=True, window=True, mss=True,
-        nodelay=True, dscp=True, congestion=True, ipv6=True, bind=True, port=True,
-        zerocopy=True, skip_rx_copy=True,
+        max_streams=128,
+        byte_count=True,
+        min_interval_s=0.1,
+        omit=True,
+        rate_limit=frozenset({"tcp", "udp"}),
+        length=True,
+        window=True,
+        mss=True,
+        nodelay=True,
+        dscp=True,
+        congestion=True,
+        ipv6=True,
+        bind=True,
+        port=True,
+        zerocopy=True,
+        skip_rx_copy=True,
     )
 
     def probe(self) -> Availability:
@@ -31,8 +44,10 @@ class NativeTool(Tool):
             from netprobe import core
         except ImportError as exc:  # a broken install, not a missing compiler
             return Availability(False, __version__, (f"core module failed to load: {exc}",))
-        detail = "data path: C (compiled core)" if core.DATA_PATH == "c" else (
-            "data path: pure Python (compiled core not available; slower)"
+        detail = (
+            "data path: C (compiled core)"
+            if core.DATA_PATH == "c"
+            else ("data path: pure Python (compiled core not available; slower)")
         )
         return Availability(True, __version__, details=(detail,))
 
