@@ -1,0 +1,615 @@
+"""netprobe's command line: argparse, dispatch, and the mapping of errors to exit codes.
+
+Commands: ``run`` (a test), ``server`` (the native engine's far end), ``tools`` (installed
+tool plugins and why they can or cannot run), ``parse`` (saved tool output to a result).
+
+Exit codes (``EXIT_CODES``; every error is one line on stderr, ``netprobe: error: ...``):
+
+====  =====================================================================================
+ 0    success
+ 1    internal error (no traceback unless NETPROBE_DEBUG=1), or the system refused
+      something outside a test (e.g. the server cannot listen on its port)
+ 2    bad arguments, a spec the tool refuses, or an unreadable/unparsable input file
+ 3    unknown tool (not installed, or installed but failed to load)
+ 4    tool unavailable here (binary missing, too old, ...)
+ 5    test failed (what was measured is still printed/saved, status ``failed``)
+ 6    the result could not be written (output file, or stdout closed)
+130   interrupted (Ctrl-C; what was measured is still printed/saved)
+====  =====================================================================================
+
+This module stays cheap to import: rich, the schema and the plugins load only when a
+command needs them, so ``netprobe --version`` answers quickly even on a small router.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import re
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+from netprobe import __version__
+from netprobe.cli.units import parse_bitrate, parse_bytes, parse_dscp, parse_seconds
+from netprobe.errors import (
+    NetprobeError,
+    ParseError,
+    SpecError,
+    TestFailed,
+    TestInterrupted,
+    ToolNotFound,
+    ToolUnavailable,
+)
+
+if TYPE_CHECKING:
+    from netprobe.cli.formats import Output
+    from netprobe.plugin import Registry, Reporter, Tool
+    from netprobe.schema import Result, TestSpec
+
+T = TypeVar("T")
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_TOOL_NOT_FOUND = 3
+EXIT_TOOL_UNAVAILABLE = 4
+EXIT_TEST_FAILED = 5
+EXIT_OUTPUT = 6
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_INTERNAL: "internal error (NETPROBE_DEBUG=1 shows the traceback) or a system error",
+    EXIT_USAGE: "bad arguments, spec refused by the tool, or unreadable input file",
+    EXIT_TOOL_NOT_FOUND: "unknown tool (not installed, or failed to load)",
+    EXIT_TOOL_UNAVAILABLE: "tool cannot run here (see `netprobe tools`)",
+    EXIT_TEST_FAILED: "test failed (partial result still printed/saved)",
+    EXIT_OUTPUT: "cannot write the result (output file, or stdout closed)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C; partial result still printed/saved)",
+}
+"""Every exit code of the CLI and what it means (shown in ``netprobe --help``)."""
+
+DEFAULT_DURATION_S = 10.0
+"""Test length when neither ``--time`` nor ``--bytes`` is given."""
+
+RegistryLoader = Callable[[], "Registry"]
+
+
+class UsageError(NetprobeError):
+    """A command-line argument cannot be used (exit code 2)."""
+
+
+# --- entry point -------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None, *,
+         registry_loader: RegistryLoader | None = None) -> int:
+    """Run the netprobe command line; return the exit code (the console script exits with it).
+
+    ``registry_loader`` replaces :func:`netprobe.plugin.load_registry` (for tests that
+    bring their own plugins).
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse has printed usage/help/version already
+        return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else
+                                                           EXIT_USAGE)
+    try:
+        code: int = args.handler(args, registry_loader or _load_registry)
+        return code
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_OUTPUT
+    except Exception as exc:
+        return _report(exc)
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The exit code for an error that ended a command."""
+    from_types: list[tuple[type[BaseException], int]] = [
+        (TestInterrupted, EXIT_INTERRUPTED),
+        (TestFailed, EXIT_TEST_FAILED),
+        (SpecError, EXIT_USAGE),
+        (UsageError, EXIT_USAGE),
+        (ParseError, EXIT_USAGE),
+        (ToolNotFound, EXIT_TOOL_NOT_FOUND),
+        (ToolUnavailable, EXIT_TOOL_UNAVAILABLE),
+    ]
+    formats = sys.modules.get("netprobe.cli.formats")  # loaded if it could have raised
+    if formats is not None:
+        from_types.append((formats.OutputError, EXIT_OUTPUT))
+    for kind, code in from_types:
+        if isinstance(exc, kind):
+            return code
+    return EXIT_INTERNAL
+
+
+def _report(exc: Exception) -> int:
+    code = exit_code_for(exc)
+    expected = code != EXIT_INTERNAL or isinstance(exc, (NetprobeError, OSError))
+    if os.environ.get("NETPROBE_DEBUG") == "1":
+        traceback.print_exc()
+    if expected:
+        _error(str(exc) or type(exc).__name__)
+    else:
+        _error(f"internal error: {_one_line(exc)} (NETPROBE_DEBUG=1 shows the traceback)")
+    return code
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _error(message: str) -> None:
+    try:
+        from netprobe.cli.render import print_error
+    except Exception:  # rich missing or broken: the error must still reach the user
+        sys.stderr.write(f"netprobe: error: {' '.join(message.split())}\n")
+        return
+    print_error(message)
+
+
+def _silence_stdout() -> None:
+    # The reader went away (`netprobe tools | head -1`): point stdout at /dev/null so the
+    # interpreter's final flush does not complain with a traceback of its own.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _load_registry() -> Registry:
+    from netprobe.plugin import load_registry
+
+    return load_registry()
+
+
+def version_text() -> str:
+    """``netprobe X.Y.Z (data path: c|python|unknown, Python X.Y.Z)``."""
+    try:
+        from netprobe.core import DATA_PATH
+
+        data_path = str(DATA_PATH)
+    except Exception:  # no core module (or a broken build): still answer --version
+        data_path = "unknown"
+    return f"netprobe {__version__} (data path: {data_path}, Python {platform.python_version()})"
+
+
+# --- argument types ----------------------------------------------------------------------
+
+
+def _checked(parse: Callable[[str], T], test: Callable[[T], bool], need: str
+             ) -> Callable[[str], T]:
+    """An argparse type: ``parse`` then ``test``; failures become one-line usage errors."""
+
+    def convert(text: str) -> T:
+        try:
+            value = parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if not test(value):
+            raise argparse.ArgumentTypeError(f"{need}, got {text!r}")
+        return value
+
+    return convert
+
+
+def _whole_number(text: str) -> int:
+    try:
+        return int(text.strip(), 10)
+    except ValueError:
+        raise ValueError(f"not a whole number: {text!r}") from None
+
+
+_SECONDS = _checked(parse_seconds, lambda v: v > 0, "must be more than 0 seconds")
+_SECONDS_OR_ZERO = _checked(parse_seconds, lambda v: v >= 0, "must be 0 or more seconds")
+_BYTES = _checked(parse_bytes, lambda v: v > 0, "must be at least 1 byte")
+_RATE = _checked(parse_bitrate, lambda v: v >= 0, "must be 0 (unlimited) or more")
+_COUNT = _checked(_whole_number, lambda v: v >= 1, "must be a whole number of 1 or more")
+_PORT = _checked(_whole_number, lambda v: 1 <= v <= 65535, "must be a port number 1-65535")
+_LISTEN_PORT = _checked(_whole_number, lambda v: 0 <= v <= 65535,
+                        "must be a port number 0-65535 (0: any free port)")
+_DSCP = _checked(parse_dscp, lambda v: True, "")
+
+
+# --- the parser --------------------------------------------------------------------------
+
+
+_LAZY_DEFAULT = re.compile(r"\{server:(\w+)\}")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Plain argparse help that keeps the epilog's layout and fills in the server's
+    defaults (``{server:port}``) only when help is shown, so parsing never imports the
+    engine."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = super()._get_help_string(action)
+        return _LAZY_DEFAULT.sub(lambda m: _server_default(m.group(1)), text) if text else text
+
+
+def _server_default(name: str) -> str:
+    try:
+        import attrs
+
+        from netprobe.engine.server import ServerConfig
+
+        return str(attrs.fields_dict(ServerConfig)[name].default)
+    except Exception:  # engine not installed: help must still work
+        return "see the native engine"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`version_text` and exit 0 (no rich, no plugins)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        sys.stdout.write(version_text() + "\n")
+        parser.exit(EXIT_OK)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (all commands)."""
+    epilog = "exit codes:\n" + "\n".join(f"  {code:>3}  {text}" for code, text in
+                                         EXIT_CODES.items())
+    parser = argparse.ArgumentParser(
+        prog="netprobe", formatter_class=_HelpFormatter, epilog=epilog,
+        description="Measure what a network path can carry, with netprobe's own engine or "
+                    "with iperf3, iperf2, nuttcp and NTttcp, all reporting in one result "
+                    "schema.")
+    parser.add_argument("--version", action=_VersionAction, nargs=0,
+                        help="show the version and the native data path, then exit")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_run(commands, epilog)
+    _add_server(commands, epilog)
+    _add_tools(commands, epilog)
+    _add_parse(commands, epilog)
+    return parser
+
+
+def _subparser(commands: Any, name: str, summary: str, epilog: str, usage: str
+               ) -> argparse.ArgumentParser:
+    # A short usage line: argparse's own lists every option, which buries a one-line error.
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=summary, description=summary, epilog=epilog, usage=usage,
+        formatter_class=_HelpFormatter)
+    return parser
+
+
+def _add_run(commands: Any, epilog: str) -> None:
+    parser = _subparser(commands, "run", "run a throughput test", epilog,
+                        "%(prog)s [HOST] [--tool NAME] [options]")
+    parser.set_defaults(handler=_cmd_run)
+    parser.add_argument("host", nargs="?", metavar="HOST",
+                        help="the far end (a `netprobe server`, or the tool's own server); "
+                             "omit it to run both ends on this machine over loopback")
+    parser.add_argument("-c", "--client", metavar="HOST", help="same as HOST (iperf3 habit)")
+    parser.add_argument("--tool", default="native", metavar="NAME",
+                        help="tool plugin that runs the test (default: native; see "
+                             "`netprobe tools`)")
+    _add_test_options(parser)
+    _add_socket_options(parser)
+    _add_output_options(parser)
+
+
+def _add_test_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("test")
+    group.add_argument("-t", "--time", type=_SECONDS, metavar="SECONDS",
+                       help=f"seconds to send (default: {DEFAULT_DURATION_S:g}, or until "
+                            "--bytes are sent when that is given)")
+    group.add_argument("-n", "--bytes", type=_BYTES, metavar="BYTES",
+                       help="bytes to send per stream instead of a duration; k/m/g suffixes "
+                            "are 1024-based like iperf3 (64k = 65,536)")
+    group.add_argument("-P", "--parallel", type=_COUNT, default=1, metavar="N",
+                       help="parallel streams, per direction (default: 1)")
+    group.add_argument("-u", "--udp", action="store_true", help="UDP instead of TCP")
+    group.add_argument("-b", "--bitrate", type=_RATE, metavar="RATE",
+                       help="rate limit per stream in bits per second; k/m/g suffixes are SI "
+                            "(1M = 1,000,000 bit/s); 0 means unlimited")
+    way = group.add_mutually_exclusive_group()
+    way.add_argument("-R", "--reverse", dest="direction", action="store_const",
+                     const="reverse", default="normal", help="the server sends")
+    way.add_argument("--bidir", dest="direction", action="store_const", const="bidir",
+                     help="both ends send at once")
+    group.add_argument("-i", "--interval", type=_SECONDS_OR_ZERO, default=1.0,
+                       metavar="SECONDS",
+                       help="seconds between interval reports (default: 1; 0 disables them)")
+    group.add_argument("-O", "--omit", type=_SECONDS_OR_ZERO, default=0.0, metavar="SECONDS",
+                       help="leave the first SECONDS out of the summary (warm-up)")
+
+
+def _add_socket_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("sockets")
+    group.add_argument("-l", "--length", type=_BYTES, metavar="BYTES",
+                       help="buffer (TCP) or datagram payload (UDP) length; k/m suffixes are "
+                            "1024-based")
+    group.add_argument("-w", "--window", type=_BYTES, metavar="BYTES",
+                       help="socket buffer size to ask for; k/m suffixes are 1024-based")
+    group.add_argument("-M", "--mss", type=_BYTES, metavar="BYTES", help="TCP maximum segment size")
+    group.add_argument("-N", "--nodelay", action="store_true", help="disable Nagle (TCP_NODELAY)")
+    group.add_argument("--dscp", type=_DSCP, metavar="VALUE",
+                       help="DSCP for the traffic: 0-63, or a name (EF, AF11-AF43, CS0-CS7, "
+                            "VA, LE, DF)")
+    group.add_argument("-C", "--congestion", metavar="ALGO",
+                       help="TCP congestion control algorithm (e.g. cubic, bbr)")
+    family = group.add_mutually_exclusive_group()
+    family.add_argument("-4", dest="ip_version", action="store_const", const=4,
+                        help="IPv4 only")
+    family.add_argument("-6", dest="ip_version", action="store_const", const=6,
+                        help="IPv6 only")
+    group.add_argument("-p", "--port", type=_PORT, metavar="PORT",
+                       help="server port (default: the tool's own)")
+    group.add_argument("-B", "--bind", metavar="ADDRESS", help="local address to bind to")
+    group.add_argument("-Z", "--zerocopy", action="store_true",
+                       help="zero-copy send (sendfile), like iperf3 -Z")
+    group.add_argument("--skip-rx-copy", action="store_true",
+                       help="discard received data in the kernel (MSG_TRUNC)")
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("output")
+    group.add_argument("--format", choices=("human", "json", "jsonl", "csv"), default="human",
+                       help="result format (default: human). json: one document; jsonl: one "
+                            "line per result; csv: a header and one row per direction")
+    group.add_argument("--json", dest="format", action="store_const", const="json",
+                       help="same as --format json")
+    group.add_argument("-o", "--output", metavar="FILE",
+                       help="also write the result, in the chosen format, to FILE (replaced "
+                            "atomically; jsonl appends a line)")
+    group.add_argument("-q", "--quiet", action="store_true",
+                       help="nothing on stdout (use with -o); errors still go to stderr")
+    group.add_argument("--per-stream", action="store_true",
+                       help="with -P, show every stream, not only the sums")
+
+
+def _add_server(commands: Any, epilog: str) -> None:
+    parser = _subparser(commands, "server", "run the native engine's far end", epilog,
+                        "%(prog)s [-p PORT] [-B ADDRESS] [--max-tests N] [-1]")
+    parser.set_defaults(handler=_cmd_server)
+    parser.add_argument("-p", "--port", type=_LISTEN_PORT, metavar="PORT",
+                        help="TCP and UDP port to listen on; 0 picks a free one, shown when "
+                             "ready (default: {server:port})")
+    parser.add_argument("-B", "--bind", metavar="ADDRESS",
+                        help="address to listen on (default: all)")
+    parser.add_argument("--max-tests", type=_COUNT, metavar="N",
+                        help="most tests served at once (default: {server:max_tests})")
+    parser.add_argument("-1", "--one-off", action="store_true",
+                        help="serve one test, then exit")
+
+
+def _add_tools(commands: Any, epilog: str) -> None:
+    parser = _subparser(commands, "tools", "list tool plugins and whether they can run here",
+                        epilog, "%(prog)s [--json]")
+    parser.set_defaults(handler=_cmd_tools)
+    parser.add_argument("--json", action="store_true", help="a JSON list instead of a table")
+
+
+def _add_parse(commands: Any, epilog: str) -> None:
+    parser = _subparser(commands, "parse", "turn a tool's saved output into a netprobe result",
+                        epilog, "%(prog)s --tool NAME [options] FILE...")
+    parser.set_defaults(handler=_cmd_parse)
+    parser.add_argument("--tool", required=True, metavar="NAME",
+                        help="the tool that wrote the files")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="saved output (client and server logs, as the tool needs; "
+                             "- reads stdin)")
+    _add_output_options(parser)
+
+
+# --- run ---------------------------------------------------------------------------------
+
+
+def _cmd_run(args: argparse.Namespace, load: RegistryLoader) -> int:
+    spec = spec_from_args(args)
+    tool = _make_tool(load(), spec.tool)
+    tool.check(spec)
+    _require_available(tool)
+    output = _output(args)
+    reporter = output.reporter(spec)
+    try:
+        result = _run_tool(tool, spec, reporter)
+    except TestFailed as exc:
+        _emit_partial(output, exc.partial, reporter)
+        raise
+    output.emit(result, intervals_shown=_lines_shown(reporter))
+    return _status_code(result)
+
+
+def spec_from_args(args: argparse.Namespace) -> TestSpec:
+    """The TestSpec for ``netprobe run`` arguments (SpecError if the values do not fit)."""
+    from netprobe.schema import TestSpec
+
+    return TestSpec(
+        tool=args.tool, host=_host(args), protocol="udp" if args.udp else "tcp",
+        direction=args.direction, streams=args.parallel, duration_s=_duration(args),
+        bytes_total=args.bytes, interval_s=args.interval or None, omit_s=args.omit,
+        length_bytes=args.length, window_bytes=args.window,
+        rate_bits_per_second=args.bitrate or None, mss_bytes=args.mss, nodelay=args.nodelay,
+        dscp=args.dscp, congestion=args.congestion, ip_version=args.ip_version,
+        port=args.port, bind_address=args.bind, zerocopy=args.zerocopy,
+        skip_rx_copy=args.skip_rx_copy,
+    )
+
+
+def _host(args: argparse.Namespace) -> str | None:
+    if args.host and args.client and args.host != args.client:
+        raise UsageError(f"two hosts given: {args.host!r} and -c {args.client!r}")
+    host: str | None = args.host or args.client
+    return host
+
+
+def _duration(args: argparse.Namespace) -> float | None:
+    # A byte count bounds the test by itself (as in iperf3 -n) unless -t is also given.
+    if args.time is not None:
+        return float(args.time)
+    return None if args.bytes is not None else DEFAULT_DURATION_S
+
+
+def _make_tool(registry: Registry, name: str) -> Tool:
+    cls = registry.get(name)
+    try:
+        return cls()
+    except Exception as exc:  # a plugin's own bug: say which plugin, do not crash
+        raise ToolUnavailable(f"tool {name!r} failed to start: {_one_line(exc)}") from exc
+
+
+def _require_available(tool: Tool) -> None:
+    try:
+        availability = tool.probe()
+    except Exception as exc:  # probe() must not raise; a plugin that does is unavailable
+        raise ToolUnavailable(f"{tool.name}: probe failed: {_one_line(exc)}") from exc
+    if not availability.available:
+        reasons = "; ".join(availability.reasons) or "no reason given"
+        raise ToolUnavailable(f"{tool.name} cannot run here: {reasons}")
+
+
+def _run_tool(tool: Tool, spec: TestSpec, reporter: Reporter) -> Result:
+    try:
+        return tool.run(spec, reporter)
+    except (TestFailed, SpecError, ToolUnavailable, BrokenPipeError):
+        raise  # a closed stdout is not the test's failure: exit 6 (see main)
+    except (NetprobeError, OSError) as exc:  # the test did not complete: exit 5, not 1
+        raise TestFailed(f"{tool.name}: {exc}") from exc
+
+
+def _emit_partial(output: Output, partial: Any, reporter: Reporter) -> None:
+    # Nothing measured is lost: the partial result goes out as a full one would. The test
+    # failure stays the error that decides the exit code.
+    from netprobe.cli.formats import OutputError
+    from netprobe.schema import Result
+
+    if not isinstance(partial, Result):
+        return
+    try:
+        output.emit(partial, intervals_shown=_lines_shown(reporter))
+    except OutputError as exc:
+        _error(str(exc))
+
+
+def _lines_shown(reporter: Reporter) -> bool:
+    return getattr(reporter, "lines", 0) > 0
+
+
+def _status_code(result: Result) -> int:
+    if result.status == "ok":
+        return EXIT_OK
+    _error(result.errors[0] if result.errors else f"test {result.status}")
+    return EXIT_INTERRUPTED if result.status == "interrupted" else EXIT_TEST_FAILED
+
+
+def _output(args: argparse.Namespace) -> Output:
+    from netprobe.cli.formats import Output
+
+    return Output(args.format, args.output, quiet=args.quiet, per_stream=args.per_stream)
+
+
+# --- parse -------------------------------------------------------------------------------
+
+
+def _cmd_parse(args: argparse.Namespace, load: RegistryLoader) -> int:
+    tool = _make_tool(load(), args.tool)
+    sources = [(path, _read(path)) for path in args.files]
+    result = tool.parse(sources)
+    _output(args).emit(result)
+    return _status_code(result)
+
+
+def _read(path: str) -> str:
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+# --- tools -------------------------------------------------------------------------------
+
+
+def _cmd_tools(args: argparse.Namespace, load: RegistryLoader) -> int:
+    rows = tool_rows(load())
+    if args.json:
+        import json
+
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return EXIT_OK
+    from netprobe.cli.render import print_note, stdout_console, tools_table
+
+    if rows:
+        stdout_console().print(tools_table(rows))
+    else:
+        print_note("no tool plugins are installed (entry-point group netprobe.tools)")
+    return EXIT_OK
+
+
+def tool_rows(registry: Registry) -> list[dict[str, Any]]:
+    """One dict per tool (loaded or failed), as ``netprobe tools --json`` prints them.
+
+    Keys: name, status (available/unavailable/failed), version, path, details, reasons,
+    description, aliases, error (load or probe failure), target (entry point).
+    """
+    rows = [_tool_row(name, cls) for name, cls in sorted(registry.tools.items())]
+    for failure in registry.failures:
+        rows.append(_row(failure.name, "failed", error=failure.error, target=failure.target))
+    return rows
+
+
+def _tool_row(name: str, cls: type[Tool]) -> dict[str, Any]:
+    described = {"description": cls.description, "aliases": list(cls.aliases),
+                 "target": f"{cls.__module__}:{cls.__qualname__}"}
+    try:
+        found = cls().probe()
+    except Exception as exc:  # a plugin bug shows in the list instead of breaking it
+        return _row(name, "unavailable", error=f"probe failed: {_one_line(exc)}", **described)
+    return _row(name, "available" if found.available else "unavailable",
+                version=found.version, path=found.path, details=list(found.details),
+                reasons=list(found.reasons), **described)
+
+
+def _row(name: str, status: str, **fields: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {"name": name, "status": status, "version": None, "path": None,
+                           "details": [], "reasons": [], "description": "", "aliases": [],
+                           "error": None, "target": None}
+    row.update(fields)
+    return row
+
+
+# --- server ------------------------------------------------------------------------------
+
+
+def _cmd_server(args: argparse.Namespace, _load: RegistryLoader) -> int:
+    try:
+        from netprobe.engine.server import ServerConfig, serve
+    except ImportError as exc:
+        raise ToolUnavailable(f"the native server is not in this install: {exc}") from None
+    from netprobe.cli.render import print_line, print_note
+
+    options: dict[str, Any] = {"bind_address": args.bind, "one_off": args.one_off}
+    if args.port is not None:
+        options["port"] = args.port
+    if args.max_tests is not None:
+        options["max_tests"] = args.max_tests
+    config = ServerConfig(**options)
+    where = args.bind or "all addresses"
+
+    def log(line: str) -> None:
+        # Called from the server's threads: a closed log pipe must not stop the serving.
+        with contextlib.suppress(OSError):
+            print_line(line)
+
+    try:
+        serve(config, log=log,
+              ready=lambda port: log(f"netprobe server listening on {where} port {port}"))
+    except KeyboardInterrupt:
+        print_note("netprobe server: stopped")
+    return EXIT_OK

@@ -1,0 +1,326 @@
+"""Everything netprobe draws for people, with rich: live interval lines, the summary table
+of a result, the ``netprobe tools`` table and error lines.
+
+Results go to the stdout console, errors and progress notes to the stderr console (as
+httpie and pip do). Only the CLI imports this module, and only when it has something to
+draw, so ``netprobe --version`` never pays for importing rich.
+"""
+from __future__ import annotations
+
+import errno
+import io
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from netprobe.cli.units import format_bytes, format_ms_from_us, format_percent, format_rate
+from netprobe.schema import Interval, Result, SideSummary, TestSpec
+
+FILE_WIDTH = 120
+"""Width of human output written to a file or a pipe (no terminal to measure)."""
+
+_DIRECTION_LABELS = {"client_to_server": "c->s", "server_to_client": "s->c"}
+_STATUS_STYLES = {"ok": "bold green", "failed": "bold red", "interrupted": "bold yellow"}
+
+
+class _Console(Console):
+    """A rich Console that lets a closed pipe reach the CLI as BrokenPipeError (exit code 6),
+    where rich would raise SystemExit(1) by itself."""
+
+    def on_broken_pipe(self) -> None:
+        """Stop writing and report the closed pipe."""
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
+
+
+def stdout_console() -> Console:
+    """The console for results (stdout)."""
+    return _Console(highlight=False, width=_width(sys.stdout))
+
+
+def stderr_console() -> Console:
+    """The console for errors and notes (stderr)."""
+    return _Console(stderr=True, highlight=False, width=_width(sys.stderr))
+
+
+def _width(stream: Any) -> int | None:
+    # Off a terminal rich assumes 80 columns, which folds the summary table; a pipe or a
+    # log file reads better wide. COLUMNS, when set, still wins (rich reads it itself).
+    is_tty = getattr(stream, "isatty", None)
+    if (is_tty is not None and is_tty()) or "COLUMNS" in os.environ:
+        return None
+    return FILE_WIDTH
+
+
+def print_error(message: str) -> None:
+    """One line on stderr: ``netprobe: error: message`` (never wrapped, never markup)."""
+    line = Text("netprobe: ")
+    line.append("error: ", style="bold red")
+    line.append(" ".join(message.split()))  # a multi-line message still makes one line
+    stderr_console().print(line, soft_wrap=True)
+
+
+def print_note(message: str) -> None:
+    """A progress or status line on stderr, dimmed."""
+    stderr_console().print(Text(message, style="dim"), soft_wrap=True)
+
+
+def print_line(message: str) -> None:
+    """A plain line on stdout (server log lines)."""
+    stdout_console().print(Text(message), soft_wrap=True)
+
+
+# --- interval lines ----------------------------------------------------------------------
+
+
+class IntervalFilter:
+    """Decides which interval samples become lines.
+
+    One stream: each time span once per direction and side (a tool may report the stream
+    and the identical sum). Several streams: the sums, plus each stream with ``per_stream``.
+    """
+
+    def __init__(self, streams: int, per_stream: bool = False) -> None:
+        self.show_ids = streams > 1
+        self._per_stream = per_stream
+        self._last_span: dict[tuple[str, str], tuple[float, float]] = {}
+
+    def wants(self, sample: Interval) -> bool:
+        """True if ``sample`` should be shown."""
+        if sample.end_s <= sample.start_s:  # an empty closing span says nothing
+            return False
+        if self.show_ids:
+            return sample.stream_id is None or self._per_stream
+        key = (sample.direction, sample.role)
+        span = (round(sample.start_s, 6), round(sample.end_s, 6))
+        # Samples of one direction and side arrive in time order, so a repeat is adjacent.
+        if self._last_span.get(key) == span:
+            return False
+        self._last_span[key] = span
+        return True
+
+
+def interval_header(show_ids: bool) -> Text:
+    """The column titles printed above the first interval line."""
+    ids = "[ ID] " if show_ids else ""
+    return Text(f"{ids}  {'Interval':<15}{'Dir':<6}{'Role':<10}{'Transfer':>13}  {'Bitrate':>13}",
+                style="bold")
+
+
+def interval_line(sample: Interval, show_ids: bool) -> Text:
+    """One interval as a line: span, direction, side, bytes, rate, then what is known."""
+    ids = ""
+    if show_ids:
+        ids = "[SUM] " if sample.stream_id is None else f"[{sample.stream_id:>3}] "
+    span = f"{sample.start_s:6.2f}-{sample.end_s:<6.2f} s  "
+    line = Text(f"{ids}{span}{_DIRECTION_LABELS[sample.direction]:<6}{sample.role:<10}")
+    line.append(f"{format_bytes(sample.bytes):>13}  ")
+    line.append(f"{format_rate(sample.bits_per_second):>13}", style="bold")
+    for extra in _interval_extras(sample):
+        line.append("  " + extra)
+    if sample.omitted:
+        line.append("  (omitted)", style="dim")
+    return line
+
+
+def _interval_extras(sample: Interval) -> list[str]:
+    extras = []
+    if sample.retransmits is not None:
+        extras.append(f"retr {sample.retransmits}")
+    if sample.rtt_us is not None:
+        extras.append(f"rtt {format_ms_from_us(sample.rtt_us)}")
+    if sample.cwnd_bytes is not None:
+        extras.append(f"cwnd {format_bytes(sample.cwnd_bytes)}")
+    if sample.lost_packets is not None:
+        total = f"/{sample.packets + sample.lost_packets}" if sample.packets is not None else ""
+        extras.append(f"lost {sample.lost_packets}{total}")
+    elif sample.packets is not None:
+        extras.append(f"packets {sample.packets}")
+    if sample.jitter_ms is not None:
+        extras.append(f"jitter {sample.jitter_ms:.3f} ms")
+    if sample.out_of_order_packets:
+        extras.append(f"ooo {sample.out_of_order_packets}")
+    return extras
+
+
+class LiveReporter:
+    """A Reporter (see netprobe.plugin) that prints interval lines as the tool sends them.
+
+    Tools may report from their own threads, so printing is serialised by a lock. It never
+    raises into the tool: if the terminal or pipe goes away, it stops printing and the
+    test runs on (writing the result then fails, and the CLI exits 6).
+    """
+
+    def __init__(self, spec: TestSpec, per_stream: bool = False,
+                 console: Console | None = None, notes: Console | None = None) -> None:
+        self._console = console or stdout_console()
+        self._notes = notes or stderr_console()
+        self._filter = IntervalFilter(spec.streams, per_stream)
+        self._lock = threading.Lock()
+        self._closed = False
+        self.lines = 0
+        """Interval lines printed so far."""
+
+    def interval(self, sample: Interval) -> None:
+        """Print ``sample`` if it is one the user wants to see."""
+        with self._lock:
+            if self._closed or not self._filter.wants(sample):
+                return
+            if self.lines == 0:
+                self._print(self._console, interval_header(self._filter.show_ids))
+            self._print(self._console, interval_line(sample, self._filter.show_ids))
+            self.lines += 1
+
+    def note(self, message: str) -> None:
+        """Print a progress message, dimmed, on stderr."""
+        with self._lock:
+            if not self._closed:
+                self._print(self._notes, Text(message, style="dim"))
+
+    def _print(self, console: Console, line: Text) -> None:
+        try:
+            console.print(line, soft_wrap=True)
+        except OSError:  # closed pipe, full disk: not the tool's problem
+            self._closed = True
+
+
+# --- the result --------------------------------------------------------------------------
+
+
+def print_result(console: Console, result: Result, *, intervals: bool = False,
+                 per_stream: bool = False) -> None:
+    """Draw a result: a title, optionally its intervals, the summary table, then warnings,
+    errors and the status."""
+    console.print(_title(result), soft_wrap=True)
+    if intervals:  # drawn as the live lines would have been
+        reporter = LiveReporter(result.spec, per_stream, console=console, notes=console)
+        for sample in result.intervals:
+            reporter.interval(sample)
+    if result.summaries or result.streams:
+        console.print(summary_table(result, per_stream))
+    for warning in result.warnings:
+        console.print(Text.assemble(("warning: ", "bold yellow"), warning), soft_wrap=True)
+    for error in result.errors:
+        console.print(Text.assemble(("error: ", "bold red"), error), soft_wrap=True)
+    console.print(Text.assemble("status: ", (result.status, _STATUS_STYLES[result.status])))
+
+
+def human_text(result: Result, per_stream: bool = False) -> str:
+    """The human rendering of a result, with its intervals, as plain text (for files)."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=FILE_WIDTH, color_system=None, highlight=False,
+                      force_terminal=False)
+    print_result(console, result, intervals=True, per_stream=per_stream)
+    return buffer.getvalue()
+
+
+def _title(result: Result) -> Text:
+    spec = result.spec
+    tool = " ".join(x for x in (result.tool.name, result.tool.version) if x)
+    if result.tool.data_path:
+        tool += f" ({result.tool.data_path} data path)"
+    streams = f"{spec.streams} stream{'s' if spec.streams > 1 else ''}"
+    far = result.remote.address or result.remote.host or spec.host or "unknown"
+    port = f":{result.remote.port}" if result.remote.port else ""
+    took = f"{result.duration_s:.2f} s" if result.duration_s is not None else "-"
+    parts = [tool, spec.protocol, spec.direction, streams, f"server {far}{port}", took]
+    return Text(" | ".join(parts) + f" | started {result.start_time or '-'}", style="bold")
+
+
+_COLUMNS = ("Dir", "Role", "Transfer", "Bitrate", "CPU", "Retr", "RTT mean/min", "Lost",
+            "Jitter", "OOO")
+
+
+def summary_table(result: Result, per_stream: bool = False) -> Table:
+    """Per direction: sender and receiver totals (and per stream if asked). Columns that
+    no row knows anything about are left out."""
+    rows: list[tuple[str, ...]] = []
+    for flow in result.summaries:
+        for side in (flow.sender, flow.receiver):
+            if side is not None:
+                rows.append(_summary_row(_DIRECTION_LABELS[flow.direction], side))
+    if per_stream:
+        for stream in result.streams:
+            label = f"{_DIRECTION_LABELS[stream.direction]} #{stream.stream_id}"
+            for side in (stream.sender, stream.receiver):
+                if side is not None:
+                    rows.append(_summary_row(label, side))
+    keep = [i for i in range(len(_COLUMNS)) if i < 4 or any(row[i] != "-" for row in rows)]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for i in keep:
+        table.add_column(_COLUMNS[i], justify="left" if i < 2 else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
+    return table
+
+
+def _summary_row(label: str, side: SideSummary) -> tuple[str, ...]:
+    return (
+        label,
+        side.role,
+        format_bytes(side.bytes),
+        format_rate(side.bits_per_second),
+        _cpu_cell(side),
+        _retransmits_cell(side),
+        _rtt_cell(side),
+        _lost_cell(side),
+        "-" if side.jitter_ms is None else f"{side.jitter_ms:.3f} ms",
+        "-" if side.out_of_order_packets is None else str(side.out_of_order_packets),
+    )
+
+
+def _cpu_cell(side: SideSummary) -> str:
+    # Process CPU first (like nuttcp's %TX/%RX), the whole host in brackets when known.
+    cpu = side.cpu
+    process = cpu.process.total_percent if cpu and cpu.process else None
+    host = cpu.host.total_percent if cpu and cpu.host else None
+    if host is None:
+        return format_percent(process)
+    if process is None:
+        return f"host {format_percent(host)}"
+    return f"{format_percent(process)} (host {format_percent(host)})"
+
+
+def _retransmits_cell(side: SideSummary) -> str:
+    if side.retransmits is None:
+        return "-"
+    return f"{side.retransmits} (host-wide)" if side.retransmits_scope == "host" else str(
+        side.retransmits)
+
+
+def _rtt_cell(side: SideSummary) -> str:
+    if side.rtt_us is None and side.min_rtt_us is None:
+        return "-"
+    return f"{format_ms_from_us(side.rtt_us)} / {format_ms_from_us(side.min_rtt_us)}"
+
+
+def _lost_cell(side: SideSummary) -> str:
+    if side.lost_packets is None:
+        return "-"
+    if side.lost_percent is None:
+        return str(side.lost_packets)
+    return f"{side.lost_packets} ({side.lost_percent:.2f}%)"
+
+
+# --- netprobe tools ----------------------------------------------------------------------
+
+
+def tools_table(rows: Sequence[dict[str, Any]]) -> Table:
+    """The ``netprobe tools`` table from the rows the CLI builds (see ``tool_rows``)."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for title in ("Tool", "Status", "Version", "Path / details", "Why not / error"):
+        table.add_column(title, overflow="fold")
+    styles = {"available": "green", "unavailable": "yellow", "failed": "red"}
+    for row in rows:
+        details = "; ".join(x for x in [row.get("path") or "", *row.get("details", ())] if x)
+        why = row.get("error") or "; ".join(row.get("reasons", ()))
+        table.add_row(row["name"], Text(row["status"], style=styles[row["status"]]),
+                      row.get("version") or "-", details or "-", why or "")
+    return table

@@ -1,0 +1,121 @@
+"""Numbers with unit suffixes, as users of iperf3 and nuttcp type them, and back.
+
+Two conventions, on purpose different (they are what iperf3 does, and what people expect):
+
+* Byte quantities (``--bytes``, ``--length``, ``--window``, ``--mss``) take ``k``, ``m``,
+  ``g``, ``t`` suffixes in powers of **1024**: ``64k`` is 65,536 bytes.
+* Rates (``--bitrate``) are bits per second with **SI** suffixes: ``100M`` is
+  100,000,000 bit/s.
+
+Suffixes are case-insensitive; a trailing ``B``/``iB`` (bytes) or ``bit``/``bps``/``b``
+(rates) is accepted and ignored. Every parser raises ValueError with a message fit to
+show the user. Nothing here imports rich, so the module stays cheap to load.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+_NUMBER = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)\s*([a-z/]*)\s*$", re.IGNORECASE)
+_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
+_BYTE_TAILS = ("", "b", "ib")
+_RATE_TAILS = ("", "b", "bit", "bits", "bps", "bit/s", "b/s")
+
+DSCP_NAMES = {
+    "df": 0, "be": 0, "le": 1, "ef": 46, "va": 44,
+    **{f"cs{n}": 8 * n for n in range(8)},
+    **{f"af{c}{d}": 8 * c + 2 * d for c in range(1, 5) for d in range(1, 4)},
+}
+"""DSCP names (RFC 2474, 2597, 3246, 5865, 8622) and their code points."""
+
+
+def _split(text: str, tails: tuple[str, ...], what: str) -> tuple[float, int]:
+    match = _NUMBER.match(text)
+    if not match or match.group(3).lower() not in tails:
+        raise ValueError(f"not a {what}: {text!r}")
+    return float(match.group(1)), _POWERS[match.group(2).lower()]
+
+
+def parse_bytes(text: str) -> int:
+    """Parse a byte count: ``65536``, ``64k``, ``1.5M``, ``2G`` (suffixes are 1024-based)."""
+    value, power = _split(text, _BYTE_TAILS, "byte count (e.g. 128k, 1.5M, 2G)")
+    return round(value * 1024**power)
+
+
+def parse_bitrate(text: str) -> float:
+    """Parse a rate in bits per second: ``100M``, ``1.5g``, ``64k`` (SI: 1M = 10**6)."""
+    value, power = _split(text, _RATE_TAILS, "bit rate (e.g. 100M, 1.5G, 64k)")
+    return value * 1000**power
+
+
+def parse_seconds(text: str) -> float:
+    """Parse a duration in seconds (``10``, ``0.5``); an optional trailing ``s`` is allowed."""
+    stripped = text.strip().lower()
+    stripped = stripped[:-1] if stripped.endswith("s") else stripped
+    try:
+        value = float(stripped)
+    except ValueError:
+        raise ValueError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"seconds must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def parse_dscp(text: str) -> int:
+    """Parse a DSCP code point: a number 0-63 (decimal or 0x hex) or a name like EF, AF41, CS1."""
+    key = text.strip().lower()
+    if key in DSCP_NAMES:
+        return DSCP_NAMES[key]
+    try:
+        value = int(key, 16) if key.startswith("0x") else int(key, 10)
+    except ValueError:
+        raise ValueError(f"not a DSCP value (0-63, or a name like EF, AF41, CS1): {text!r}"
+                         ) from None
+    if not 0 <= value <= 63:
+        raise ValueError(f"DSCP must be 0-63, got {text!r}")
+    return value
+
+
+def format_bytes(value: float | None) -> str:
+    """A byte count for people, 1024-based like iperf3: ``1.10 GBytes``; ``-`` when unknown."""
+    if value is None:
+        return "-"
+    for unit in ("Bytes", "KBytes", "MBytes", "GBytes"):
+        if abs(value) < 1023.995:  # stays below "1024.00" once rounded
+            return f"{value:.0f} {unit}" if unit == "Bytes" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{value:.2f} TBytes"
+
+
+def format_rate(bits_per_second: float | None) -> str:
+    """A rate for people, SI like iperf3: ``941 Mbit/s``, ``9.42 Gbit/s``; ``-`` when unknown."""
+    if bits_per_second is None:
+        return "-"
+    value = bits_per_second
+    for unit in ("bit/s", "Kbit/s", "Mbit/s", "Gbit/s"):
+        if abs(value) < 999.5:  # 999.7 would round to "1000": show 1.00 of the next unit
+            return f"{_three_figures(value)} {unit}"
+        value /= 1000
+    return f"{_three_figures(value)} Tbit/s"
+
+
+def _three_figures(value: float) -> str:
+    # Three significant figures, as iperf3 shows: 9.42, 94.2, 942.
+    if abs(value) >= 99.95:
+        return f"{value:.0f}"
+    if abs(value) >= 9.995:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def format_percent(value: float | None) -> str:
+    """A percentage with one decimal; ``-`` when unknown."""
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def format_ms_from_us(value_us: float | None) -> str:
+    """Microseconds shown as milliseconds (RTT): ``0.052 ms``; ``-`` when unknown."""
+    if value_us is None:
+        return "-"
+    ms = value_us / 1000
+    return f"{ms:.3f} ms" if ms < 10 else f"{ms:.1f} ms"
