@@ -1,0 +1,510 @@
+"""Pure parsers for NTTTCP for Linux (1.4.x) output, and its mapping into the result schema.
+
+Three kinds of output, one per process role (``sender`` = ``-s``, ``receiver`` = ``-r``):
+
+- the console log, read line by line (live or from a file; ``-O`` log files are the same
+  without the banner). On a terminal the real-time lines are ``ESC[2K...\\r`` segments of
+  one physical line; through a pipe they end in newlines. Both are understood.
+- the ``-x`` XML result file (``<ntttcps>`` / ``<ntttcpr>``), and
+- the ``-j`` JSON result file (``{"ntttcps": {...}}``): every value in it is a string.
+
+Units as ntttcp prints them: console ``Gbps``/``Mbps`` are SI (format_throughput divides by
+1000); the result files' ``MB`` is 10**6 bytes. ``retrans segs`` and the user/system/idle/
+softirq figures are host-wide counters from /proc (both sides print the same values on one
+host); ``cpu busy (all)`` is the process's own CPU time over wall time (percent of one core,
+above 100 with several threads).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from netprobe.errors import ParseError
+from netprobe.schema import Cpu, CpuUsage, SideSummary
+
+SEPARATOR = "-" * 20
+"""ntttcp's section separator starts with (at least) this."""
+
+_UNITS = {"bps": 1.0, "Kbps": 1e3, "Mbps": 1e6, "Gbps": 1e9}
+_ESC_CLEAR_LINE = "\x1b[2K"
+_LOG = re.compile(r"^(\d\d:\d\d:\d\d) (INFO|ERR|DBG|WARN)\s*: ?(.*)$")
+_REALTIME = re.compile(r"^Real-time throughput: ([\d.]+)\s*(\w+)$")
+_TOTALS = re.compile(r"^\s*([\w/ ()]+?)\s*:\s*(\S.*?)\s*$")
+_THROUGHPUT = re.compile(r"^([\d.]+)\s*(bps|Kbps|Mbps|Gbps)$")
+
+
+@dataclass
+class Totals:
+    """One process's final report (console ``#####  Totals:  #####`` block or result file)."""
+
+    duration_s: float | None = None
+    bytes: int | None = None
+    bits_per_second: float | None = None
+    retransmits: int | None = None
+    cpu_cores: int | None = None
+    user_percent: float | None = None
+    system_percent: float | None = None
+    idle_percent: float | None = None
+    iowait_percent: float | None = None
+    softirq_percent: float | None = None
+    cycles_per_byte: float | None = None
+    busy_percent: float | None = None
+    rtt_us: int | None = None
+    connections: int | None = None
+
+
+@dataclass
+class Params:
+    """Test options as the output shows them (verbose console header or result file)."""
+
+    streams: int | None = None
+    protocol: str | None = None
+    ipv6: bool | None = None
+    port: int | None = None
+    duration_s: int | None = None
+    warmup_s: int | None = None
+    buffer_bytes: int | None = None
+    server_address: str | None = None
+
+
+@dataclass
+class ConsoleOutput:
+    """Everything read from one ntttcp process's console output so far."""
+
+    role: str | None = None
+    version: str | None = None
+    params: Params = field(default_factory=Params)
+    totals: Totals = field(default_factory=Totals)
+    in_totals: bool = False
+    report_complete: bool = False
+    """The totals block and the separator after it have been printed."""
+    started: bool = False
+    """``Network activity progressing...`` was printed."""
+    warmup_done: bool = False
+    errors: list[str] = field(default_factory=list)
+    usage_printed: bool = False
+    interrupted: bool = False
+    realtime_count: int = 0
+    unknown: list[int] = field(default_factory=list)
+    recognized: int = 0
+    last_line: int = 0
+
+
+@dataclass
+class RealtimeSample:
+    """One ``Real-time throughput`` line (ntttcp reports about every 0.5 s, untimed)."""
+
+    bits_per_second: float
+    during_warmup: bool
+    batched: bool
+    """True when several samples arrived in one physical line (a terminal's ``\\r``
+    updates): their arrival time says nothing about when each was measured."""
+
+
+def parse_throughput(text: str) -> float | None:
+    """``28.26Gbps`` -> 28.26e9 bit/s (SI units, as ntttcp formats them)."""
+    found = _THROUGHPUT.match(text.strip())
+    return float(found.group(1)) * _UNITS[found.group(2)] if found else None
+
+
+def _number(text: str) -> float | None:
+    found = re.match(r"^-?[\d.]+", text.strip())
+    if not found:
+        return None
+    try:
+        return float(found.group(0))
+    except ValueError:
+        return None
+
+
+class ConsoleParser:
+    """Reads ntttcp console output one physical line at a time.
+
+    ``warmup``: a warm-up (-W) was asked for, so real-time samples before ``Test warmup
+    completed.`` are marked as such."""
+
+    def __init__(self, warmup: bool = False) -> None:
+        self.out = ConsoleOutput()
+        self.warmup = warmup
+        self._last_ok = True
+
+    def feed(self, line: str) -> list[RealtimeSample]:
+        """Read one physical line; return the real-time samples it carried."""
+        self.out.last_line += 1
+        segments = [s.replace(_ESC_CLEAR_LINE, "").strip() for s in line.split("\r")]
+        segments = [s for s in segments if s]
+        found: list[RealtimeSample] = []
+        understood = not segments
+        for segment in segments:
+            sample = self._segment(segment, batched=len(segments) > 1)
+            if sample is not None:
+                found.append(sample)
+                understood = True
+            elif self._last_ok:
+                understood = True
+        if understood:
+            self.out.recognized += 1
+        else:
+            self.out.unknown.append(self.out.last_line)
+        return found
+
+    def _segment(self, text: str, batched: bool) -> RealtimeSample | None:
+        self._last_ok = True
+        realtime = _REALTIME.match(text)
+        if realtime:
+            unit = _UNITS.get(realtime.group(2))
+            if unit is None:
+                self._last_ok = False
+                return None
+            self.out.realtime_count += 1
+            rate = float(realtime.group(1)) * unit
+            during_warmup = self.warmup and not self.out.warmup_done
+            return RealtimeSample(rate, during_warmup, batched)
+        self._last_ok = self._other(text)
+        return None
+
+    def _other(self, text: str) -> bool:
+        banner = re.match(r"^NTTTCP for Linux (\S+)", text)
+        if banner:
+            self.out.version = banner.group(1)
+            return True
+        if text.startswith(SEPARATOR):
+            if self.out.in_totals:
+                self._report_done()
+            return True
+        log = _LOG.match(text)
+        if log:
+            return self._log(log.group(2), log.group(3).strip())
+        return self._header(text)
+
+    def _report_done(self) -> None:
+        out = self.out
+        out.report_complete = True
+        out.in_totals = False
+        if out.params.protocol is None and out.totals.retransmits is None:
+            out.params.protocol = "udp"  # ntttcp shows "retrans segs" for TCP only
+
+    # -- timestamped log lines ----------------------------------------------------------
+
+    def _log(self, level: str, message: str) -> bool:
+        if level == "ERR":
+            if message not in self.out.errors:
+                self.out.errors.append(message)
+            if "UDP in IPv6" in message:
+                self.out.params.protocol, self.out.params.ipv6 = "udp", True
+            return True
+        if level == "DBG":
+            return True
+        if self.out.in_totals and self._total(message):
+            return True
+        return self._info(message)
+
+    def _info(self, message: str) -> bool:
+        out = self.out
+        if message.startswith("Network activity progressing"):
+            out.started = True
+        elif message.startswith("Test warmup completed"):
+            out.warmup_done = True
+        elif message.startswith("#####  Totals:"):
+            out.in_totals = True
+        elif message.startswith("Interrupted by Ctrl+C"):
+            out.interrupted = True
+        elif "UDP send size" in message:
+            out.params.protocol = "udp"
+        elif re.match(r"^\d+ connections (tested|created)", message):
+            out.role = "sender"
+            tested = re.match(r"^(\d+) connections tested", message)
+            if tested:
+                out.totals.connections = int(tested.group(1))
+        elif message.startswith("Starting sender activity"):
+            out.role = "sender"
+        elif ("failed" in message) and message not in out.errors:
+            out.errors.append(message)  # e.g. "failed to connect to receiver" (INFO with -N)
+        return True  # other INFO lines are progress messages
+
+    def _total(self, message: str) -> bool:
+        found = _TOTALS.match(message)
+        if not found:
+            return False
+        key, value = found.group(1).strip(), found.group(2)
+        setter = _TOTAL_SETTERS.get(key)
+        if setter is not None:
+            setter(self.out.totals, value)
+            return True
+        # the --show-tcp-retrans / --show-nic-packets / -V per-thread blocks
+        return True
+
+    # -- the verbose header and the usage text -------------------------------------------
+
+    def _header(self, text: str) -> bool:
+        out = self.out
+        if text.startswith("*** "):
+            if "sender role" in text:
+                out.role = "sender"
+            elif "receiver role" in text and out.role is None:
+                out.role = "receiver"
+            return True
+        if text.startswith(("Author:", "Usage", "ntttcp: [")) or out.usage_printed:
+            if text.startswith("ntttcp: ") and not text.startswith("ntttcp: ["):
+                out.errors.append(text)  # e.g. "ntttcp: unrecognized option '--bogus'"
+            else:
+                out.usage_printed = True
+            return True
+        if text.startswith("ntttcp: "):
+            out.errors.append(text)
+            return True
+        param = re.match(r"^([\w ()./-]+):\s+(\S.*)$", text)
+        if param:
+            _apply_param(out.params, param.group(1).strip(), param.group(2).strip())
+            return True
+        return False
+
+
+def _set_total(name: str, conv: Callable[[str], Any]) -> Callable[[Totals, str], None]:
+    def setter(totals: Totals, value: str) -> None:
+        setattr(totals, name, conv(value))
+
+    return setter
+
+
+def _int_of(value: str) -> int | None:
+    number = _number(value)
+    return None if number is None else int(number)
+
+
+_TOTAL_SETTERS: dict[str, Callable[[Totals, str], None]] = {
+    "test duration": _set_total("duration_s", _number),
+    "total bytes": _set_total("bytes", _int_of),
+    "throughput": _set_total("bits_per_second", parse_throughput),
+    "retrans segs": _set_total("retransmits", _int_of),
+    "cpu cores": _set_total("cpu_cores", _int_of),
+    "user": _set_total("user_percent", _number),
+    "system": _set_total("system_percent", _number),
+    "idle": _set_total("idle_percent", _number),
+    "iowait": _set_total("iowait_percent", _number),
+    "softirq": _set_total("softirq_percent", _number),
+    "cycles/byte": _set_total("cycles_per_byte", _number),
+    "cpu busy (all)": _set_total("busy_percent", _number),
+    "tcpi rtt": _set_total("rtt_us", _int_of),
+}
+
+
+def _apply_param(params: Params, key: str, value: str) -> None:
+    if key == "connections":
+        counts = [int(n) for n in re.findall(r"\d+", value)]
+        if counts:
+            product = 1
+            for count in counts:
+                product *= count
+            params.streams = product
+    elif key == "ports":
+        params.streams = _int_of(value)
+    elif key == "protocol":
+        params.protocol = value.lower()
+    elif key == "domain":
+        params.ipv6 = value == "IPv6"
+    elif key == "server address":
+        params.server_address = value
+    elif key == "server port starting at":
+        params.port = _int_of(value)
+    elif key == "test duration (sec)":
+        params.duration_s = _int_of(value)
+    elif key == "test warm-up (sec)":
+        params.warmup_s = _int_of(value) or 0
+    elif key in ("sender socket buffer (bytes)", "receiver socket buffer (bytes)"):
+        params.buffer_bytes = params.buffer_bytes or _int_of(value)
+
+
+def parse_console(text: str) -> ConsoleOutput:
+    """Parse a whole saved console output (or ``-O`` log)."""
+    parser = ConsoleParser()
+    for line in text.split("\n"):
+        parser.feed(line)
+    return parser.out
+
+
+# --- result files -----------------------------------------------------------------------
+
+
+@dataclass
+class ResultFile:
+    """What an ``-x`` XML or ``-j`` JSON result file says."""
+
+    role: str
+    params: Params
+    totals: Totals
+
+
+def parse_xml(text: str, source: str) -> ResultFile:
+    """Read an ``-x`` result file; ParseError (with line) if it is not one or is cut."""
+    try:
+        root = ElementTree.fromstring(text)
+    except ElementTree.ParseError as exc:
+        line = exc.position[0] if exc.position else None
+        raise ParseError(f"not a complete ntttcp XML result: {exc}", source, line) from None
+    if root.tag not in ("ntttcps", "ntttcpr"):
+        raise ParseError(f"not an ntttcp XML result (root <{root.tag}>)", source, 1)
+    values = {child.tag: (child.text or "").strip() for child in root}
+    rates = {
+        child.get("metric"): (child.text or "").strip() for child in root.findall("throughput")
+    }
+    section = root.find("parameters")
+    params = {} if section is None else {c.tag: (c.text or "").strip() for c in section}
+    totals = Totals(
+        duration_s=_number(values.get("realtime", "")),
+        bytes=_megabytes(values.get("total_bytes")),
+        bits_per_second=_bps(rates.get("Bps")),
+        retransmits=_int_of(values.get("packets_retransmitted", "")),
+        cpu_cores=_int_of(values.get("cpu_cores", "")),
+        user_percent=_number(values.get("user", "")),
+        system_percent=_number(values.get("system", "")),
+        idle_percent=_number(values.get("idle", "")),
+        iowait_percent=_number(values.get("iowait", "")),
+        softirq_percent=_number(values.get("softirq", "")),
+        cycles_per_byte=_number(values.get("cycles_per_byte", values.get("cycles", ""))),
+        busy_percent=_number(values.get("cpu_busy_all", values.get("cpu", ""))),
+        rtt_us=_int_of(values.get("tcp_average_rtt", "")),
+        connections=_int_of(values.get("conns_tested", "")),
+    )
+    role = "sender" if root.tag == "ntttcps" else "receiver"
+    return ResultFile(role, _file_params(params, xml=True), totals)
+
+
+def parse_json(text: str, source: str) -> ResultFile:
+    """Read a ``-j`` result file (all values are strings)."""
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        line = getattr(exc, "lineno", None)
+        raise ParseError(f"not a complete ntttcp JSON result: {exc}", source, line) from None
+    if not isinstance(document, dict) or not ({"ntttcps", "ntttcpr"} & set(document)):
+        raise ParseError("not an ntttcp JSON result (no ntttcps/ntttcpr object)", source, 1)
+    role = "sender" if "ntttcps" in document else "receiver"
+    body = document["ntttcps" if role == "sender" else "ntttcpr"]
+    if not isinstance(body, dict):
+        raise ParseError("ntttcp JSON result has no body", source, 1)
+    rates = {
+        item.get("metric"): item.get("value")
+        for item in body.get("throughputs", [])
+        if isinstance(item, dict)
+    }
+    totals = Totals(
+        duration_s=_number(_metric_value(body, "realTime")),
+        bytes=_megabytes(_metric_value(body, "totalBytes")),
+        bits_per_second=_bps(rates.get("Bps")),
+        retransmits=_int_of(str(body.get("packets_retransmitted", ""))),
+        cycles_per_byte=_number(_metric_value(body, "cycles")),
+        busy_percent=_number(_metric_value(body, "cpu")),
+        rtt_us=_int_of(str(body.get("tcp_average_rtt", ""))),
+    )
+    params = body.get("parameters")
+    return ResultFile(role, _file_params(params if isinstance(params, dict) else {}, False), totals)
+
+
+def _metric_value(body: dict[str, Any], key: str) -> str:
+    item = body.get(key)
+    return str(item.get("value", "")) if isinstance(item, dict) else ""
+
+
+def _megabytes(value: str | None) -> int | None:
+    number = _number(value or "")
+    return None if number is None else round(number * 1e6)  # ntttcp's MB is 10**6 bytes
+
+
+def _bps(bytes_per_second: str | None) -> float | None:
+    number = _number(bytes_per_second or "")
+    return None if number is None else number * 8
+
+
+def _file_params(raw: dict[str, Any], xml: bool) -> Params:
+    def get(xml_key: str, json_key: str) -> str:
+        return str(raw.get(xml_key if xml else json_key, ""))
+
+    return Params(
+        protocol="udp" if get("udp", "udp") == "True" else "tcp",
+        ipv6=get("use_ipv6", "useIpv6") == "True",
+        port=_int_of(get("port", "port")),
+        duration_s=_int_of(get("run_time", "runTime")),
+        warmup_s=_int_of(get("warmup_time", "warmupTime")),
+        buffer_bytes=_int_of(get("send_socket_buff", "sendSocketBuff")),
+    )
+
+
+# --- mapping into the schema --------------------------------------------------------
+
+
+def merge(console: Totals | None, result_file: Totals | None) -> Totals:
+    """One side's totals: the result file's more precise figures where it has them, the
+    console's for the rest (JSON files lack the host CPU breakdown, for instance)."""
+    merged = Totals()
+    for name in Totals.__dataclass_fields__:
+        value = getattr(result_file, name) if result_file is not None else None
+        if value is None and console is not None:
+            value = getattr(console, name)
+        setattr(merged, name, value)
+    return merged
+
+
+def host_cpu(totals: Totals) -> CpuUsage | None:
+    """Host-wide CPU figures (percent of all cores), or None if not printed."""
+    if totals.user_percent is None and totals.idle_percent is None:
+        return None
+    busy = None if totals.idle_percent is None else round(100.0 - totals.idle_percent, 2)
+    return CpuUsage(
+        user_percent=totals.user_percent,
+        system_percent=totals.system_percent,
+        total_percent=busy,
+        softirq_percent=totals.softirq_percent,
+        idle_percent=totals.idle_percent,
+    )
+
+
+def side_summary(
+    role: str, totals: Totals, protocol: str, warmup_s: float = 0.0
+) -> SideSummary | None:
+    """One process's totals as a SideSummary (None if its report was not read)."""
+    if totals.bytes is None or totals.duration_s is None:
+        return None
+    rate = totals.bits_per_second
+    if rate is None:
+        rate = totals.bytes * 8 / totals.duration_s if totals.duration_s > 0 else 0.0
+    process = None if totals.busy_percent is None else CpuUsage(total_percent=totals.busy_percent)
+    host = host_cpu(totals)
+    retrans = totals.retransmits if role == "sender" and protocol == "tcp" else None
+    return SideSummary(
+        role=role,
+        start_s=warmup_s,
+        end_s=round(warmup_s + totals.duration_s, 6),
+        bytes=totals.bytes,
+        bits_per_second=rate,
+        retransmits=retrans,
+        retransmits_scope="host" if retrans is not None else None,
+        rtt_us=totals.rtt_us if role == "sender" else None,
+        cpu=Cpu(process=process, host=host) if process or host else None,
+    )
+
+
+def failure_message(out: ConsoleOutput) -> str | None:
+    """The tool's own error messages, if it printed any."""
+    if out.errors:
+        return "; ".join(out.errors)
+    if out.usage_printed:
+        return "ntttcp printed its usage text: it did not accept its arguments"
+    return None
+
+
+def guess_role(text: str, name: str) -> str | None:
+    """The role of a console output: from what it printed, else from the file name."""
+    out = parse_console(text)
+    if out.role:
+        return out.role
+    for role in ("sender", "receiver"):
+        if role in name.lower():
+            return role
+    if out.in_totals or out.report_complete:
+        return "receiver"  # a sender would have reported its connections
+    return None

@@ -1,0 +1,595 @@
+"""Pure parsers for nuttcp output (6.x and 8.x), and its mapping into the result schema.
+
+nuttcp prints everything on the client, the server's half included (servers print nothing).
+Four shapes are understood, line by line, so the same code reads a live run and a saved file:
+
+- ``-fparse`` key=value: interval lines use ``real_sec``, summary lines ``real_seconds``;
+- plain brief lines: ``596.0625 MB / 5.00 sec = 1000.0045 Mbps 87 %TX 5 %RX 0 retrans ...``;
+- ``-v`` lines prefixed ``nuttcp-t:`` (transmitter) and ``nuttcp-r:`` (receiver), in both
+  the ``-fparse`` and the plain form: each side's own totals, CPU and socket settings.
+
+Units as nuttcp prints them: ``MB`` is 2**20 bytes, ``KB`` 1024 bytes, ``Mbps`` 10**6 bit/s.
+nuttcp 6.x always prints ``0 retrans`` (it cannot count them) and has no cwnd, so its
+retransmits are reported as unknown (None), not 0.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from netprobe.schema import (
+    Cpu,
+    CpuUsage,
+    FlowSummary,
+    Interval,
+    SideSummary,
+    SocketInfo,
+    StreamResult,
+)
+
+MIB = 1 << 20
+"""nuttcp's MB."""
+KIB = 1 << 10
+"""nuttcp's KB (window sizes, cwnd)."""
+
+_SIDE_ROLE = {"t": "sender", "r": "receiver"}
+_NUM = r"(\d+(?:\.\d+)?)"
+
+
+@dataclass
+class SideReport:
+    """What one side printed with ``-v``: ``nuttcp-t`` (sender) or ``nuttcp-r`` (receiver)."""
+
+    role: str
+    version: str | None = None
+    megabytes: float | None = None
+    seconds: float | None = None
+    mbps: float | None = None
+    retransmits: int | None = None
+    cwnd_kb: int | None = None
+    rtt_ms: float | None = None
+    mss: int | None = None
+    send_window: int | None = None
+    receive_window: int | None = None
+    cpu_percent: float | None = None
+    cpu_seconds: float | None = None
+    drop: int | None = None
+    pkt: int | None = None
+    loss_percent: float | None = None
+    buflen: int | None = None
+    nbuf: int | None = None
+    nstream: int | None = None
+    port: int | None = None
+    mode: str | None = None
+    host: str | None = None
+    time_limit: float | None = None
+    interval_s: float | None = None
+
+
+@dataclass
+class Sample:
+    """One brief line: an interval report, or the final summary (``summary=True``)."""
+
+    megabytes: float
+    seconds: float
+    mbps: float
+    summary: bool = False
+    retransmits: int | None = None
+    cwnd_kb: int | None = None
+    rtt_ms: float | None = None
+    tx_cpu: float | None = None
+    rx_cpu: float | None = None
+    drop: int | None = None
+    pkt: int | None = None
+    loss_percent: float | None = None
+
+
+@dataclass
+class NuttcpOutput:
+    """Everything read from one nuttcp client output so far."""
+
+    sides: dict[str, SideReport] = field(default_factory=dict)
+    """``t`` and ``r`` sides, as printed with ``-v``."""
+    first_side: str | None = None
+    """The side printed first: the client's own (``r`` means the client received)."""
+    intervals: list[Sample] = field(default_factory=list)
+    brief: Sample | None = None
+    """The brief summary line (printed without ``-v``)."""
+    errors: list[str] = field(default_factory=list)
+    """Error messages the tool printed, as printed."""
+    usage_printed: bool = False
+    """nuttcp printed its usage text: it rejected its arguments."""
+    unknown: list[int] = field(default_factory=list)
+    """Line numbers of lines that were not understood."""
+    recognized: int = 0
+    """Lines understood."""
+    last_line: int = 0
+
+    @property
+    def version(self) -> str | None:
+        """The nuttcp version, as printed in ``-v`` output."""
+        for side in self.sides.values():
+            if side.version:
+                return side.version
+        return None
+
+    @property
+    def has_summary(self) -> bool:
+        """True once a final figure has been read (brief line or a side's totals)."""
+        return self.brief is not None or any(
+            side.megabytes is not None and side.seconds is not None for side in self.sides.values()
+        )
+
+
+# --- line parsing ---------------------------------------------------------------------
+
+_PREFIX = re.compile(r"^nuttcp-([tr]):\s?(.*)$")
+_KV = re.compile(r"([A-Za-z_]+)=(\"[^\"]*\"|\S+)")
+_BRIEF = re.compile(rf"^{_NUM} MB /\s*{_NUM} sec =\s*{_NUM} Mbps(.*)$")
+_BRIEF_FIELDS: list[tuple[str, re.Pattern[str]]] = [
+    ("tx_cpu", re.compile(rf"{_NUM} %TX")),
+    ("rx_cpu", re.compile(rf"{_NUM} %RX")),
+    ("retransmits", re.compile(r"(\d+) retrans")),
+    ("cwnd_kb", re.compile(r"(\d+) KB-cwnd")),
+    ("rtt_ms", re.compile(rf"{_NUM} msRTT")),
+    ("drop_pkt", re.compile(r"(\d+) /\s*(\d+) ~?drop/pkt")),
+    ("loss_percent", re.compile(rf"{_NUM} ~?%loss")),
+]
+_ERROR_TEXT = re.compile(
+    r"(error|failed|bad hostname|refused|not supported|only supported|unknown|invalid)", re.I
+)
+
+
+class NuttcpParser:
+    """Reads nuttcp output one line at a time (live or from a file) into :class:`NuttcpOutput`."""
+
+    def __init__(self) -> None:
+        self.out = NuttcpOutput()
+
+    def feed(self, line: str) -> Sample | None:
+        """Read one line; return the interval sample if the line was one."""
+        self.out.last_line += 1
+        text = line.strip()
+        if not text:
+            return None
+        prefixed = _PREFIX.match(text)
+        if prefixed:
+            ok = self._side_line(prefixed.group(1), prefixed.group(2).strip())
+            sample = None
+        else:
+            sample = self._bare_line(text)
+            ok = sample is not None or self._message_line(text)
+        if ok:
+            self.out.recognized += 1
+        else:
+            self.out.unknown.append(self.out.last_line)
+        return sample if sample is not None and not sample.summary else None
+
+    # -- lines without a side prefix: brief samples, error messages ---------------------
+
+    def _bare_line(self, text: str) -> Sample | None:
+        sample = _parse_kv_sample(text) if "megabytes=" in text else _parse_brief(text)
+        if sample is None:
+            return None
+        if sample.summary:
+            self.out.brief = sample
+        else:
+            self.out.intervals.append(sample)
+        return sample
+
+    def _message_line(self, text: str) -> bool:
+        if text.startswith("Usage") or self.out.usage_printed:
+            self.out.usage_printed = True  # the usage text, all of it, means "bad arguments"
+            return True
+        if re.match(r"^nuttcp-\d+(?:\.\d+)+$", text):
+            return True  # the -V answer
+        if re.match(r"^errno=\d+$", text) or _ERROR_TEXT.search(text):
+            if text not in self.out.errors:
+                self.out.errors.append(text)
+            return True
+        return False
+
+    # -- nuttcp-t: / nuttcp-r: lines ---------------------------------------------------
+
+    def _side_line(self, letter: str, rest: str) -> bool:
+        side = self.out.sides.get(letter)
+        if side is None:
+            side = self.out.sides[letter] = SideReport(role=_SIDE_ROLE[letter])
+            if self.out.first_side is None:
+                self.out.first_side = letter
+        if "Error" in rest:
+            message = f"nuttcp-{letter}: {rest}"
+            if message not in self.out.errors:
+                self.out.errors.append(message)
+            return True
+        version = re.match(r"^v(\d+(?:\.\d+)*):\s*(.*)$", rest)
+        if version:
+            side.version = version.group(1)
+            return True
+        if rest.startswith("Info"):
+            return True
+        if re.match(r"^[A-Za-z_]+=", rest):
+            return _apply_kv(side, dict(_KV.findall(rest)))
+        return _apply_plain(side, rest)
+
+
+def _num(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value.rstrip("%"))
+    except ValueError:
+        return None
+
+
+def _int(value: str | None) -> int | None:
+    number = _num(value)
+    return None if number is None else int(number)
+
+
+def _parse_kv_sample(text: str) -> Sample | None:
+    kv = dict(_KV.findall(text))
+    megabytes = _num(kv.get("megabytes"))
+    seconds = _num(kv.get("real_seconds", kv.get("real_sec")))
+    mbps = _num(kv.get("rate_Mbps"))
+    if megabytes is None or seconds is None or mbps is None:
+        return None
+    return Sample(
+        megabytes=megabytes,
+        seconds=seconds,
+        mbps=mbps,
+        summary="real_seconds" in kv,
+        retransmits=_int(kv.get("retrans")),
+        cwnd_kb=_int(kv.get("cwnd")),
+        rtt_ms=_num(kv.get("rtt_ms")),
+        tx_cpu=_num(kv.get("tx_cpu")),
+        rx_cpu=_num(kv.get("rx_cpu")),
+        drop=_int(kv.get("drop")),
+        pkt=_int(kv.get("pkt")),
+        loss_percent=_num(kv.get("data_loss")),
+    )
+
+
+def _parse_brief(text: str) -> Sample | None:
+    match = _BRIEF.match(text)
+    if not match:
+        return None
+    # -frunningtotal and -fxmitstats append "Tot: ..." / "Trans: ...": not this sample's.
+    rest = re.split(r"\s(?:Tot|Trans):", match.group(4))[0]
+    sample = Sample(float(match.group(1)), float(match.group(2)), float(match.group(3)))
+    sample.summary = "%TX" in rest
+    for name, pattern in _BRIEF_FIELDS:
+        found = pattern.search(rest)
+        if not found:
+            continue
+        if name == "drop_pkt":
+            sample.drop, sample.pkt = int(found.group(1)), int(found.group(2))
+        elif name in ("retransmits", "cwnd_kb"):
+            setattr(sample, name, int(found.group(1)))
+        else:
+            setattr(sample, name, float(found.group(1)))
+    return sample
+
+
+def _apply_kv(side: SideReport, kv: dict[str, str]) -> bool:
+    """Apply one ``-fparse -v`` line; False if none of its keys is known."""
+    known = False
+    for key, value in kv.items():
+        setter = _KV_SETTERS.get(key)
+        if setter is not None:
+            setter(side, value.strip('"'), kv)
+            known = True
+    return known or bool(set(kv) & _KV_IGNORED)
+
+
+def _set(name: str, conv: Callable[[str | None], object]) -> Callable[..., None]:
+    def setter(side: SideReport, value: str, _kv: dict[str, str]) -> None:
+        setattr(side, name, conv(value))
+
+    return setter
+
+
+def _set_megabytes(side: SideReport, value: str, kv: dict[str, str]) -> None:
+    # "megabytes=... cpu_seconds=..." repeats the total on a CPU line: keep the first one.
+    if "real_seconds" in kv or side.megabytes is None:
+        side.megabytes = _num(value)
+
+
+def _set_cpu(side: SideReport, value: str, kv: dict[str, str]) -> None:
+    side.cpu_percent = _num(value)
+    user, system = _num(kv.get("user")), _num(kv.get("system"))
+    if user is not None and system is not None:
+        side.cpu_seconds = round(user + system, 3)
+
+
+_KV_SETTERS: dict[str, Callable[[SideReport, str, dict[str, str]], None]] = {
+    "megabytes": _set_megabytes,
+    "real_seconds": _set("seconds", _num),
+    "rate_Mbps": _set("mbps", _num),
+    "retrans": _set("retransmits", _int),
+    "cwnd": _set("cwnd_kb", _int),
+    "rtt_ms": _set("rtt_ms", _num),
+    "mss": _set("mss", _int),
+    "send_window_size": _set("send_window", _int),
+    "receive_window_size": _set("receive_window", _int),
+    "cpu": _set_cpu,
+    "drop": _set("drop", _int),
+    "pkt": _set("pkt", _int),
+    "data_loss": _set("loss_percent", _num),
+    "buflen": _set("buflen", _int),
+    "nbuf": _set("nbuf", _int),
+    "nstream": _set("nstream", _int),
+    "port": _set("port", _int),
+    "mode": _set("mode", str),
+    "host": _set("host", str),
+    "time_limit": _set("time_limit", _num),
+    "reporting_interval": _set("interval_s", _num),
+}
+_KV_IGNORED = {
+    "send_window_avail", "io_calls", "rate_limit", "accept", "connect", "cpu_seconds",
+    "initial_congestion_window", "nodelay",
+}  # fmt: skip
+
+
+_PLAIN: list[tuple[re.Pattern[str], tuple[tuple[str, Callable[[str], object]], ...]]] = [
+    (
+        re.compile(rf"^{_NUM} MB in {_NUM} real seconds = {_NUM} KB/sec = {_NUM} Mbps"),
+        (("megabytes", float), ("seconds", float), ("", str), ("mbps", float)),
+    ),
+    (
+        re.compile(r"^retrans = (\d+)(?: cwnd = (\d+) KB)?"),
+        (("retransmits", int), ("cwnd_kb", int)),
+    ),
+    (
+        re.compile(rf"^connect to (\S+) with mss=(\d+), RTT={_NUM} ms"),
+        (("", str), ("mss", int), ("rtt_ms", float)),
+    ),
+    (
+        re.compile(r"^send window size = (\d+), receive window size = (\d+)"),
+        (("send_window", int), ("receive_window", int)),
+    ),
+    (
+        re.compile(rf"^(\d+) / (\d+) drop/pkt {_NUM}% data loss"),
+        (("drop", int), ("pkt", int), ("loss_percent", float)),
+    ),
+    (
+        re.compile(
+            r"^buflen=(\d+),(?: nbuf=(\d+),)? nstream=(\d+), port=(\d+) (tcp|udp)"
+            r"(?: -> (\S+))?"
+        ),
+        (
+            ("buflen", int),
+            ("nbuf", int),
+            ("nstream", int),
+            ("port", int),
+            ("mode", str),
+            ("host", str),
+        ),
+    ),
+    (re.compile(rf"^time limit = {_NUM} seconds?"), (("time_limit", float),)),
+    (re.compile(rf"^interval reporting every {_NUM} seconds?"), (("interval_s", float),)),
+]
+_PLAIN_IGNORED = re.compile(
+    r"^(available send window|accept from|rate limit =|initial congestion window|"
+    r"\d+ I/O calls|[\d.]+ MB in [\d.]+ CPU seconds|nodelay)"
+)
+_PLAIN_CPU = re.compile(rf"^{_NUM}user {_NUM}sys \S+real (\d+)%")
+
+
+def _apply_plain(side: SideReport, rest: str) -> bool:
+    """Apply one plain ``-v`` line; False if it is not a known one."""
+    cpu = _PLAIN_CPU.match(rest)
+    if cpu:
+        side.cpu_seconds = round(float(cpu.group(1)) + float(cpu.group(2)), 3)
+        side.cpu_percent = float(cpu.group(3))
+        return True
+    for pattern, fields in _PLAIN:
+        match = pattern.match(rest)
+        if not match:
+            continue
+        for (name, conv), value in zip(fields, match.groups()):
+            if name and value is not None:
+                setattr(side, name, conv(value))
+        return True
+    return bool(_PLAIN_IGNORED.match(rest))
+
+
+# --- mapping into the schema --------------------------------------------------------
+
+
+def version_major(version: str | None) -> int | None:
+    """The major number of a version string like ``6.1.2`` (None if unknown)."""
+    if not version:
+        return None
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def counts_retransmits(out: NuttcpOutput) -> bool:
+    """True when this nuttcp really counts retransmits (7.x and later; 6.x always says 0).
+
+    Without a version in the output, a reported cwnd (which only 8.x prints) tells."""
+    major = version_major(out.version)
+    if major is not None:
+        return major >= 7
+    cwnd_seen = [s.cwnd_kb for s in out.sides.values()] + [s.cwnd_kb for s in out.intervals]
+    if out.brief is not None:
+        cwnd_seen.append(out.brief.cwnd_kb)
+    return any(value is not None for value in cwnd_seen)
+
+
+def sample_bytes(megabytes: float) -> int:
+    """Bytes from nuttcp's MB figure (printed to 4 decimals: +-52 bytes)."""
+    return round(megabytes * MIB)
+
+
+def to_interval(sample: Sample, start_s: float, direction: str, retrans_ok: bool) -> Interval:
+    """One interval line as an Interval of the receiver (nuttcp's receiver reports them)."""
+    received = None if sample.pkt is None or sample.drop is None else sample.pkt - sample.drop
+    return Interval(
+        direction=direction,
+        role="receiver",
+        stream_id=None,
+        start_s=round(start_s, 6),
+        end_s=round(start_s + sample.seconds, 6),
+        bytes=sample_bytes(sample.megabytes),
+        bits_per_second=sample.mbps * 1e6,
+        retransmits=sample.retransmits if retrans_ok else None,
+        cwnd_bytes=None if sample.cwnd_kb is None else sample.cwnd_kb * KIB,
+        packets=received,
+        lost_packets=sample.drop,
+    )
+
+
+def intervals(
+    out: NuttcpOutput, direction: str, end_s: float | None = None
+) -> tuple[Interval, ...]:
+    """All interval lines read, timed by adding up their lengths from 0.
+
+    Zero-byte reports that start at or after ``end_s`` (a UDP receiver keeps reporting
+    until it sees the end of the test) are dropped."""
+    found: list[Interval] = []
+    start = 0.0
+    retrans_ok = counts_retransmits(out)
+    for sample in out.intervals:
+        item = to_interval(sample, start, direction, retrans_ok)
+        start = item.end_s
+        if end_s is not None and item.bytes == 0 and item.start_s >= end_s - 1e-6:
+            continue
+        found.append(item)
+    return tuple(found)
+
+
+def _process_cpu(percent: float | None, seconds: float | None = None) -> Cpu | None:
+    if percent is None and seconds is None:
+        return None
+    return Cpu(process=CpuUsage(total_percent=percent, cpu_seconds=seconds))
+
+
+def side_summary(side: SideReport, retrans_ok: bool, with_cpu: bool = True) -> SideSummary | None:
+    """One side's totals (None until its totals line has been read)."""
+    if side.megabytes is None or side.seconds is None or side.mbps is None:
+        return None
+    sender = side.role == "sender"
+    received = None if side.pkt is None or side.drop is None else side.pkt - side.drop
+    retrans = side.retransmits if sender and retrans_ok else None
+    return SideSummary(
+        role=side.role,
+        start_s=0.0,
+        end_s=side.seconds,
+        bytes=sample_bytes(side.megabytes),
+        bits_per_second=side.mbps * 1e6,
+        retransmits=retrans,
+        retransmits_scope="connection" if retrans is not None else None,
+        rtt_us=None if side.rtt_ms is None or not sender else round(side.rtt_ms * 1000),
+        cwnd_bytes=None if side.cwnd_kb is None or not sender else side.cwnd_kb * KIB,
+        packets=received,
+        lost_packets=side.drop,
+        lost_percent=side.loss_percent,
+        cpu=_process_cpu(side.cpu_percent, side.cpu_seconds) if with_cpu else None,
+    )
+
+
+def brief_summaries(
+    brief: Sample, protocol: str, retrans_ok: bool
+) -> tuple[SideSummary | None, SideSummary]:
+    """Sender and receiver totals from a brief summary line.
+
+    The brief line is the receiver's count. For TCP everything sent was received, so the
+    sender total is the same figure; for UDP the sender's own total is not printed."""
+    received = None if brief.pkt is None or brief.drop is None else brief.pkt - brief.drop
+    receiver = SideSummary(
+        role="receiver",
+        start_s=0.0,
+        end_s=brief.seconds,
+        bytes=sample_bytes(brief.megabytes),
+        bits_per_second=brief.mbps * 1e6,
+        packets=received,
+        lost_packets=brief.drop,
+        lost_percent=brief.loss_percent,
+        cpu=_process_cpu(brief.rx_cpu),
+    )
+    if protocol == "udp":
+        return None, receiver
+    retrans = brief.retransmits if retrans_ok else None
+    sender = SideSummary(
+        role="sender",
+        start_s=0.0,
+        end_s=brief.seconds,
+        bytes=receiver.bytes,
+        bits_per_second=receiver.bits_per_second,
+        retransmits=retrans,
+        retransmits_scope="connection" if retrans is not None else None,
+        rtt_us=None if brief.rtt_ms is None else round(brief.rtt_ms * 1000),
+        cwnd_bytes=None if brief.cwnd_kb is None else brief.cwnd_kb * KIB,
+        cpu=_process_cpu(brief.tx_cpu),
+    )
+    return sender, receiver
+
+
+def flows(
+    out: NuttcpOutput, direction: str, protocol: str, streams: int
+) -> tuple[tuple[FlowSummary, ...], tuple[StreamResult, ...], list[str]]:
+    """Summed figures, per-stream figures (one stream only: nuttcp sums -N streams) and
+    warnings about what the output could not say."""
+    warnings: list[str] = []
+    retrans_ok = counts_retransmits(out)
+    sender = receiver = None
+    tx, rx = out.sides.get("t"), out.sides.get("r")
+    if tx is not None or rx is not None:
+        sender = side_summary(tx, retrans_ok) if tx else None
+        receiver = side_summary(rx, retrans_ok) if rx else None
+    if sender is None and receiver is None and out.brief is not None:
+        sender, receiver = brief_summaries(out.brief, protocol, retrans_ok)
+        if protocol == "tcp":
+            warnings.append(
+                "nuttcp brief output prints one total (the receiver's); for TCP the sender "
+                "total is taken to be the same"
+            )
+    if sender is None and receiver is None:
+        return (), (), warnings
+    if protocol == "tcp" and not retrans_ok:
+        warnings.append("this nuttcp (6.x) cannot count retransmits: left unknown")
+    flow = FlowSummary(direction=direction, sender=sender, receiver=receiver)
+    per_stream = _single_stream(out, direction, retrans_ok) if streams == 1 else ()
+    return (flow,), per_stream, warnings
+
+
+def _single_stream(out: NuttcpOutput, direction: str, retrans_ok: bool) -> tuple[StreamResult, ...]:
+    tx, rx = out.sides.get("t"), out.sides.get("r")
+    if tx is None and rx is None:
+        return ()
+    socket = None
+    if tx is not None and (tx.send_window or tx.receive_window or tx.mss):
+        socket = SocketInfo(
+            send_buffer_bytes=tx.send_window,
+            receive_buffer_bytes=tx.receive_window,
+            mss_bytes=tx.mss,
+        )
+    stream = StreamResult(
+        stream_id=1,
+        direction=direction,
+        sender=side_summary(tx, retrans_ok, with_cpu=False) if tx else None,
+        receiver=side_summary(rx, retrans_ok, with_cpu=False) if rx else None,
+        socket=socket,
+    )
+    return (stream,)
+
+
+def failure_message(out: NuttcpOutput) -> str | None:
+    """The tool's own error message, if it printed one."""
+    if out.errors:
+        return "; ".join(out.errors)
+    if out.usage_printed:
+        return "nuttcp printed its usage text: it did not accept its arguments"
+    return None
+
+
+def parse_lines(text: str) -> NuttcpOutput:
+    """Parse a whole saved output."""
+    parser = NuttcpParser()
+    for line in text.splitlines():
+        parser.feed(line)
+    return parser.out

@@ -1,0 +1,852 @@
+"""NTTTCP for Linux driven as a netprobe tool.
+
+The sender (``-s``) is the client; for a test on this machine the adapter first starts the
+receiver (``-r``; the role is always given: without one ntttcp silently becomes a receiver)
+with the same mapping, duration, protocol and ports, on a free base port whose sync port
+(base - 1) is free too. Both write ``-x`` XML and ``-j`` JSON result files (read, kept in
+``Result.raw`` and deleted); the console output is read live for the ~0.5 s
+``Real-time throughput`` lines and for what the files lack (RTT with ``-V``).
+
+ntttcp's receiver (and then the sender, which waits for it) often prints its whole report
+and does not exit: once a report is complete and its result files are written, the
+process is stopped. Traps handled: ``-h`` exits 23, no receiver exits 24, bad arguments
+exit 23 or 255, errors go to stdout; UDP over IPv6 is not implemented (it hangs), so it is
+refused.
+
+Option mapping (netprobe -> ntttcp): streams N -> ``-m N,*,ADDRESS`` on both sides (N
+receiver ports, one sender thread and connection per port); duration ``-t`` (whole
+seconds); omit ``-W`` warm-up (whole seconds, excluded from ntttcp's totals); UDP ``-u``;
+rate ``-B`` in bit/s for all streams together (ntttcp divides it among its threads);
+length ``-b`` (bytes per send/receive call, the UDP datagram size); nodelay ``--no-delay``;
+IPv6 ``-6``; bind ``-a`` (sender's source address); port ``-p`` (base data port).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import queue
+import re
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from netprobe.driven import DrivenProcess, find_binary, free_port, is_local_host, run_once
+from netprobe.errors import ParseError, TestFailed, TestInterrupted, ToolUnavailable
+from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
+from netprobe.schema import (
+    Endpoint,
+    FlowSummary,
+    Interval,
+    RawOutput,
+    Result,
+    SideSummary,
+    TestSpec,
+    ToolInfo,
+)
+from netprobe.tools import _ntttcp_parse as p
+
+MAX_STREAMS = 512
+"""ntttcp's most receiver ports (MAX_NUM_SERVER_PORTS)."""
+MAX_UDP_LENGTH = 65507
+"""ntttcp lowers a larger UDP send size to this."""
+DEFAULT_PORT = 5001
+"""ntttcp's default base port (its sync port is one below)."""
+REALTIME_PERIOD_S = 0.5
+"""ntttcp prints a real-time throughput line about this often (not settable)."""
+_START_TIMEOUT_S = 5.0
+_EXIT_GRACE_S = 2.0
+_FILE_GRACE_S = 2.0
+_GRACE_S = 15.0
+_POLL_S = 0.1
+
+
+class NtttcpTool(Tool):
+    """NTTTCP for Linux (1.4.x): drives the sender, and a receiver for local tests.
+
+    Options: ``path`` (the binary), ``start_server`` (False: never start a receiver, even
+    for this machine), ``line_buffered`` (False: do not run ntttcp under ``stdbuf -oL``,
+    which makes its console output arrive line by line through a pipe).
+    """
+
+    name: ClassVar[str] = "ntttcp"
+    description: ClassVar[str] = (
+        "NTTTCP for Linux (sender driven; receiver started for local tests)"
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        protocols=frozenset({"tcp", "udp"}),
+        directions=frozenset({"normal"}),
+        max_streams=MAX_STREAMS,
+        byte_count=False,
+        min_interval_s=REALTIME_PERIOD_S,
+        omit=True,
+        rate_limit=frozenset({"tcp", "udp"}),
+        length=True,
+        window=False,
+        nodelay=True,
+        ipv6=True,
+        bind=True,
+    )
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        super().__init__(options)
+        self._availability: Availability | None = None
+        self._help = ""
+
+    # -- probe --------------------------------------------------------------------------
+
+    def probe(self) -> Availability:
+        """Find the binary and read its version from the first line of ``ntttcp -h``
+        (it has no version option; ``-h`` exits 23). Never raises."""
+        if self._availability is None:
+            try:
+                self._availability = self._probe()
+            except Exception as exc:  # probe must never raise
+                self._availability = Availability(False, reasons=(f"ntttcp probe failed: {exc}",))
+        return self._availability
+
+    def _probe(self) -> Availability:
+        override = self.options.get("path")
+        path = find_binary("ntttcp", override, "NETPROBE_NTTTCP")
+        if path is None:
+            return Availability(False, reasons=(_not_found(override),))
+        try:
+            code, text = run_once([path, "-h"], timeout=5.0)
+        except ToolUnavailable as exc:
+            return Availability(False, reasons=(str(exc),), path=path)
+        found = re.search(r"NTTTCP for Linux (\S+)", text)
+        if not found:
+            first = text.strip().splitlines()[0] if text.strip() else "nothing"
+            why = f"{path} -h (exit code {code}) does not look like NTTTCP for Linux: {first}"
+            return Availability(False, reasons=(why,), path=path)
+        self._help = text
+        return Availability(True, version=found.group(1), path=path)
+
+    # -- refusals -----------------------------------------------------------------------
+
+    def refusals(self, spec: TestSpec) -> list[str]:
+        """Capability refusals plus ntttcp's own: whole seconds, no UDP over IPv6, exact
+        rates, UDP datagram size, and options this build's help does not list."""
+        found = super().refusals(spec)
+
+        def refuse(option: str, why: str) -> None:
+            found.append(f"ntttcp cannot honour {option}: {why}")
+
+        if spec.duration_s is not None and not float(spec.duration_s).is_integer():
+            refuse(f"--time {spec.duration_s:g}", "ntttcp -t takes whole seconds")
+        if spec.omit_s and not float(spec.omit_s).is_integer():
+            refuse(f"--omit {spec.omit_s:g}", "ntttcp -W takes whole seconds")
+        if spec.protocol == "udp" and _family(spec) == socket.AF_INET6:
+            refuse("--udp with IPv6", "UDP over IPv6 is not implemented in ntttcp (it hangs)")
+        rate = spec.rate_bits_per_second
+        if rate is not None and not float(rate * spec.streams).is_integer():
+            refuse(f"--bitrate {rate:g}", "ntttcp -B takes whole bits per second")
+        if spec.protocol == "udp" and (spec.length_bytes or 0) > MAX_UDP_LENGTH:
+            refuse(
+                f"--length {spec.length_bytes}", f"ntttcp's largest UDP send is {MAX_UDP_LENGTH}"
+            )
+        found += self._feature_refusals(spec, refuse)
+        return found
+
+    def _feature_refusals(self, spec: TestSpec, refuse: Any) -> list[str]:
+        """Options this build does not list in its help (known only after a probe)."""
+        if not self._help:
+            return []
+        wanted = [
+            (spec.nodelay, "--no-delay", "--nodelay"),
+            (spec.rate_bits_per_second is not None, "-B ", "--bitrate"),
+            (spec.omit_s > 0, "-W ", "--omit"),
+            (spec.bind_address is not None, "-a ", "--bind"),
+        ]
+        for asked, flag, option in wanted:
+            if asked and flag not in self._help:
+                refuse(option, f"this ntttcp build has no {flag.strip()} option")
+        return []
+
+    # -- run ----------------------------------------------------------------------------
+
+    def run(self, spec: TestSpec, reporter: Reporter) -> Result:
+        """Run the test (starting a receiver first when the host is this machine)."""
+        available = self.probe()
+        self.check(spec)
+        if not available.available or available.path is None:
+            raise ToolUnavailable("; ".join(available.reasons) or "ntttcp is not available")
+        workdir = tempfile.mkdtemp(prefix="netprobe-ntttcp-")
+        try:
+            plan = make_plan(spec, available.path, self.options, workdir, self._help)
+            return _Session(spec, plan, reporter, available.version).run()
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    # -- parse --------------------------------------------------------------------------
+
+    def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
+        """Read saved ntttcp outputs: console logs, -x XML and -j JSON files, either role."""
+        return parse_sources(sources)
+
+
+def _not_found(override: str | None) -> str:
+    if override:
+        return f"ntttcp: {override!r} (option path) is not an executable"
+    if os.environ.get("NETPROBE_NTTTCP"):
+        return f"ntttcp: {os.environ['NETPROBE_NTTTCP']!r} ($NETPROBE_NTTTCP) is not an executable"
+    return (
+        "ntttcp not found on PATH (NTTTCP for Linux is not packaged by Debian: build it from "
+        "microsoft/ntttcp-for-linux, or set $NETPROBE_NTTTCP)"
+    )
+
+
+# --- planning ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything decided before anything runs."""
+
+    local: bool
+    family: int
+    address: str
+    """Numeric receiver address (ntttcp checks for '.' or ':' in it, so no names)."""
+    base_port: int
+    sender_argv: tuple[str, ...]
+    receiver_argv: tuple[str, ...] | None
+    files: dict[str, str] = field(default_factory=dict)
+    """Result file paths by name (``sender.xml``, ``receiver.json``, ...)."""
+    timeout_s: float = 60.0
+
+
+def _family(spec: TestSpec) -> int:
+    if spec.ip_version == 6 or (spec.host is not None and ":" in spec.host):
+        return socket.AF_INET6
+    return socket.AF_INET
+
+
+def resolve(spec: TestSpec, family: int, local: bool) -> str:
+    """The numeric address to put in ``-m`` (ntttcp takes no host names)."""
+    if local and (spec.host is None or not _numeric(spec.host)):
+        return "::1" if family == socket.AF_INET6 else "127.0.0.1"
+    host = str(spec.host)
+    if _numeric(host):
+        return host
+    try:
+        infos = socket.getaddrinfo(host, None, family, socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise TestFailed(f"ntttcp: cannot resolve {host!r}: {exc}") from None
+    return str(infos[0][4][0])
+
+
+def _numeric(host: str) -> bool:
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        return True
+    return False
+
+
+def make_plan(
+    spec: TestSpec, binary: str, options: dict[str, Any], workdir: str, help_text: str = ""
+) -> Plan:
+    """Choose the address and ports and build both command lines."""
+    local = bool(options.get("start_server", True)) and is_local_host(spec.host)
+    family = _family(spec)
+    address = resolve(spec, family, local)
+    base = spec.port or (free_base_port(spec.streams, family) if local else DEFAULT_PORT)
+    prefix = _line_buffer_prefix(options)
+    files = {
+        f"{role}.{kind}": os.path.join(workdir, f"{role}.{kind}")
+        for role in ("sender", "receiver")
+        for kind in ("xml", "json")
+    }
+    json_ok = not help_text or "-j " in help_text
+    sender = (*prefix, binary, "-s", *common_args(spec, address, base))
+    sender += (*sender_args(spec), *_file_args(files, "sender", json_ok))
+    receiver = None
+    if local:
+        receiver = (*prefix, binary, "-r", *common_args(spec, address, base))
+        receiver += _file_args(files, "receiver", json_ok)
+    timeout = (
+        float(spec.duration_s or 0) + spec.omit_s + _GRACE_S + 0.2 * float(spec.duration_s or 0)
+    )
+    return Plan(local, family, address, base, sender, receiver, files, timeout)
+
+
+def _line_buffer_prefix(options: dict[str, Any]) -> tuple[str, ...]:
+    # Through a pipe ntttcp's stdio is block-buffered: its lines would arrive at exit.
+    if not options.get("line_buffered", True):
+        return ()
+    stdbuf = shutil.which("stdbuf")
+    return (stdbuf, "-oL", "-eL") if stdbuf else ()
+
+
+def common_args(spec: TestSpec, address: str, base_port: int) -> tuple[str, ...]:
+    """Options both roles must agree on."""
+    assert spec.duration_s is not None  # refused otherwise (no byte-count mode)
+    args = ["-m", f"{spec.streams},*,{address}", "-p", str(base_port)]
+    args += ["-t", str(int(spec.duration_s)), "-V"]
+    if spec.omit_s:
+        args += ["-W", str(int(spec.omit_s))]
+    if spec.protocol == "udp":
+        args.append("-u")
+    if ":" in address:
+        args.append("-6")
+    if spec.length_bytes is not None:
+        args += ["-b", str(spec.length_bytes)]
+    return tuple(args)
+
+
+def sender_args(spec: TestSpec) -> tuple[str, ...]:
+    """Sender-only options."""
+    args: list[str] = []
+    if spec.rate_bits_per_second is not None:
+        # -B limits all sender threads together; netprobe's rate is per stream.
+        args += ["-B", str(int(spec.rate_bits_per_second * spec.streams))]
+    if spec.nodelay:
+        args.append("--no-delay")
+    if spec.bind_address is not None:
+        args += ["-a", spec.bind_address]
+    return tuple(args)
+
+
+def _file_args(files: dict[str, str], role: str, json_ok: bool) -> tuple[str, ...]:
+    args = ("-x", files[f"{role}.xml"])
+    return (*args, "-j", files[f"{role}.json"]) if json_ok else args
+
+
+def free_base_port(streams: int, family: int) -> int:
+    """A base port such that it, the ``streams - 1`` above it and the sync port below it
+    are all free for TCP and UDP."""
+    for _ in range(100):
+        base = free_port(family)
+        ports = range(base - 1, base + streams)
+        if base - 1 < 1024 or base + streams - 1 > 65535:
+            continue
+        if all(_bindable(family, port) for port in ports if port != base):
+            return base
+    raise TestFailed(f"no block of {streams + 1} free ports found for ntttcp")
+
+
+def _bindable(family: int, port: int) -> bool:
+    host = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        try:
+            with socket.socket(family, kind) as sock:
+                sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def bound(port: int, family: int, udp: bool) -> bool:
+    """True if a TCP socket listens (or a UDP socket is bound) on ``port``, read from
+    /proc/net: a probe connection would look like a sender to ntttcp."""
+    name = ("udp" if udp else "tcp") + ("6" if family == socket.AF_INET6 else "")
+    wanted = f":{port:04X}"
+    try:
+        with open(f"/proc/net/{name}") as table:
+            rows = table.read().splitlines()[1:]
+    except OSError:
+        return False
+    for cols in (row.split() for row in rows):
+        if len(cols) > 3 and cols[1].endswith(wanted) and (udp or cols[3] == "0A"):
+            return True
+    return False
+
+
+# --- live intervals -------------------------------------------------------------------
+
+
+class IntervalBuilder:
+    """Turns ntttcp's untimed ~0.5 s real-time lines into Interval samples, timed by their
+    arrival and summed to the requested interval. Bytes are derived (rate x time)."""
+
+    def __init__(self, role: str, interval_s: float | None) -> None:
+        self.role = role
+        self.interval_s = interval_s
+        self.t0: float | None = None
+        self.last = 0.0
+        self.usable = True
+        self._start = 0.0
+        self._bytes = 0
+        self._omitted = False
+
+    def start(self, now: float) -> None:
+        """``Network activity progressing...`` arrived: the clock starts."""
+        self.t0 = self.last = now
+        self._start = 0.0
+
+    def add(self, sample: p.RealtimeSample, now: float) -> Interval | None:
+        """One sample at ``now``; an Interval when a whole interval has been gathered."""
+        if sample.batched:
+            self.usable = False  # terminal-style updates arrived together: no timing
+        if self.t0 is None or not self.usable or self.interval_s is None:
+            return None
+        done = None
+        if self._bytes and sample.during_warmup != self._omitted:
+            done = self._emit()  # never mix warm-up and measured time in one sample
+        span = now - self.last
+        self._omitted = sample.during_warmup
+        self._bytes += round(sample.bits_per_second * span / 8)
+        self.last = now
+        if self.last - self.t0 - self._start >= self.interval_s - REALTIME_PERIOD_S / 2:
+            return self._emit()
+        return done
+
+    def flush(self) -> Interval | None:
+        """The last, partly filled interval (at the end of the test), if any."""
+        if self.t0 is None or not self.usable or not self._bytes:
+            return None
+        return self._emit()
+
+    def _emit(self) -> Interval:
+        assert self.t0 is not None
+        start, end = self._start, self.last - self.t0
+        item = Interval(
+            direction="client_to_server",
+            role=self.role,
+            stream_id=None,
+            start_s=round(start, 3),
+            end_s=round(end, 3),
+            bytes=self._bytes,
+            bits_per_second=self._bytes * 8 / (end - start) if end > start else 0.0,
+            omitted=self._omitted,
+        )
+        self._start, self._bytes = end, 0
+        return item
+
+
+# --- one run ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Proc:
+    """One ntttcp process and its live parser."""
+
+    role: str
+    process: DrivenProcess
+    parser: p.ConsoleParser
+    complete_at: float | None = None
+    stopped_after_report: bool = False
+
+
+class _Session:
+    """One run: the processes, their parsers, and the result built from them."""
+
+    def __init__(self, spec: TestSpec, plan: Plan, reporter: Reporter, version: str | None) -> None:
+        self.spec = spec
+        self.plan = plan
+        self.reporter = reporter
+        self.version = version
+        self.lock = threading.Lock()
+        self.pending: queue.Queue[Interval] = queue.Queue()
+        self.intervals: list[Interval] = []
+        live_role = "receiver" if plan.receiver_argv is not None else "sender"
+        self.live_role = live_role
+        self.builder = IntervalBuilder(live_role, spec.interval_s)
+        self.start_time = utc_now_iso()
+        self.procs: dict[str, _Proc] = {}
+        self.problems: list[str] = []
+        self.warnings: list[str] = []
+
+    def run(self) -> Result:
+        """Run the processes; the Result, or TestFailed/TestInterrupted with the partial."""
+        try:
+            if self.plan.receiver_argv is not None:
+                self._start("receiver", self.plan.receiver_argv)
+                self._wait_receiver()
+            self._start("sender", self.plan.sender_argv)
+            self._wait()
+        except KeyboardInterrupt:
+            self._stop_all()
+            partial = self._result("interrupted", ["interrupted by the user"])
+            raise TestInterrupted("interrupted: ntttcp stopped", partial) from None
+        finally:
+            self._stop_all()
+        return self._finish()
+
+    # -- processes ----------------------------------------------------------------------
+
+    def _start(self, role: str, argv: tuple[str, ...]) -> None:
+        parser = p.ConsoleParser(warmup=self.spec.omit_s > 0)
+        process = DrivenProcess(argv, on_line=self._line_handler(role, parser), name=role)
+        self.procs[role] = _Proc(role, process, parser)
+        process.start()
+        self.reporter.note(f"ntttcp {role} started (pid {process.pid})")
+
+    def _wait_receiver(self) -> None:
+        receiver = self.procs["receiver"].process
+        udp = self.spec.protocol == "udp"
+        ports = [(self.plan.base_port - 1, False)]  # the sync port is TCP
+        ports += [(self.plan.base_port + i, udp) for i in range(self.spec.streams)]
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while not all(bound(port, self.plan.family, is_udp) for port, is_udp in ports):
+            if receiver.returncode is not None or time.monotonic() > deadline:
+                receiver.stop(grace_s=0.5)
+                why = p.failure_message(self.procs["receiver"].parser.out) or "no message"
+                why = f"{why} (exit code {receiver.returncode})"
+                raise TestFailed(
+                    f"ntttcp receiver did not start listening on port {self.plan.base_port}: "
+                    f"{why} (command: {' '.join(receiver.argv)})",
+                    self._result("failed", [f"ntttcp receiver did not start: {why}"]),
+                )
+            time.sleep(0.02)
+
+    def _wait(self) -> None:
+        deadline = time.monotonic() + self.plan.timeout_s
+        while True:
+            self._deliver()
+            if all(proc.process.returncode is not None for proc in self.procs.values()):
+                break
+            now = time.monotonic()
+            self._stop_finished(now)
+            self._stop_orphan_receiver()
+            if now > deadline:
+                self.problems.append(
+                    f"ntttcp did not finish within {self.plan.timeout_s:g} s and was stopped"
+                )
+                break
+            time.sleep(_POLL_S)
+        self._stop_all()
+        self._deliver()
+
+    def _stop_finished(self, now: float) -> None:
+        """Stop a process that printed its whole report but does not exit (ntttcp's
+        receiver often hangs, and its sender waits for it)."""
+        sender = self.procs.get("sender")
+        sender_done = sender is not None and (
+            sender.parser.out.report_complete or sender.process.returncode is not None
+        )
+        for proc in self.procs.values():
+            if proc.process.returncode is not None or not proc.parser.out.report_complete:
+                continue
+            if proc.role == "receiver" and not sender_done:
+                continue
+            if proc.complete_at is None:
+                proc.complete_at = now
+            waited = now - proc.complete_at
+            ready = self._files_ready(proc.role) or waited > _EXIT_GRACE_S + _FILE_GRACE_S
+            if waited > _EXIT_GRACE_S and ready:
+                proc.stopped_after_report = True
+                proc.process.stop()
+                self.warnings.append(
+                    f"ntttcp {proc.role} did not exit after its report; it was stopped"
+                )
+
+    def _stop_orphan_receiver(self) -> None:
+        """The sender gave up before its report: the receiver would wait forever."""
+        sender, receiver = self.procs.get("sender"), self.procs.get("receiver")
+        if sender is None or receiver is None or sender.process.returncode is None:
+            return
+        if not sender.parser.out.report_complete and receiver.process.returncode is None:
+            receiver.process.stop(grace_s=0.5)
+
+    def _files_ready(self, role: str) -> bool:
+        for kind in ("xml", "json"):
+            path = self.plan.files.get(f"{role}.{kind}")
+            if path is None or f"-{kind[0]}" not in self.procs[role].process.argv:
+                continue
+            text = _read(path)
+            if text is None or not _complete(kind, text):
+                return False
+        return True
+
+    def _stop_all(self) -> None:
+        for role in ("sender", "receiver"):
+            proc = self.procs.get(role)
+            if proc is not None:
+                proc.process.stop()
+
+    # -- live output --------------------------------------------------------------------
+
+    def _line_handler(self, role: str, parser: p.ConsoleParser) -> Any:
+        def on_line(line: str) -> None:
+            now = time.monotonic()
+            with self.lock:
+                started = parser.out.started
+                samples = parser.feed(line)
+                if role != self.live_role:
+                    return
+                if parser.out.started and not started:
+                    self.builder.start(now)
+                found = [self.builder.add(sample, now) for sample in samples]
+                if parser.out.in_totals or parser.out.report_complete:
+                    found.append(self.builder.flush())  # the report: no more samples
+                for item in found:
+                    if item is not None:
+                        self.intervals.append(item)
+                        self.pending.put(item)
+
+        return on_line
+
+    def _deliver(self) -> None:
+        """Hand queued samples to the reporter, in the calling (main) thread."""
+        while True:
+            try:
+                item = self.pending.get_nowait()
+            except queue.Empty:
+                return
+            self.reporter.interval(item)
+
+    # -- result -------------------------------------------------------------------------
+
+    def _finish(self) -> Result:
+        reasons = list(self.problems)
+        for proc in self.procs.values():
+            reasons += self._proc_problems(proc)
+        if not reasons:
+            return self._result("ok", [])
+        why = "; ".join(reasons)
+        command = " ".join(self.plan.sender_argv)
+        raise TestFailed(
+            f"ntttcp failed: {why}; command: {command}", self._result("failed", reasons)
+        )
+
+    def _proc_problems(self, proc: _Proc) -> list[str]:
+        out = proc.parser.out
+        code = proc.process.returncode
+        message = p.failure_message(out)
+        if proc.process.callback_error is not None:
+            return [f"ntttcp {proc.role} output could not be read: {proc.process.callback_error}"]
+        if out.report_complete:
+            if message:
+                self.warnings.append(f"ntttcp {proc.role} reported: {message}")
+            if code not in (0, None) and not proc.stopped_after_report:
+                return [f"ntttcp {proc.role} exited with code {code} after its report"]
+            return []
+        why = message or f"ntttcp {proc.role} printed no report"
+        return [f"{why} (ntttcp {proc.role}, exit code {code})"]
+
+    def _result(self, status: str, errors: list[str]) -> Result:
+        with self.lock:
+            sides = {role: self._side(role) for role in self.procs}
+            intervals = tuple(self.intervals)
+        sender, receiver = sides.get("sender"), sides.get("receiver")
+        summaries: tuple[FlowSummary, ...] = ()
+        if sender is not None or receiver is not None:
+            summaries = (FlowSummary("client_to_server", sender=sender, receiver=receiver),)
+        measured = receiver or sender
+        duration = None if measured is None else measured.end_s - measured.start_s
+        warnings = list(self.warnings)
+        if intervals:
+            warnings.append(_INTERVAL_NOTE)
+        version = next(
+            (pr.parser.out.version for pr in self.procs.values() if pr.parser.out.version), None
+        )
+        return Result(
+            tool=ToolInfo(name="ntttcp", version=version or self.version),
+            spec=self.spec,
+            start_time=self.start_time,
+            local=Endpoint(role="client", address=self.spec.bind_address, system=_system()),
+            remote=Endpoint(
+                role="server",
+                host=self.spec.host,
+                address=self.plan.address,
+                port=self.plan.base_port,
+                system=_system() if self.plan.local else None,
+            ),
+            status=status,
+            duration_s=duration,
+            summaries=summaries,
+            intervals=intervals,
+            warnings=tuple(warnings),
+            errors=tuple(errors),
+            raw=self._raw(),
+        )
+
+    def _side(self, role: str) -> SideSummary | None:
+        proc = self.procs.get(role)
+        if proc is None:
+            return None
+        files = _result_files(self.plan.files, role)
+        totals = p.merge(proc.parser.out.totals, files)
+        return p.side_summary(role, totals, self.spec.protocol, float(self.spec.omit_s))
+
+    def _raw(self) -> tuple[RawOutput, ...]:
+        found = [proc.process.raw() for proc in self.procs.values()]
+        for name, path in sorted(self.plan.files.items()):
+            text = _read(path)
+            if text is not None:
+                found.append(RawOutput(name=name, text=text))
+        return tuple(found)
+
+
+_INTERVAL_NOTE = (
+    "ntttcp intervals are its ~0.5 s real-time throughput lines, timed by their arrival "
+    "and summed to the interval; their bytes are derived from the printed rate"
+)
+
+
+def _read(path: str) -> str | None:
+    with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+    return None
+
+
+def _complete(kind: str, text: str) -> bool:
+    if kind == "xml":
+        return text.rstrip().endswith(("</ntttcps>", "</ntttcpr>"))
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _result_files(files: dict[str, str], role: str) -> p.Totals | None:
+    """The role's result file totals: XML (it has the host CPU breakdown), else JSON."""
+    for kind, reader in (("xml", p.parse_xml), ("json", p.parse_json)):
+        path = files.get(f"{role}.{kind}")
+        text = _read(path) if path else None
+        if text and _complete(kind, text):
+            with contextlib.suppress(ParseError):
+                return reader(text, path or kind).totals
+    return None
+
+
+def _system() -> str:
+    uname = platform.uname()
+    return f"{uname.system} {uname.release} {uname.machine}"
+
+
+# --- parse saved output ---------------------------------------------------------------
+
+
+@dataclass
+class _RoleOutputs:
+    """What the sources say about one role."""
+
+    console: p.ConsoleOutput | None = None
+    file: p.ResultFile | None = None
+
+
+def parse_sources(sources: Sequence[tuple[str, str]]) -> Result:
+    """A Result from saved ntttcp outputs (console, XML, JSON; sender and/or receiver)."""
+    roles: dict[str, _RoleOutputs] = {"sender": _RoleOutputs(), "receiver": _RoleOutputs()}
+    warnings: list[str] = []
+    raw: list[RawOutput] = []
+    readable = [(name, text) for name, text in sources if text.strip()]
+    if not readable:
+        raise ParseError("no ntttcp output: the input is empty", sources[0][0] if sources else None)
+    for name, text in readable:
+        raw.append(RawOutput(name=name, text=text))
+        _read_source(name, text, roles, warnings)
+    return _parsed_result(roles, warnings, tuple(raw), readable)
+
+
+def _read_source(name: str, text: str, roles: dict[str, _RoleOutputs], warnings: list[str]) -> None:
+    head = text.lstrip()[:1]
+    if head in "<{":
+        found = p.parse_xml(text, name) if head == "<" else p.parse_json(text, name)
+        slot = roles[found.role]
+        if slot.file is None or name.endswith(".xml"):  # XML has more than JSON
+            slot.file = found
+        return
+    out = p.parse_console(text)
+    if out.recognized == 0 or (out.version is None and out.unknown and not out.in_totals
+                               and not out.report_complete and not out.errors):  # fmt: skip
+        line = out.unknown[0] if out.unknown else 1
+        raise ParseError("not ntttcp output", name, line)
+    role = p.guess_role(text, name) or "sender"
+    if roles[role].console is not None:
+        warnings.append(f"{name}: a second {role} console output; ignored")
+        return
+    roles[role].console = out
+    if out.unknown:
+        warnings.append(
+            f"{name}: {len(out.unknown)} line(s) not understood, first at line {out.unknown[0]}"
+        )
+
+
+def _parsed_result(
+    roles: dict[str, _RoleOutputs],
+    warnings: list[str],
+    raw: tuple[RawOutput, ...],
+    readable: list[tuple[str, str]],
+) -> Result:
+    spec = _parsed_spec(roles)
+    sides, errors = _parsed_sides(roles, spec, warnings)
+    sender, receiver = sides["sender"], sides["receiver"]
+    if sender is None and receiver is None and not errors:
+        name, text = readable[-1]
+        raise ParseError("no ntttcp results in the output (truncated?)", name, text.count("\n") + 1)
+    summaries: tuple[FlowSummary, ...] = ()
+    if sender is not None or receiver is not None:
+        summaries = (FlowSummary("client_to_server", sender=sender, receiver=receiver),)
+    if any(slot.console and slot.console.realtime_count for slot in roles.values()):
+        warnings.append("ntttcp's real-time throughput lines carry no timestamps: no intervals")
+    first = receiver or sender
+    consoles = [slot.console for slot in roles.values() if slot.console]
+    return Result(
+        tool=ToolInfo(
+            name="ntttcp", version=next((c.version for c in consoles if c.version), None)
+        ),
+        spec=spec,
+        start_time="",
+        local=Endpoint(role="client"),
+        remote=Endpoint(role="server", host=spec.host, address=spec.host, port=spec.port),
+        status="failed" if errors and not summaries else "ok",
+        duration_s=None if first is None else first.end_s - first.start_s,
+        summaries=summaries,
+        warnings=(_RECONSTRUCTED, *warnings),
+        errors=tuple(errors),
+        raw=raw,
+    )
+
+
+_RECONSTRUCTED = (
+    "test options reconstructed from the output; options it does not show are left at "
+    "their defaults"
+)
+
+
+def _parsed_sides(
+    roles: dict[str, _RoleOutputs], spec: TestSpec, warnings: list[str]
+) -> tuple[dict[str, SideSummary | None], list[str]]:
+    """Each role's summary (result file figures first) and the errors its console shows."""
+    sides: dict[str, SideSummary | None] = {}
+    errors: list[str] = []
+    for role, slot in roles.items():
+        console = slot.console
+        totals = p.merge(
+            console.totals if console else None, slot.file.totals if slot.file else None
+        )
+        sides[role] = p.side_summary(role, totals, spec.protocol, float(spec.omit_s))
+        message = p.failure_message(console) if console else None
+        if message:
+            errors.append(f"{role}: {message}")
+        if console and console.started and not console.report_complete and sides[role] is None:
+            warnings.append(f"ntttcp {role}: no report: the output is incomplete")
+    return sides, errors
+
+
+def _parsed_spec(roles: dict[str, _RoleOutputs]) -> TestSpec:
+    """The test options as far as the outputs show them (result files first)."""
+    params = [slot.file.params for slot in roles.values() if slot.file]
+    params += [slot.console.params for slot in roles.values() if slot.console]
+
+    def first(name: str) -> Any:
+        return next((getattr(x, name) for x in params if getattr(x, name) is not None), None)
+
+    totals = [slot.file.totals for slot in roles.values() if slot.file]
+    totals += [slot.console.totals for slot in roles.values() if slot.console]
+    connections = next((t.connections for t in totals if t.connections), None)
+    measured = next((round(t.duration_s) for t in totals if t.duration_s), None)
+    return TestSpec(
+        tool="ntttcp",
+        host=first("server_address"),
+        protocol=first("protocol") or "tcp",
+        streams=connections or first("streams") or 1,
+        duration_s=float(first("duration_s") or measured or 10),
+        interval_s=None,
+        omit_s=float(first("warmup_s") or 0),
+        port=first("port"),
+        ip_version=6 if first("ipv6") else None,
+    )
