@@ -314,7 +314,8 @@ def _add_test_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("-u", "--udp", action="store_true", help="UDP instead of TCP")
     group.add_argument("-b", "--bitrate", type=_RATE, metavar="RATE",
                        help="rate limit per stream in bits per second; k/m/g suffixes are SI "
-                            "(1M = 1,000,000 bit/s); 0 means unlimited")
+                            "(1M = 1,000,000 bit/s); 0 means unlimited. UDP defaults to 1M, as "
+                            "in iperf3 and nuttcp, so that a forgotten -b floods no link")
     way = group.add_mutually_exclusive_group()
     way.add_argument("-R", "--reverse", dest="direction", action="store_const",
                      const="reverse", default="normal", help="the server sends")
@@ -433,11 +434,21 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         direction=args.direction, streams=args.parallel, duration_s=_duration(args),
         bytes_total=args.bytes, interval_s=args.interval or None, omit_s=args.omit,
         length_bytes=args.length, window_bytes=args.window,
-        rate_bits_per_second=args.bitrate or None, mss_bytes=args.mss, nodelay=args.nodelay,
+        rate_bits_per_second=_rate(args), mss_bytes=args.mss, nodelay=args.nodelay,
         dscp=args.dscp, congestion=args.congestion, ip_version=args.ip_version,
         port=args.port, bind_address=args.bind, zerocopy=args.zerocopy,
         skip_rx_copy=args.skip_rx_copy,
     )
+
+
+UDP_DEFAULT_RATE = 1_000_000
+
+
+def _rate(args: argparse.Namespace) -> float | None:
+    """The spec's rate: -b as given (0 is unlimited, None in the spec); UDP defaults to 1M."""
+    if args.bitrate is None:
+        return UDP_DEFAULT_RATE if args.udp else None
+    return args.bitrate or None
 
 
 def _host(args: argparse.Namespace) -> str | None:

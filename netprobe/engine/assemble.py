@@ -94,6 +94,7 @@ def build_result(
         streams=tuple(streams),
         intervals=tuple(intervals),
         errors=tuple(errors),
+        warnings=tuple(side.reporter_errors),
     )
 
 

@@ -170,7 +170,7 @@ class Conductor:
             self._fail("peer sent a malformed interval")
             return
         self.outcome.peer_intervals.append(sample)
-        self.on_peer_interval(sample)
+        self.side.emit_to(self.on_peer_interval, sample)
 
     def _fail(self, reason: str) -> None:
         if self.outcome.error is None:

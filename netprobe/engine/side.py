@@ -100,6 +100,7 @@ class Side:
         self._sampler_user_s = 0.0
         self._sampler_system_s = 0.0
         self._lock = threading.Lock()
+        self.reporter_errors: list[str] = []
 
     # -- running ----------------------------------------------------------------------
 
@@ -226,13 +227,13 @@ class Side:
                 k += 1
         end = (self.ended_at or core.monotonic()) - self.t0
         if end > prev:
-            self._tick(prev, end, emit)  # the tail, however short: no byte goes unreported
+            self._tick(prev, end, emit, tail=True)
         self._cpu_end = (core.rusage("process"), core.host_cpu())
         after = core.rusage("thread")
         self._sampler_user_s = after.user_s - before.user_s
         self._sampler_system_s = after.system_s - before.system_s
 
-    def _tick(self, start_s: float, end_s: float, emit: bool) -> None:
+    def _tick(self, start_s: float, end_s: float, emit: bool, tail: bool = False) -> None:
         omitted = end_s <= self.spec.omit_s + 1e-9 and self.spec.omit_s > 0
         samples = []
         for stream in self.streams:
@@ -244,11 +245,25 @@ class Side:
             if not omitted:
                 summary.note_tcp_sample(stream, snap)
             samples.append(sample)
-        if emit:
-            for sample in samples:
-                self.on_interval(sample)
-            for total in summary.sum_intervals(samples):
-                self.on_interval(total)
+        # The tail is reported however short, so that no byte goes missing, unless it
+        # carries nothing at all (the loops ended right on an interval boundary).
+        empty_tail = tail and not any(s.bytes or s.packets for s in samples)
+        if emit and not empty_tail:
+            for sample in [*samples, *summary.sum_intervals(samples)]:
+                self._emit(sample)
+
+    def _emit(self, sample: Interval) -> None:
+        self.emit_to(self.on_interval, sample)
+
+    def emit_to(self, sink: Callable[[Interval], None], sample: Interval) -> None:
+        """Hand a sample to ``sink``; a failing sink is noted once in the result, never raised."""
+        # A reporter is outside code (the CLI, a plugin host): its failure must not kill
+        # the sampler or the test loop, or the test's figures would stop being taken.
+        try:
+            sink(sample)
+        except Exception as exc:
+            if not self.reporter_errors:
+                self.reporter_errors.append(f"interval reporter failed: {exc!r}")
 
     # -- report -----------------------------------------------------------------------
 

@@ -281,6 +281,8 @@ def _option_args(spec: TestSpec) -> list[str]:
     if spec.rate_bits_per_second is not None:
         # nuttcp's -R is in Kbps (10**3) and limits all streams together.
         args.append(f"-R{_number(spec.rate_bits_per_second * spec.streams / 1000)}")
+    elif spec.protocol == "udp":
+        args.append("-R0")  # no rate in the spec is unlimited; nuttcp's own UDP default is 1M
     if spec.mss_bytes is not None:
         args.append(f"-M{spec.mss_bytes}")
     if spec.dscp is not None:
