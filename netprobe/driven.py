@@ -1,0 +1,369 @@
+"""Helpers for tool plugins that drive an external binary (part of the public plugin API).
+
+A driven tool finds its binary (:func:`find_binary`), runs it as a :class:`DrivenProcess`
+whose merged stdout/stderr is read continuously by a thread (so a chatty child never blocks
+on a full pipe) and handed over line by line as it arrives, and stops it, with everything it
+started, by its process group. :func:`free_port`, :func:`wait_port` and
+:func:`is_local_host` help a plugin start the tool's server on this machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Callable, Union
+
+from netprobe.errors import ToolUnavailable
+from netprobe.schema import RawOutput
+
+_Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+
+_POLL_S = 0.02
+"""How often waiting loops look again (short: tests and probes wait on these)."""
+_READER_JOIN_S = 2.0
+"""How long to wait for the output reader to reach end of file after the process exits."""
+
+
+def find_binary(name: str, override: str | None = None, env_var: str | None = None) -> str | None:
+    """The executable to run for ``name``: an explicit path, else ``$env_var``, else PATH.
+
+    A given ``override`` (or a set ``env_var``) that does not name an executable gives None
+    rather than silently falling back to another binary the user did not ask for.
+    """
+    if override:
+        return _resolve(override)
+    if env_var and os.environ.get(env_var):
+        return _resolve(os.environ[env_var])
+    return shutil.which(name)
+
+
+def _resolve(candidate: str) -> str | None:
+    if os.sep in candidate:
+        ok = os.path.isfile(candidate) and os.access(candidate, os.X_OK)
+        return os.path.abspath(candidate) if ok else None
+    return shutil.which(candidate)
+
+
+class DrivenProcess:
+    """Runs one external tool: stdout+stderr merged, read continuously by a thread (never
+    blocks on a full pipe), each line passed to ``on_line`` as it arrives; own process group
+    (``start_new_session=True``) so :meth:`stop` kills the whole group.
+
+    ``env`` is the complete environment, as for :mod:`subprocess` (None inherits ours).
+    An exception raised by ``on_line`` does not stop the reading; the first one is kept in
+    :attr:`callback_error`. Use as a context manager to be sure the tool is stopped.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        on_line: Callable[[str], None] | None = None,
+        name: str = "client",
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> None:
+        self.argv: tuple[str, ...] = tuple(argv)
+        self.name = name
+        self.callback_error: BaseException | None = None
+        self._on_line = on_line
+        self._env = dict(env) if env is not None else None
+        self._cwd = cwd
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self._lines: list[str] = []
+        self._chunks: list[str] = []
+        self._eof = False
+        self._cond = threading.Condition()
+
+    def start(self) -> DrivenProcess:
+        """Start the tool; raise ToolUnavailable if the binary cannot be executed."""
+        if self._proc is not None:
+            raise RuntimeError(f"{self.name} already started")
+        try:
+            self._proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                cwd=self._cwd,
+                start_new_session=True,  # own process group: stop() reaches its children
+            )
+        except OSError as exc:
+            raise ToolUnavailable(f"cannot run {self.argv[0]}: {exc.strerror or exc}") from None
+        self._reader = threading.Thread(
+            target=self._read, name=f"netprobe-{self.name}-reader", daemon=True
+        )
+        self._reader.start()
+        return self
+
+    @property
+    def pid(self) -> int:
+        """Process id of the tool (also its process group id)."""
+        if self._proc is None:
+            raise RuntimeError(f"{self.name} not started")
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit code once the tool has exited (negative: killed by that signal), else None."""
+        return None if self._proc is None else self._proc.poll()
+
+    @property
+    def text(self) -> str:
+        """Everything the tool printed so far."""
+        with self._cond:
+            return "".join(self._chunks)
+
+    @property
+    def lines(self) -> list[str]:
+        """The complete lines printed so far, without line endings."""
+        with self._cond:
+            return list(self._lines)
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        stream = self._proc.stdout
+        try:
+            for raw in iter(stream.readline, b""):
+                self._add(raw.decode("utf-8", errors="replace"))
+        finally:
+            stream.close()
+            with self._cond:
+                self._eof = True
+                self._cond.notify_all()
+
+    def _add(self, chunk: str) -> None:
+        line = chunk.rstrip("\r\n")
+        with self._cond:
+            self._chunks.append(chunk)
+            self._lines.append(line)
+            self._cond.notify_all()
+        if self._on_line is not None:
+            try:
+                self._on_line(line)
+            except Exception as exc:  # a parser bug must not stop the pipe being drained
+                if self.callback_error is None:
+                    self.callback_error = exc
+
+    def wait(self, timeout: float | None) -> int | None:
+        """Wait for the tool to exit: its exit code, or None on timeout (it is not killed)."""
+        if self._proc is None:
+            raise RuntimeError(f"{self.name} not started")
+        try:
+            code = self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self._join_reader()
+        return code
+
+    def _join_reader(self) -> None:
+        # A grandchild can keep the pipe open after the tool exits: wait for EOF, bounded.
+        if self._reader is not None:
+            self._reader.join(_READER_JOIN_S)
+
+    def wait_for_line(self, predicate: Callable[[str], bool], timeout: float) -> bool:
+        """Wait until a line satisfying ``predicate`` has been printed (True), or until
+        ``timeout`` passes or the output ends without one (False)."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for line in self._lines[seen:]:
+                    if predicate(line):
+                        return True
+                seen = len(self._lines)
+                remaining = deadline - time.monotonic()
+                if self._eof or remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+
+    def stop(self, grace_s: float = 1.0) -> int | None:
+        """Stop the tool and everything in its process group: SIGINT, then SIGTERM, then
+        SIGKILL, each sent by group id and only while something is left; waits ``grace_s``
+        between steps. Idempotent. Returns the tool's exit code (None if never started)."""
+        if self._proc is None:
+            return None
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+            if not self._group_alive():
+                break
+            self._signal_group(sig)
+            self._wait_group_gone(grace_s if sig != signal.SIGKILL else 5.0)
+        self._join_reader()
+        return self._proc.poll()
+
+    def _group_alive(self) -> bool:
+        assert self._proc is not None
+        if self._proc.poll() is None:
+            return True
+        return _group_has_live_members(self._proc.pid)
+
+    def _signal_group(self, sig: int) -> None:
+        assert self._proc is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, sig)
+
+    def _wait_group_gone(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while self._group_alive() and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+
+    def raw(self) -> RawOutput:
+        """The tool's output as a schema record: name, text, command and exit code."""
+        return RawOutput(
+            name=self.name, text=self.text, command=self.argv, exit_code=self.returncode
+        )
+
+    def __enter__(self) -> DrivenProcess:
+        if self._proc is None:
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _group_has_live_members(pgid: int) -> bool:
+    """Is any process of group ``pgid`` still running? Zombies do not count: an orphan
+    killed by us may wait a while for init to reap it, but it no longer runs."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    if not os.path.isdir("/proc/self"):
+        return True  # no /proc: trust killpg, zombies included
+    for entry in os.listdir("/proc"):
+        found = _stat_group_state(entry) if entry.isdigit() else None
+        if found is not None and found[0] == pgid and found[1] not in "ZX":
+            return True
+    return False
+
+
+def _stat_group_state(pid: str) -> tuple[int, str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[2]), fields[0]  # (process group, state)
+
+
+def free_port(
+    family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1"
+) -> int:
+    """A port on ``host`` that is free now for TCP and UDP alike (tools often use both).
+
+    Another process may still take it before the caller binds it; callers that start a
+    server should check that it came up.
+    """
+    if family == socket.AF_INET6 and host == "127.0.0.1":
+        host = "::1"
+    for _ in range(50):
+        with socket.socket(family, kind) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if _bindable(family, socket.SOCK_STREAM, host, port) and _bindable(
+            family, socket.SOCK_DGRAM, host, port
+        ):
+            return port
+    raise OSError(f"no free port found on {host}")
+
+
+def _bindable(family: int, kind: int, host: str, port: int) -> bool:
+    try:
+        with socket.socket(family, kind) as sock:
+            sock.bind((host, port))
+    except OSError:
+        return False
+    return True
+
+
+def wait_port(host: str, port: int, timeout: float) -> bool:
+    """Poll with TCP connects until something listens on ``host:port`` (True) or ``timeout``
+    passes (False). Each attempt opens a real connection the server will see."""
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.05, min(0.5, remaining))):
+                return True
+        except OSError:
+            pass
+        if time.monotonic() + _POLL_S >= deadline:
+            return False
+        time.sleep(_POLL_S * 2)
+
+
+def is_local_host(host: str | None) -> bool:
+    """True when ``host`` is this machine: None, ``localhost``, 127.0.0.0/8, ::1, an
+    unspecified address, or a name or address assigned to one of this machine's interfaces."""
+    if host is None or host.strip().lower() in ("", "localhost", "localhost.localdomain"):
+        return True
+    literal = host.strip().strip("[]").split("%", 1)[0]
+    try:
+        addresses: list[_Address] = [ipaddress.ip_address(literal)]
+    except ValueError:
+        addresses = _resolve_host(host)
+        if not addresses:
+            return False
+    return all(_is_local_address(addr) for addr in addresses)
+
+
+def _resolve_host(host: str) -> list[_Address]:
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return []
+    found: list[_Address] = []
+    for info in infos:
+        try:
+            found.append(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]))
+        except ValueError:
+            continue
+    return found
+
+
+def _is_local_address(addr: _Address) -> bool:
+    if addr.is_loopback or addr.is_unspecified:
+        return True
+    family = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
+    # Binding succeeds only for an address assigned to this machine (EADDRNOTAVAIL otherwise).
+    return _bindable(family, socket.SOCK_DGRAM, str(addr), 0)
+
+
+def run_once(argv: Sequence[str], timeout: float) -> tuple[int, str]:
+    """Run a short command (e.g. a version probe) and return its exit code and merged output.
+
+    Raises ToolUnavailable if it cannot be executed or does not finish within ``timeout``
+    seconds (it is then stopped with its whole process group).
+    """
+    proc = DrivenProcess(argv, name="probe").start()
+    code = proc.wait(timeout)
+    if code is None:
+        proc.stop(grace_s=0.2)
+        raise ToolUnavailable(f"{argv[0]} did not finish within {timeout:g} s")
+    return code, proc.text
+
+
+__all__ = [
+    "DrivenProcess",
+    "find_binary",
+    "free_port",
+    "is_local_host",
+    "run_once",
+    "wait_port",
+]

@@ -1,0 +1,644 @@
+"""Pure parsers for iperf 2 output: the human report lines (legacy and ``-e`` enhanced,
+any ``-f`` unit) and the CSV report (``-y C``: 2.1.x without a header, 2.2 with one).
+
+Whose figures a line holds: an enhanced line says it by its columns (``Write/Err`` ... is
+a sender, ``Reads=Dist`` or jitter/loss a receiver); a legacy line is placed by the
+process that printed it and the connection's ``(reverse)``/``(full-duplex)`` marks. The
+line after ``Server Report:`` on a UDP client is the server's receiver report.
+
+Every transfer id's last line that starts at 0 is its summary; earlier lines are intervals.
+Streams are keyed by the initiating end's port, which both processes print, so a client's
+and a server's report of the same stream land on the same stream number.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from netprobe.errors import ParseError
+from netprobe.schema import Endpoint, FlowSummary, Interval, SideSummary, StreamResult
+from netprobe.tools._iperf_common import Parts, side_directions
+
+C2S = "client_to_server"
+S2C = "server_to_client"
+_BYTE_UNITS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
+
+_LINE = re.compile(
+    r"^\[\s*(?P<star>\*)?(?P<id>\d+|SUM(?:-\d+)?|FD\d+)\]\s+"
+    r"(?P<start>\d+(?:\.\d+)?)-\s*(?P<end>\d+(?:\.\d+)?)\s+sec\s+"
+    r"(?P<xfer>\d+(?:\.\d+)?)\s+(?P<xunit>[KMGT]?)Bytes?\s+"
+    r"(?P<rate>\d+(?:\.\d+)?)\s+(?P<runit>[KMGTkmgt]?)bits?/sec(?P<rest>.*)$"
+)
+_TCP_TX = re.compile(
+    r"^\s+(?P<writes>\d+)/(?P<werr>\d+)\s+(?P<retry>\d+)"
+    r"(?:\s+(?:(?P<cwnd>\d+)K|NA)/(?P<rtt>\d+)(?:\((?P<rttvar>\d+)\))?\s+us)?"
+)
+_TCP_RX = re.compile(r"^\s+(?P<reads>\d+)=\d+(?::\d+)*")
+_UDP_RX = re.compile(
+    r"^\s+(?P<jitter>\d+(?:\.\d+)?)\s+ms\s+(?P<lost>-?\d+)/\s*(?P<total>-?\d+)\s+\((?P<pct>[^)]*)%\)"
+)
+_UDP_TX = re.compile(r"^\s+(?P<writes>\d+)/(?P<werr>\d+)\s+(?P<pps>\d+)\s+pps")
+_OOO = re.compile(
+    r"^\[\s*\*?(?P<id>\d+|SUM)\]\s+(?P<start>[\d.]+)-\s*(?P<end>[\d.]+)\s+sec\s+"
+    r"(?P<n>\d+)\s+datagrams received out-of-order"
+)
+_CONNECTED = re.compile(
+    r"^\[\s*\*?(?P<id>\d+)\]\s+local\s+(?P<laddr>\S+?)(?:%\S+)?\s+port\s+(?P<lport>\d+)\s+"
+    r"connected with\s+(?P<raddr>\S+)\s+port\s+(?P<rport>\d+)(?P<rest>.*)$"
+)
+_LISTENING = re.compile(r"Server listening on (?P<proto>TCP|UDP)(?: \(v6\))? port (?P<port>\d+)")
+_CONNECTING = re.compile(
+    r"Client connecting to (?P<host>[^,]+), (?P<proto>TCP|UDP) port (?P<port>\d+)"
+)
+_WHEN = re.compile(r"\bon (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \(UTC\)")
+
+FAILURE_PATTERNS = (
+    re.compile(r"(?P<why>(?:tcp |udp )?connect failed: .+)"),
+    re.compile(r"(?P<why>read failed: .+)"),
+    re.compile(r"(?P<why>unrecognized option .+|invalid option .+)"),
+    re.compile(r"WARNING: (?P<why>option .+ (?:is not valid|ignored).*)"),
+    re.compile(r"WARNING: (?P<why>unknown report.+)"),
+    re.compile(r"WARNING: (?P<why>did not receive ack of last datagram.*)"),
+    re.compile(r"ERROR: (?P<why>.+)"),
+    re.compile(r"(?P<why>.+: Unknown host)"),
+    re.compile(r"(?P<why>failed to find an ip address.+)"),
+)
+"""iperf 2 exits 0 on most failures: these lines in its output mean the test failed."""
+
+
+def failure_in(line: str) -> str | None:
+    """The complaint on ``line`` if it reports a failure (iperf 2 often exits 0 anyway)."""
+    for pattern in FAILURE_PATTERNS:
+        found = pattern.search(line)
+        if found:
+            return found.group("why").strip()
+    return None
+
+
+class StreamKeys:
+    """Stream numbers from 1 per direction, shared by the readers of one test's client and
+    server output (they run in two threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: dict[tuple[str, str], int] = {}
+
+    def number(self, direction: str, key: str) -> int:
+        """The stream number of connection ``key`` in ``direction``."""
+        with self._lock:
+            if (direction, key) not in self._ids:
+                used = sum(1 for d, _ in self._ids if d == direction)
+                self._ids[(direction, key)] = used + 1
+            return self._ids[(direction, key)]
+
+
+@attrs.define
+class _Record:
+    label: str
+    direction: str
+    role: str
+    sample: Interval
+    writes: int | None = None
+
+
+def _size(value: str, unit: str) -> int:
+    return round(float(value) * 1024 ** _BYTE_UNITS[unit.upper()])
+
+
+def _rate(value: str, unit: str) -> float:
+    return float(value) * 1000 ** _BYTE_UNITS[unit.upper()]
+
+
+class TextReader:
+    """Reads one iperf 2 process's human output line by line (live or from a file)."""
+
+    def __init__(
+        self, process_is_client: bool, keys: StreamKeys | None = None, intervals: bool = True
+    ) -> None:
+        self.is_client = process_is_client
+        self.keys = keys or StreamKeys()
+        self.intervals_on = intervals
+        self.records: list[_Record] = []
+        self.failures: list[str] = []
+        self.listening: set[int] = set()
+        self.connections: dict[str, tuple[str, int, str, int, str]] = {}
+        self.ooo: dict[tuple[str, float], int] = {}
+        self.protocol: str | None = None
+        self.server_port: int | None = None
+        self.server_host: str | None = None
+        self.start_time: str | None = None
+        self._server_report = False
+
+    def feed(self, line: str) -> Interval | None:
+        """Take one line; return the interval sample it holds, if it is one (summary lines
+        and everything else give None)."""
+        line = line.rstrip()
+        failure = failure_in(line)
+        if failure:
+            self.failures.append(failure)
+            return None
+        if "Server Report:" in line:
+            self._server_report = True
+            return None
+        if self._header(line):
+            return None
+        record = self._data_line(line)
+        if record is None:
+            return None
+        self.records.append(record)
+        if not self.intervals_on or self._is_summary(record):
+            return None
+        return record.sample
+
+    def _header(self, line: str) -> bool:
+        for pattern, handler in (
+            (_LISTENING, self._on_listening),
+            (_CONNECTING, self._on_connecting),
+            (_CONNECTED, self._on_connected),
+        ):
+            found = pattern.search(line)
+            if found:
+                handler(found)
+                return True
+        ooo = _OOO.match(line)
+        if ooo:
+            self.ooo[(ooo["id"], float(ooo["start"]))] = int(ooo["n"])
+            return True
+        return False
+
+    def _on_listening(self, found: re.Match[str]) -> None:
+        self.listening.add(int(found["port"]))
+        self.protocol = self.protocol or found["proto"].lower()
+
+    def _on_connecting(self, found: re.Match[str]) -> None:
+        self.protocol = found["proto"].lower()
+        if self.server_port is None:
+            self.server_port, self.server_host = int(found["port"]), found["host"].strip()
+
+    def _on_connected(self, found: re.Match[str]) -> None:
+        lport, rport = int(found["lport"]), int(found["rport"])
+        self.connections[found["id"]] = (
+            found["laddr"],
+            lport,
+            found["raddr"],
+            rport,
+            found["rest"],
+        )
+        when = _WHEN.search(found["rest"])
+        if when and self.start_time is None:
+            moment = datetime.datetime.strptime(when.group(1), "%Y-%m-%d %H:%M:%S")
+            self.start_time = moment.replace(tzinfo=datetime.timezone.utc).isoformat()
+
+    def _key(self, label: str) -> str:
+        """The initiating end's port: the same on both processes' lines for a stream."""
+        conn = self.connections.get(label)
+        if conn is None:
+            return f"id{label}"
+        _, lport, _, rport, _ = conn
+        return str(rport if lport in self.listening else lport)
+
+    def _data_line(self, line: str) -> _Record | None:
+        found = _LINE.match(line)
+        if found is None or found["id"].startswith("FD"):
+            return None  # not a report line, or a full-duplex both-ways sum
+        if found["id"].startswith("SUM") and self.full_duplex:
+            return None  # with --full-duplex, [SUM] adds up both directions
+        is_client = self.is_client and not self._server_report
+        self._server_report = False
+        role, extra, writes = _columns(found["rest"])
+        role = role or self._legacy_role(found["id"], bool(found["star"]), is_client)
+        direction = side_directions(is_client, role)
+        label = found["id"]
+        stream = None if label.startswith("SUM") else self.keys.number(direction, self._key(label))
+        sample = Interval(
+            direction=direction,
+            role=role,
+            stream_id=stream,
+            start_s=float(found["start"]),
+            end_s=float(found["end"]),
+            bytes=_size(found["xfer"], found["xunit"]),
+            bits_per_second=_rate(found["rate"], found["runit"]),
+            **extra,
+        )
+        return _Record(label, direction, role, sample, writes)
+
+    def _legacy_role(self, label: str, star: bool, is_client: bool) -> str:
+        """Role of a line without enhanced columns. A connection this process accepted
+        as the client (-d/-r back-connection) it receives on; one the server opened it
+        sends on. Otherwise the client sends and the server receives, both flipped for a
+        reversed stream (-R, or the starred half of --full-duplex)."""
+        conn = self.connections.get(label)
+        accepted = (conn[1] in self.listening) if conn else not is_client
+        if is_client and accepted:
+            return "receiver"
+        if not is_client and not accepted:
+            return "sender"
+        flipped = star or "(reverse)" in (conn[4] if conn else "")
+        return "sender" if is_client != flipped else "receiver"
+
+    @property
+    def full_duplex(self) -> bool:
+        """True when the streams carry both directions on one socket (--full-duplex)."""
+        return any("(full-duplex)" in conn[4] for conn in self.connections.values())
+
+    def _is_summary(self, record: _Record) -> bool:
+        if record.sample.start_s > 0.0005:
+            return False
+        return any(
+            r is not record and r.label == record.label and r.role == record.role
+            for r in self.records
+        )
+
+    def parts(self) -> Parts:
+        """Intervals and summaries of everything read so far."""
+        return build_parts(self.records, self.ooo, self.intervals_on)
+
+
+def _columns(rest: str) -> tuple[str | None, dict[str, Any], int | None]:
+    """The role implied by the columns after the bit rate, their values, and the write
+    count (a UDP sender's datagrams). UDP first: ``writes/err  N pps`` would also match the
+    TCP ``writes/err  retries`` pattern."""
+    found = _UDP_TX.match(rest)
+    if found:
+        return "sender", {"packets": int(found["writes"])}, int(found["writes"])
+    found = _TCP_TX.match(rest)
+    if found:
+        rtt = int(found["rtt"]) if found["rtt"] else None
+        return (
+            "sender",
+            {
+                "retransmits": int(found["retry"]),
+                "cwnd_bytes": int(found["cwnd"]) * 1024 if found["cwnd"] else None,
+                "rtt_us": rtt if rtt else None,
+                "rttvar_us": int(found["rttvar"]) if found["rttvar"] and rtt else None,
+            },
+            int(found["writes"]),
+        )
+    found = _UDP_RX.match(rest)
+    if found:
+        lost, total = int(found["lost"]), int(found["total"])
+        return (
+            "receiver",
+            {
+                "jitter_ms": float(found["jitter"]),
+                "lost_packets": lost if lost >= 0 else None,
+                "packets": total if total >= 0 else None,
+            },
+            None,
+        )
+    if _TCP_RX.match(rest):
+        return "receiver", {}, None
+    return None, {}, None
+
+
+# --- from records to result parts -------------------------------------------------------------
+
+
+def build_parts(
+    records: list[_Record], ooo: dict[tuple[str, float], int], intervals_given: bool = True
+) -> Parts:
+    """Split each stream's lines into intervals and its summary, then sum up per flow."""
+    parts = Parts()
+    groups: dict[tuple[str, str, str], list[_Record]] = {}
+    if len({r.direction for r in records if r.sample.stream_id is not None}) > 1:
+        # Both directions (-d, -r, --full-duplex): iperf 2's [SUM] lines add up both ways.
+        records = [r for r in records if r.sample.stream_id is not None]
+    for record in records:
+        groups.setdefault((record.label, record.direction, record.role), []).append(record)
+    finals: list[_Record] = []
+    for group in groups.values():
+        last = group[-1]
+        is_final = last.sample.start_s <= 0.0005
+        body = group[:-1] if is_final else group
+        parts.intervals.extend(_with_ooo(r.sample, r.label, ooo) for r in body)
+        if is_final:
+            finals.append(last)
+    parts.streams = _streams(finals, groups, ooo)
+    parts.summaries = _flows(finals, parts.streams, ooo)
+    ends = [f.sample.end_s for f in finals]
+    parts.duration_s = max(ends) if ends else None
+    return parts
+
+
+def _with_ooo(sample: Interval, label: str, ooo: dict[tuple[str, float], int]) -> Interval:
+    if sample.role != "receiver" or sample.jitter_ms is None:
+        return sample
+    return attrs.evolve(sample, out_of_order_packets=ooo.get((label, sample.start_s), 0))
+
+
+def _side(
+    record: _Record, samples: list[Interval], ooo: dict[tuple[str, float], int]
+) -> SideSummary:
+    s = record.sample
+    rtts = [i.rtt_us for i in samples if i.rtt_us is not None]
+    cwnds = [i.cwnd_bytes for i in samples if i.cwnd_bytes is not None]
+    lost, total = s.lost_packets, s.packets
+    return SideSummary(
+        role=record.role,
+        start_s=s.start_s,
+        end_s=s.end_s,
+        bytes=s.bytes,
+        bits_per_second=s.bits_per_second,
+        retransmits=s.retransmits,
+        retransmits_scope="connection" if s.retransmits is not None else None,
+        min_rtt_us=min(rtts) if rtts else None,
+        max_rtt_us=max(rtts) if rtts else None,
+        cwnd_bytes=max(cwnds) if cwnds else None,
+        packets=total,
+        lost_packets=lost,
+        lost_percent=100.0 * lost / total if lost is not None and total else None,
+        out_of_order_packets=_final_ooo(record, ooo),
+        jitter_ms=s.jitter_ms,
+    )
+
+
+def _final_ooo(record: _Record, ooo: dict[tuple[str, float], int]) -> int | None:
+    if record.sample.out_of_order_packets is not None:
+        return record.sample.out_of_order_packets
+    if record.sample.jitter_ms is None:
+        return None
+    return ooo.get((record.label, 0.0), 0)  # iperf 2 prints the line only when not zero
+
+
+def _streams(
+    finals: list[_Record],
+    groups: dict[tuple[str, str, str], list[_Record]],
+    ooo: dict[tuple[str, float], int],
+) -> list[StreamResult]:
+    by_stream: dict[tuple[str, int], dict[str, SideSummary]] = {}
+    for record in finals:
+        if record.sample.stream_id is None:
+            continue
+        # RTT/cwnd extremes over the interval samples; the final line's values are taken
+        # as the connection closes, so they count only when there were no intervals.
+        group = groups[(record.label, record.direction, record.role)]
+        samples = [r.sample for r in group[:-1]] or [record.sample]
+        side = _side(record, samples, ooo)
+        by_stream.setdefault((record.direction, record.sample.stream_id), {})[record.role] = side
+    return [
+        StreamResult(number, direction, sides.get("sender"), sides.get("receiver"))
+        for (direction, number), sides in sorted(by_stream.items())
+    ]
+
+
+def _flows(
+    finals: list[_Record], streams: list[StreamResult], ooo: dict[tuple[str, float], int]
+) -> list[FlowSummary]:
+    flows: dict[str, dict[str, SideSummary]] = {}
+    for record in finals:
+        if record.sample.stream_id is None:
+            flows.setdefault(record.direction, {})[record.role] = _side(record, [], ooo)
+    for direction in {s.direction for s in streams}:
+        mine = [s for s in streams if s.direction == direction]
+        sides = flows.setdefault(direction, {})
+        for role in ("sender", "receiver"):
+            have = [getattr(s, role) for s in mine if getattr(s, role) is not None]
+            if role not in sides and have and len(have) == len(mine):
+                # iperf prints no [SUM] for one stream (nor in CSV 2.1.x): add them up.
+                sides[role] = have[0] if len(have) == 1 else _added(have)
+    return [
+        FlowSummary(direction, sides.get("sender"), sides.get("receiver"))
+        for direction, sides in sorted(flows.items())
+    ]
+
+
+def _added(sides: list[SideSummary]) -> SideSummary:
+    """Streams' totals added up: bytes, packets and losses are sums; the rate is over the
+    whole span; per-socket TCP figures are not added."""
+    start, end = min(s.start_s for s in sides), max(s.end_s for s in sides)
+    nbytes = sum(s.bytes for s in sides)
+
+    def total(name: str) -> int | None:
+        values = [getattr(s, name) for s in sides]
+        return None if any(v is None for v in values) else sum(values)
+
+    lost, packets = total("lost_packets"), total("packets")
+    return SideSummary(
+        role=sides[0].role,
+        start_s=start,
+        end_s=end,
+        bytes=nbytes,
+        bits_per_second=nbytes * 8 / (end - start) if end > start else 0.0,
+        retransmits=total("retransmits"),
+        retransmits_scope=sides[0].retransmits_scope,
+        packets=packets,
+        lost_packets=lost,
+        lost_percent=100.0 * lost / packets if lost is not None and packets else None,
+        out_of_order_packets=total("out_of_order_packets"),
+    )
+
+
+def merge(client: Parts, server: Parts) -> Parts:
+    """One test's client and server parts together: each side's figures from the process
+    that measured them (the other's copy fills gaps)."""
+    out = attrs.evolve(client, intervals=client.intervals + _new_intervals(client, server))
+    out.streams = _merge_by(client.streams, server.streams, lambda s: (s.direction, s.stream_id))
+    out.summaries = _merge_by(client.summaries, server.summaries, lambda f: f.direction)
+    out.warnings = client.warnings + server.warnings
+    out.errors = client.errors + [e for e in server.errors if e not in client.errors]
+    out.duration_s = client.duration_s or server.duration_s
+    return out
+
+
+def _new_intervals(client: Parts, server: Parts) -> list[Interval]:
+    have = {(i.direction, i.role) for i in client.intervals}
+    return [i for i in server.intervals if (i.direction, i.role) not in have]
+
+
+def _merge_by(mine: list[Any], theirs: list[Any], key: Any) -> list[Any]:
+    merged = {key(item): item for item in mine}
+    for item in theirs:
+        ours = merged.get(key(item))
+        if ours is None:
+            merged[key(item)] = item
+        else:
+            merged[key(item)] = attrs.evolve(
+                ours, sender=ours.sender or item.sender, receiver=ours.receiver or item.receiver
+            )
+    return list(merged.values())
+
+
+def endpoints(reader: TextReader) -> tuple[Endpoint, Endpoint]:
+    """Client and server endpoints as one process's output names them."""
+    conn = next(iter(reader.connections.values()), None)
+    if conn is None:
+        return (
+            Endpoint(role="client"),
+            Endpoint(role="server", host=reader.server_host, port=reader.server_port),
+        )
+    laddr, lport, raddr, rport, _ = conn
+    if reader.is_client:
+        return (
+            Endpoint(role="client", address=laddr, port=lport),
+            Endpoint(role="server", host=reader.server_host, address=raddr, port=rport),
+        )
+    return (
+        Endpoint(role="client", address=raddr, port=rport),
+        Endpoint(role="server", address=laddr, port=lport),
+    )
+
+
+def read_text(text: str, process_is_client: bool, keys: StreamKeys | None = None) -> TextReader:
+    """Feed a whole saved output through a TextReader."""
+    reader = TextReader(process_is_client, keys)
+    for line in text.splitlines():
+        reader.feed(line)
+    return reader
+
+
+def guess_is_client(text: str, name: str = "") -> bool | None:
+    """Whether a saved output came from the client: by its name, else by whether its first
+    connection was the one it opened. None if it cannot tell."""
+    words = [w for w in re.split(r"[^a-z]+", name.lower()) if w]
+    named = [w for w in words if w in ("client", "sender", "server", "receiver")]
+    if named:
+        return named[-1] in ("client", "sender")
+    reader = read_text(text, True)
+    conn = next(iter(reader.connections.values()), None)
+    if conn is not None and reader.listening:
+        return conn[1] not in reader.listening
+    if reader.server_port is not None or "Client connecting to" in text:
+        return True
+    if reader.listening:
+        return False
+    return None
+
+
+# --- CSV ---------------------------------------------------------------------------------------
+
+_CSV_NAMES = {
+    "time": "time",
+    "srcaddress": "src",
+    "srcport": "sport",
+    "dstaddr": "dst",
+    "dstaddress": "dst",
+    "dstport": "dport",
+    "transferid": "id",
+    "interval": "interval",
+    "istart": "istart",
+    "iend": "iend",
+    "bytes": "bytes",
+    "speed": "speed",
+    "bits_per_second": "speed",
+    "jitter": "jitter",
+    "errors": "lost",
+    "lost": "lost",
+    "datagrams": "total",
+    "errpercent": "pct",
+    "outoforder": "ooo",
+    "out_of_order": "ooo",
+    "tcpretry": "retry",
+    "retry": "retry",
+    "tcpcwnd": "cwnd",
+    "cwnd": "cwnd",
+    "tcprtt": "rtt",
+    "rtt": "rtt",
+    "rttvar": "rttvar",
+    "writecnt": "writes",
+    "readcnt": "reads",
+}
+_V21_TCP = ["time", "src", "sport", "dst", "dport", "id", "interval", "bytes", "speed"]
+_V21_UDP = [*_V21_TCP, "jitter", "lost", "total", "pct", "ooo"]
+
+
+def looks_like_csv(text: str) -> bool:
+    """True for ``-y C`` output (data rows, or a 2.2 header row)."""
+    for line in text.splitlines():
+        cells = line.strip().split(",")
+        if len(cells) >= 8:
+            stamp = re.fullmatch(r"\d{14}(\.\d+)?", cells[0])
+            return cells[0].lower() == "time" or stamp is not None
+    return False
+
+
+def parse_csv(text: str, process_is_client: bool, source: str = "<input>") -> Parts:
+    """Intervals and summaries from ``-y C`` rows. Direction: the row's source end opened
+    the connection; rows to the main server port flow client to server."""
+    rows = list(_csv_rows(text, source))
+    if not rows:
+        raise ParseError("no iperf CSV rows found", source)
+    main_port = min(rows, key=lambda r: (r[1].get("id", 1e9) or 1e9, r[0]))[1].get("dport")
+    keys = StreamKeys()
+    records = [_csv_record(row, process_is_client, main_port, keys) for _, row in rows]
+    parts = build_parts(records, {}, True)
+    return parts
+
+
+def _csv_rows(text: str, source: str) -> Iterable[tuple[int, dict[str, Any]]]:
+    header: list[str] | None = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        cells = [c.strip() for c in line.strip().split(",")]
+        if len(cells) < 8:
+            continue  # iperf's banner lines, blank lines
+        if cells[0].lower() == "time":
+            header = [_CSV_NAMES.get(c.lower(), c.lower()) for c in cells]
+            continue
+        names = header or (_V21_UDP if len(cells) >= 14 else _V21_TCP)
+        try:
+            yield number, _csv_values(dict(zip(names, cells)))
+        except (ValueError, KeyError) as exc:
+            raise ParseError(f"unreadable CSV row ({exc})", source, number) from None
+
+
+def _csv_values(raw: dict[str, str]) -> dict[str, Any]:
+    row: dict[str, Any] = dict(raw)
+    if "interval" in raw and "-" in raw["interval"]:
+        start, end = raw["interval"].split("-", 1)
+        row["istart"], row["iend"] = float(start), float(end)
+    else:
+        row["istart"], row["iend"] = float(raw["istart"]), float(raw["iend"])
+    for name in (
+        "sport",
+        "dport",
+        "id",
+        "bytes",
+        "lost",
+        "total",
+        "ooo",
+        "retry",
+        "cwnd",
+        "rtt",
+        "rttvar",
+        "writes",
+    ):
+        if raw.get(name) not in (None, ""):
+            row[name] = int(float(raw[name]))
+    for name in ("speed", "jitter", "pct"):
+        if raw.get(name) not in (None, ""):
+            row[name] = float(raw[name])
+    return row
+
+
+def _csv_record(row: dict[str, Any], is_client: bool, main_port: Any, keys: StreamKeys) -> _Record:
+    direction = C2S if row.get("dport") == main_port else S2C
+    client_sends = direction == C2S
+    role = "sender" if is_client == client_sends else "receiver"
+    if row.get("total") == -1:  # 2.1.8: a UDP client's own row has no datagram count
+        role = "sender"
+    sum_row = (row.get("id") or 0) <= 0
+    stream = None if sum_row else keys.number(direction, str(row.get("sport")))
+    udp = "jitter" in row and role == "receiver"
+    total, lost = row.get("total"), row.get("lost")
+    sample = Interval(
+        direction=direction,
+        role=role,
+        stream_id=stream,
+        start_s=row["istart"],
+        end_s=row["iend"],
+        bytes=row["bytes"],
+        bits_per_second=row.get("speed", 0.0),
+        retransmits=row.get("retry") if role == "sender" and row.get("retry", -1) >= 0 else None,
+        cwnd_bytes=row["cwnd"] * 1024 if role == "sender" and row.get("cwnd", -1) > 0 else None,
+        rtt_us=row.get("rtt") if role == "sender" and row.get("rtt", 0) > 0 else None,
+        packets=total if udp and total is not None and total >= 0 else None,
+        lost_packets=lost if udp and lost is not None and lost >= 0 else None,
+        out_of_order_packets=row.get("ooo") if udp else None,
+        jitter_ms=row.get("jitter") if udp else None,
+    )
+    return _Record(str(row.get("id")), direction, role, sample)

@@ -1,0 +1,283 @@
+"""What the iperf2 and iperf3 adapters share: result parts, live interval collection,
+driving a client (and a local server) to the end, and turning the outcome into a Result.
+
+Private to the built-in iperf adapters; the public helpers for driven tools are in
+:mod:`netprobe.driven`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Callable
+
+import attrs
+
+from netprobe.driven import DrivenProcess
+from netprobe.errors import TestFailed, TestInterrupted
+from netprobe.plugin import Reporter
+from netprobe.schema import (
+    Cpu,
+    CpuUsage,
+    Endpoint,
+    FlowSummary,
+    Interval,
+    RawOutput,
+    Result,
+    SideSummary,
+    StreamResult,
+    TestSpec,
+    ToolInfo,
+)
+
+SERVER_START_TIMEOUT_S = 10.0
+"""How long a local server may take to say it listens."""
+HANG_GRACE_S = 10.0
+"""A client still running this long after its test should have ended is stopped."""
+SERVER_REPORT_WAIT_S = 3.0
+"""How long to wait for a local server's final report after the client is done."""
+
+
+@attrs.define
+class Parts:
+    """Figures read from one tool's output, ready to be put into a Result."""
+
+    intervals: list[Interval] = attrs.Factory(list)
+    streams: list[StreamResult] = attrs.Factory(list)
+    summaries: list[FlowSummary] = attrs.Factory(list)
+    warnings: list[str] = attrs.Factory(list)
+    errors: list[str] = attrs.Factory(list)
+    duration_s: float | None = None
+    local: Endpoint | None = None
+    remote: Endpoint | None = None
+    start_time: str | None = None
+    version: str | None = None
+
+
+class LiveIntervals:
+    """Collects intervals from reader threads in arrival order and forwards each to the
+    reporter at once."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self._reporter = reporter
+        self._lock = threading.Lock()
+        self._items: list[Interval] = []
+
+    def add(self, sample: Interval) -> None:
+        """Keep ``sample`` and hand it to the reporter."""
+        with self._lock:
+            self._items.append(sample)
+        self._reporter.interval(sample)
+
+    def items(self) -> list[Interval]:
+        """Everything collected so far."""
+        with self._lock:
+            return list(self._items)
+
+
+@attrs.define
+class Outcome:
+    """How a driven run ended: the processes (with their output) and why it stopped."""
+
+    client: DrivenProcess | None = None
+    server: DrivenProcess | None = None
+    timed_out: bool = False
+    interrupted: bool = False
+    server_failed: str | None = None
+
+    def raw(self) -> tuple[RawOutput, ...]:
+        """Raw output of every process that was started."""
+        return tuple(p.raw() for p in (self.client, self.server) if p is not None)
+
+    def command(self) -> str:
+        """The client command line, for error messages."""
+        return " ".join(self.client.argv) if self.client is not None else "(not started)"
+
+
+@attrs.frozen
+class DriveSpec:
+    """What to run: the client, optionally a local server, and how long to allow."""
+
+    client_argv: Sequence[str]
+    on_client_line: Callable[[str], None] | None = None
+    server_argv: Sequence[str] | None = None
+    on_server_line: Callable[[str], None] | None = None
+    server_ready: Callable[[str], bool] = lambda line: False
+    server_done: Callable[[DrivenProcess], bool] = lambda server: True
+    deadline_s: float | None = None
+
+
+def drive(job: DriveSpec, reporter: Reporter) -> Outcome:
+    """Run ``job`` to its end. Every process started is stopped by its PID before this
+    returns, also on Ctrl-C (then ``interrupted`` is set instead of raising)."""
+    outcome = Outcome()
+    try:
+        _drive(job, reporter, outcome)
+    except KeyboardInterrupt:
+        outcome.interrupted = True
+    finally:
+        for proc in (outcome.client, outcome.server):
+            if proc is not None:
+                proc.stop()
+    return outcome
+
+
+def _drive(job: DriveSpec, reporter: Reporter, outcome: Outcome) -> None:
+    if job.server_argv is not None:
+        outcome.server = DrivenProcess(job.server_argv, job.on_server_line, name="server")
+        outcome.server.start()
+        if not outcome.server.wait_for_line(job.server_ready, SERVER_START_TIMEOUT_S):
+            outcome.server_failed = _last_words(outcome.server.text) or "no output"
+            return
+        reporter.note(f"server started (pid {outcome.server.pid})")
+    outcome.client = DrivenProcess(job.client_argv, job.on_client_line, name="client").start()
+    reporter.note(f"client started (pid {outcome.client.pid})")
+    if outcome.client.wait(job.deadline_s) is None:
+        outcome.timed_out = True
+        outcome.client.stop()
+    if outcome.server is not None:
+        server = outcome.server
+        _await(lambda: job.server_done(server), SERVER_REPORT_WAIT_S)
+
+
+def _await(predicate: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _last_words(text: str, lines: int = 5) -> str:
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+
+
+def deadline_for(spec: TestSpec) -> float | None:
+    """How long the client may run before it counts as hung (None in byte-count mode,
+    whose length cannot be known in advance)."""
+    if spec.bytes_total is not None or spec.duration_s is None:
+        return None
+    return spec.duration_s + spec.omit_s + HANG_GRACE_S
+
+
+def failure_message(tool: str, problem: str, outcome: Outcome) -> str:
+    """One message naming the tool's complaint, its exit code and the command line."""
+    code = outcome.client.returncode if outcome.client is not None else None
+    return f"{tool}: {problem} (exit code {code}; command: {outcome.command()})"
+
+
+def finish(
+    parts: Parts,
+    *,
+    tool: ToolInfo,
+    spec: TestSpec,
+    start_time: str,
+    outcome: Outcome,
+    problem: str | None,
+) -> Result:
+    """The Result of a run; raises TestFailed/TestInterrupted (with it as ``partial``)
+    when the run did not complete."""
+    status = "interrupted" if outcome.interrupted else ("failed" if problem else "ok")
+    errors = list(parts.errors)
+    message = ""
+    if status != "ok":
+        message = (
+            failure_message(tool.name, "interrupted by the user", outcome)
+            if outcome.interrupted
+            else failure_message(tool.name, problem or "failed", outcome)
+        )
+        # The tool's own words are in the message already.
+        errors = [e for e in errors if e not in message] + [message]
+    result = assemble(
+        parts,
+        tool=tool,
+        spec=spec,
+        start_time=start_time,
+        status=status,
+        errors=errors,
+        raw=outcome.raw(),
+    )
+    if status == "interrupted":
+        raise TestInterrupted(message, result)
+    if status == "failed":
+        raise TestFailed(message, result)
+    return result
+
+
+def assemble(
+    parts: Parts,
+    *,
+    tool: ToolInfo,
+    spec: TestSpec,
+    start_time: str,
+    status: str = "ok",
+    errors: list[str] | None = None,
+    raw: tuple[RawOutput, ...] = (),
+) -> Result:
+    """Put ``parts`` into a Result, intervals in time order."""
+    return Result(
+        tool=tool,
+        spec=spec,
+        start_time=parts.start_time or start_time,
+        local=parts.local or Endpoint(role="client"),
+        remote=parts.remote or Endpoint(role="server", host=spec.host),
+        status=status,
+        duration_s=parts.duration_s,
+        summaries=tuple(sorted(parts.summaries, key=lambda f: f.direction)),
+        streams=tuple(sorted(parts.streams, key=lambda s: (s.direction, s.stream_id))),
+        intervals=tuple(sorted(parts.intervals, key=_interval_order)),
+        warnings=tuple(parts.warnings),
+        errors=tuple(parts.errors if errors is None else errors),
+        raw=raw,
+    )
+
+
+def _interval_order(sample: Interval) -> tuple[float, str, str, int]:
+    stream = sample.stream_id if sample.stream_id is not None else 1 << 30  # sums last
+    return (round(sample.start_s, 3), sample.direction, sample.role, stream)
+
+
+def process_cpu(total: float | None, user: float | None, system: float | None) -> Cpu | None:
+    """A Cpu record for a tool's own process usage, or None when nothing is known."""
+    if total is None and user is None and system is None:
+        return None
+    return Cpu(process=CpuUsage(user_percent=user, system_percent=system, total_percent=total))
+
+
+def with_cpu(side: SideSummary | None, cpu: Cpu | None) -> SideSummary | None:
+    """``side`` with ``cpu`` attached (unchanged when either is missing)."""
+    if side is None or cpu is None:
+        return side
+    return attrs.evolve(side, cpu=cpu)
+
+
+def side_directions(process_is_client: bool, role: str) -> str:
+    """The flow direction of data that this process sent (role sender) or received."""
+    sends_forward = process_is_client == (role == "sender")
+    return "client_to_server" if sends_forward else "server_to_client"
+
+
+class StreamNumbers:
+    """Gives the tool's stream labels (socket numbers, transfer ids) stable numbers from 1,
+    per direction, in order of first appearance."""
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[str, str], int] = {}
+
+    def number(self, direction: str, label: str) -> int:
+        """The stream number for ``label`` in ``direction``."""
+        key = (direction, label)
+        if key not in self._ids:
+            self._ids[key] = 1 + sum(1 for d, _ in self._ids if d == direction)
+        return self._ids[key]
+
+
+def whole_seconds(value: float | None) -> bool:
+    """True when ``value`` is None or a whole number of seconds."""
+    return value is None or float(value).is_integer()
+
+
+def arg_number(value: float) -> str:
+    """A plain decimal number for a command line: no exponent, no needless ``.0``."""
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.6f}".rstrip("0").rstrip(".")

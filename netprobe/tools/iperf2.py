@@ -1,0 +1,423 @@
+"""The iperf 2 adapter: drives the installed ``iperf`` (2.x) binary and maps its output
+into the result schema.
+
+Both ends print enhanced reports (``-e``) in plain bytes and bits (``-f b``), so every
+figure is exact; iperf 2 flushes each report line, so intervals are read live from the
+client (and from the local server, which this adapter starts when the host is this
+machine and stops by its PID afterwards: iperf 2 servers never exit by themselves).
+
+iperf 2 exits 0 on most failures (connection refused, unknown options are only warned
+about): the output is checked for those messages and they fail the test.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from netprobe.driven import DrivenProcess, find_binary, free_port, is_local_host, run_once
+from netprobe.errors import NetprobeError, ParseError, ToolUnavailable
+from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
+from netprobe.schema import RawOutput, Result, TestSpec, ToolInfo
+from netprobe.tools import _iperf2_parse as p2
+from netprobe.tools._iperf_common import (
+    DriveSpec,
+    LiveIntervals,
+    Outcome,
+    Parts,
+    arg_number,
+    assemble,
+    deadline_for,
+    drive,
+    finish,
+)
+
+DEFAULT_PORT = 5001
+"""iperf 2's own default server port."""
+ENV_VAR = "NETPROBE_IPERF2"
+"""Environment variable naming the iperf 2 binary to use."""
+PROBE_TIMEOUT_S = 5.0
+UNLIMITED_UDP_BPS = 10**12
+"""Sent as the UDP rate when the spec sets none: iperf 2.1.8 rejects -b 0 for UDP."""
+
+
+@attrs.frozen
+class Iperf2Binary:
+    """What probing found: the binary, its version and its --help text."""
+
+    path: str
+    version: str
+    help_text: str = ""
+
+    def has(self, option: str) -> bool:
+        """True if ``--help`` lists ``option``."""
+        return re.search(rf"(^|[\s,]){re.escape(option)}\b", self.help_text, re.M) is not None
+
+
+class Iperf2Tool(Tool):
+    """iperf 2 driven as an external program; one Result like every other tool.
+
+    Options: ``path`` (the binary), ``start_server`` (default True: for a local host,
+    start an iperf 2 server and stop it afterwards; False to use one already running).
+    """
+
+    name = "iperf2"
+    aliases = ("iperf",)
+    description = "iperf 2, the installed binary driven by netprobe"
+    capabilities = Capabilities(
+        protocols=frozenset({"tcp", "udp"}),
+        directions=frozenset({"normal", "reverse", "bidir"}),  # -R, --full-duplex
+        max_streams=None,
+        byte_count=True,
+        min_interval_s=0.01,
+        omit=False,  # no warm-up exclusion in iperf 2.1
+        rate_limit=frozenset({"tcp", "udp"}),
+        length=True,
+        window=True,
+        mss=True,
+        nodelay=True,
+        dscp=True,
+        congestion=True,
+        ipv6=True,
+        bind=True,
+        port=True,
+        zerocopy=False,  # iperf 2 always copies
+        skip_rx_copy=False,
+    )
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        super().__init__(options)
+        self._binary: Iperf2Binary | None = None
+
+    # --- probing ------------------------------------------------------------------------
+
+    def probe(self) -> Availability:
+        """Find the binary (option ``path``, then $NETPROBE_IPERF2, then PATH) and read its
+        version. Never raises."""
+        try:
+            binary = self._find()
+        except NetprobeError as exc:
+            return Availability(available=False, reasons=(str(exc),))
+        except Exception as exc:  # probe() must never raise
+            return Availability(available=False, reasons=(f"iperf2 probe failed: {exc}",))
+        return Availability(available=True, version=binary.version, path=binary.path)
+
+    def _find(self) -> Iperf2Binary:
+        if self._binary is not None:
+            return self._binary
+        path = find_binary("iperf", self.options.get("path"), ENV_VAR)
+        if path is None:
+            raise ToolUnavailable(_not_found(self.options.get("path")))
+        # iperf 2 prints its version to stderr and exits 1.
+        code, text = run_once([path, "-v"], PROBE_TIMEOUT_S)
+        match = re.search(r"iperf version (2\.\d+(?:\.\d+)?\S*)", text)
+        if match is None:
+            first = text.strip().splitlines()[0] if text.strip() else f"exit code {code}"
+            raise ToolUnavailable(f"{path} does not look like iperf 2: {first}")
+        _, help_text = run_once([path, "--help"], PROBE_TIMEOUT_S)
+        self._binary = Iperf2Binary(path, match.group(1), help_text)
+        return self._binary
+
+    # --- refusing what cannot be honoured -------------------------------------------------
+
+    def refusals(self, spec: TestSpec) -> list[str]:
+        """The base checks plus iperf 2's own limits."""
+        found = super().refusals(spec)
+
+        def refuse(option: str, why: str) -> None:
+            found.append(f"iperf2 cannot honour {option}: {why}")
+
+        if spec.bytes_total is not None and spec.direction != "normal":
+            refuse("--bytes", "iperf 2 counts -n on the client's own sends only")
+        if spec.protocol == "udp":
+            for flag, wanted in (
+                ("--mss", spec.mss_bytes is not None),
+                ("--nodelay", spec.nodelay),
+                ("--congestion", spec.congestion is not None),
+            ):
+                if wanted:
+                    refuse(flag, "TCP only in iperf 2 (ignored for UDP)")
+        found.extend(self._binary_refusals(spec))
+        return found
+
+    def _binary_refusals(self, spec: TestSpec) -> list[str]:
+        try:
+            binary = self._find()
+        except NetprobeError:
+            return []  # run() reports the missing binary itself
+        wanted = [
+            ("--reverse", spec.direction == "reverse", "--reverse"),
+            ("--bidir", spec.direction == "bidir", "--full-duplex"),
+        ]
+        return [
+            f"iperf2 cannot honour {flag}: this iperf {binary.version} has no {option}"
+            for flag, asked, option in wanted
+            if asked and not binary.has(option)
+        ]
+
+    # --- running ---------------------------------------------------------------------------
+
+    def run(self, spec: TestSpec, reporter: Reporter) -> Result:
+        """Run the test; start a local server (stopped by PID afterwards) when the host is
+        this machine."""
+        self.check(spec)
+        binary = self._find()
+        start_time = utc_now_iso()
+        local = is_local_host(spec.host) and self.options.get("start_server", True)
+        host = _target_host(spec)
+        port = spec.port or (_free_port(host) if local else DEFAULT_PORT)
+        live = LiveIntervals(reporter)
+        keys = p2.StreamKeys()
+        on = spec.interval_s is not None
+        client = p2.TextReader(True, keys, intervals=on)
+        server = p2.TextReader(False, keys, intervals=on)
+        expected = spec.streams * len(spec.flow_directions())
+        job = DriveSpec(
+            client_argv=client_argv(binary, spec, host, port),
+            on_client_line=_live(client, live),
+            server_argv=server_argv(binary, spec, host, port) if local else None,
+            on_server_line=_live(server, live),
+            server_ready=lambda line: "Server listening on" in line,
+            server_done=lambda proc: _finished(server) >= expected or proc.returncode is not None,
+            deadline_s=deadline_for(spec),
+        )
+        outcome = drive(job, reporter)
+        return self._result(spec, binary, start_time, outcome, client, server, (host, port))
+
+    def _result(
+        self,
+        spec: TestSpec,
+        binary: Iperf2Binary,
+        start_time: str,
+        outcome: Outcome,
+        client: p2.TextReader,
+        server: p2.TextReader,
+        target: tuple[str, int],
+    ) -> Result:
+        parts = p2.merge(client.parts(), server.parts())
+        parts.local, parts.remote = p2.endpoints(client)
+        parts.remote = attrs.evolve(
+            parts.remote, host=spec.host or target[0], port=parts.remote.port or target[1]
+        )
+        parts.start_time = client.start_time
+        problem = _problem(outcome, client, server, parts, spec)
+        parts.warnings.extend(_server_warnings(outcome.server, server, problem))
+        if outcome.client is not None and outcome.client.callback_error is not None:
+            parts.warnings.append(f"live interval display failed: {outcome.client.callback_error}")
+        tool = ToolInfo(name=self.name, version=binary.version, mode="copy")
+        return finish(
+            parts, tool=tool, spec=spec, start_time=start_time, outcome=outcome, problem=problem
+        )
+
+    # --- parsing saved output -----------------------------------------------------------------
+
+    def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
+        """Saved iperf 2 output (``-e`` or legacy text, or ``-y C`` CSV, with or without
+        the 2.2 header; client and/or server) as one Result. Raises ParseError when a
+        source holds no iperf 2 report."""
+        if not sources:
+            raise ParseError("nothing to parse")
+        keys = p2.StreamKeys()
+        readings = [_read_source(name, text, keys) for name, text in sources]
+        clients = [r for r in readings if r[1]]
+        servers = [r for r in readings if not r[1]]
+        parts = clients[0][0] if clients else servers[0][0]
+        for other, _, _ in readings:
+            if other is not parts:
+                parts = p2.merge(parts, other)
+        status = "failed" if parts.errors else "ok"
+        spec = _spec_from(sources, parts)
+        raw = tuple(RawOutput(name=name, text=text) for name, text in sources)
+        return assemble(
+            parts,
+            tool=ToolInfo(name=self.name),
+            spec=spec,
+            start_time=parts.start_time or "",
+            status=status,
+            raw=raw,
+        )
+
+
+# --- command lines ---------------------------------------------------------------------------
+
+
+def client_argv(binary: Iperf2Binary, spec: TestSpec, host: str, port: int) -> list[str]:
+    """The iperf 2 client command line for ``spec``."""
+    argv = [binary.path, "-c", host, "-p", str(port), "-e", "-f", "b"]
+    if spec.interval_s is not None:
+        argv += ["-i", arg_number(spec.interval_s)]
+    if spec.bytes_total is not None:
+        argv += ["-n", str(spec.bytes_total)]
+    else:
+        argv += ["-t", arg_number(spec.duration_s or 10.0)]
+    if spec.streams > 1:
+        argv += ["-P", str(spec.streams)]
+    argv += {"reverse": ["-R"], "bidir": ["--full-duplex"]}.get(spec.direction, [])
+    if spec.protocol == "udp":
+        # Plain bits/s: iperf 2 reads "100M" as 100 * 2**20.
+        argv += ["-u", "-b", arg_number(spec.rate_bits_per_second or UNLIMITED_UDP_BPS)]
+    elif spec.rate_bits_per_second is not None:
+        argv += ["-b", arg_number(spec.rate_bits_per_second)]
+    return argv + _socket_args(spec)
+
+
+def _socket_args(spec: TestSpec) -> list[str]:
+    options: list[tuple[bool, list[str]]] = [
+        (spec.length_bytes is not None, ["-l", str(spec.length_bytes)]),
+        (spec.window_bytes is not None, ["-w", str(spec.window_bytes)]),
+        (spec.mss_bytes is not None, ["-M", str(spec.mss_bytes)]),
+        (spec.nodelay, ["-N"]),
+        (spec.dscp is not None, ["-S", str((spec.dscp or 0) << 2)]),  # TOS byte = DSCP << 2
+        (spec.congestion is not None, ["-Z", str(spec.congestion)]),
+        (spec.ip_version == 6, ["-V"]),  # iperf 2.1 has no -6
+        (spec.bind_address is not None, ["-B", str(spec.bind_address)]),
+    ]
+    args: list[str] = []
+    for wanted, flags in options:
+        if wanted:
+            args += flags
+    return args
+
+
+def server_argv(binary: Iperf2Binary, spec: TestSpec, host: str, port: int) -> list[str]:
+    """A local server bound to the test address, with the client's report format."""
+    argv = [binary.path, "-s", "-p", str(port), "-B", host, "-e", "-f", "b"]
+    if spec.interval_s is not None:
+        argv += ["-i", arg_number(spec.interval_s)]
+    if spec.protocol == "udp":
+        argv.append("-u")
+    if ":" in host:
+        argv.append("-V")
+    return argv
+
+
+def _target_host(spec: TestSpec) -> str:
+    if spec.host is not None and spec.host.lower() != "localhost":
+        return spec.host.strip("[]")
+    return "::1" if spec.ip_version == 6 else "127.0.0.1"
+
+
+def _free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return free_port(family=family, host=host)
+
+
+def _not_found(override: str | None) -> str:
+    if override:
+        return f"iperf2: {override!r} is not an executable file"
+    return (
+        f"iperf (2.x) not found: install it (Debian: apt install iperf), or name the "
+        f"binary in ${ENV_VAR} or the tool option 'path'"
+    )
+
+
+# --- live reading and the outcome ------------------------------------------------------------
+
+
+def _live(reader: p2.TextReader, live: LiveIntervals) -> Any:
+    def on_line(line: str) -> None:
+        sample = reader.feed(line)
+        if sample is not None:
+            live.add(sample)
+
+    return on_line
+
+
+def _finished(reader: p2.TextReader) -> int:
+    """How many per-stream final reports a reader has seen."""
+    parts = reader.parts()
+    return sum((s.sender is not None) + (s.receiver is not None) for s in parts.streams)
+
+
+def _problem(
+    outcome: Outcome, client: p2.TextReader, server: p2.TextReader, parts: Parts, spec: TestSpec
+) -> str | None:
+    if outcome.server_failed:
+        return f"the local iperf server did not start: {outcome.server_failed}"
+    if outcome.timed_out:
+        return f"no result {deadline_for(spec)} s after the start; stopped it"
+    if client.failures:
+        return "; ".join(dict.fromkeys(client.failures))  # in order, without repeats
+    code = outcome.client.returncode if outcome.client is not None else None
+    if code not in (0, None):
+        return _last_line(outcome.client) or f"exited with code {code}"
+    if not any(f.sender or f.receiver for f in parts.summaries):
+        return f"no report in the output: {_last_line(outcome.client) or 'nothing printed'}"
+    return None
+
+
+def _last_line(proc: DrivenProcess | None) -> str:
+    lines = [line.strip() for line in proc.lines if line.strip()] if proc else []
+    return lines[-1] if lines else ""
+
+
+def _server_warnings(
+    proc: DrivenProcess | None, reader: p2.TextReader, problem: str | None
+) -> list[str]:
+    if proc is None or problem:
+        return []
+    found = [f"local iperf server: {f}" for f in dict.fromkeys(reader.failures)]
+    if proc.callback_error is not None:
+        found.append(f"live interval display failed: {proc.callback_error}")
+    code = proc.returncode
+    if code is not None and code > 0:
+        # Debian's iperf 2.1.8 server has been seen to abort after a -P 2 test.
+        found.append(
+            f"the local iperf server exited with code {code}; the receiver's figures may be missing"
+        )
+    return found
+
+
+# --- parse(): saved outputs ------------------------------------------------------------------
+
+
+def _read_source(name: str, text: str, keys: p2.StreamKeys) -> tuple[Parts, bool, str]:
+    guessed = p2.guess_is_client(text, name)
+    is_client = guessed is not False
+    if p2.looks_like_csv(text):
+        parts = p2.parse_csv(text, is_client, name)
+    else:
+        reader = p2.read_text(text, is_client, keys)
+        if not reader.records and not reader.failures:
+            raise ParseError("no iperf 2 report lines found", name)
+        parts = reader.parts()
+        parts.local, parts.remote = p2.endpoints(reader)
+        parts.start_time = reader.start_time
+        parts.errors.extend(dict.fromkeys(reader.failures))
+    if guessed is None:
+        parts.warnings.append(
+            f"{name}: could not tell whether this is the client's or the "
+            f"server's output; read it as the client's"
+        )
+    return parts, is_client, name
+
+
+def _spec_from(sources: Sequence[tuple[str, str]], parts: Parts) -> TestSpec:
+    text = "\n".join(t for _, t in sources)
+    directions = {f.direction for f in parts.summaries}
+    direction = (
+        "bidir"
+        if len(directions) > 1
+        else ("reverse" if directions == {"server_to_client"} else "normal")
+    )
+    forward = [
+        s
+        for s in parts.streams
+        if s.direction == ("server_to_client" if direction == "reverse" else "client_to_server")
+    ]
+    intervals = [i for i in parts.intervals if i.stream_id is not None]
+    udp = "UDP port" in text or any(i.jitter_ms is not None for i in parts.intervals)
+    return TestSpec(
+        tool="iperf2",
+        host=parts.remote.host if parts.remote else None,
+        protocol="udp" if udp else "tcp",
+        direction=direction,
+        streams=max(1, len(forward)),
+        duration_s=round(parts.duration_s, 1) if parts.duration_s else 10.0,
+        interval_s=round(intervals[0].end_s - intervals[0].start_s, 4) if intervals else None,
+        port=parts.remote.port if parts.remote else None,
+    )
