@@ -276,20 +276,38 @@ def free_port(
         with socket.socket(family, kind) as sock:
             sock.bind((host, 0))
             port = int(sock.getsockname()[1])
-        if _bindable(family, socket.SOCK_STREAM, host, port) and _bindable(
-            family, socket.SOCK_DGRAM, host, port
-        ):
+        if port_is_free(port, family, host):
             return port
     raise OSError(f"no free port found on {host}")
 
 
-def _bindable(family: int, kind: int, host: str, port: int) -> bool:
+def port_is_free(port: int, family: int = socket.AF_INET, host: str | None = None) -> bool:
+    """True if ``port`` can be bound now for both TCP and UDP on ``host`` (loopback)."""
+    host = host or ("::1" if family == socket.AF_INET6 else "127.0.0.1")
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        try:
+            with socket.socket(family, kind) as sock:
+                sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def is_listening(port: int, family: int = socket.AF_INET, udp: bool = False) -> bool:
+    """True if a TCP socket listens (or a UDP socket is bound) on ``port``, read from
+    /proc/net. No connection is made: one-shot servers (iperf3 -1, nuttcp -1) would take
+    a probe connection for their test, and ntttcp would take it for a sender."""
+    name = ("udp" if udp else "tcp") + ("6" if family == socket.AF_INET6 else "")
+    wanted = f":{port:04X}"
     try:
-        with socket.socket(family, kind) as sock:
-            sock.bind((host, port))
+        with open(f"/proc/net/{name}") as table:
+            rows = table.read().splitlines()[1:]
     except OSError:
         return False
-    return True
+    return any(
+        len(cols) > 3 and cols[1].endswith(wanted) and (udp or cols[3] == "0A")
+        for cols in (row.split() for row in rows)
+    )
 
 
 def wait_port(host: str, port: int, timeout: float) -> bool:
@@ -342,7 +360,12 @@ def _is_local_address(addr: _Address) -> bool:
         return True
     family = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
     # Binding succeeds only for an address assigned to this machine (EADDRNOTAVAIL otherwise).
-    return _bindable(family, socket.SOCK_DGRAM, str(addr), 0)
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.bind((str(addr), 0))
+    except OSError:
+        return False
+    return True
 
 
 def run_once(argv: Sequence[str], timeout: float) -> tuple[int, str]:

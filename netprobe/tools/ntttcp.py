@@ -38,7 +38,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from netprobe.driven import DrivenProcess, find_binary, free_port, is_local_host, run_once
+from netprobe.driven import (
+    DrivenProcess,
+    find_binary,
+    free_port,
+    is_listening,
+    is_local_host,
+    port_is_free,
+    run_once,
+)
 from netprobe.errors import ParseError, TestFailed, TestInterrupted, ToolUnavailable
 from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
 from netprobe.schema import (
@@ -329,36 +337,11 @@ def free_base_port(streams: int, family: int) -> int:
         ports = range(base - 1, base + streams)
         if base - 1 < 1024 or base + streams - 1 > 65535:
             continue
-        if all(_bindable(family, port) for port in ports if port != base):
+        if all(port_is_free(port, family) for port in ports if port != base):
             return base
     raise TestFailed(f"no block of {streams + 1} free ports found for ntttcp")
 
 
-def _bindable(family: int, port: int) -> bool:
-    host = "::1" if family == socket.AF_INET6 else "127.0.0.1"
-    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
-        try:
-            with socket.socket(family, kind) as sock:
-                sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def bound(port: int, family: int, udp: bool) -> bool:
-    """True if a TCP socket listens (or a UDP socket is bound) on ``port``, read from
-    /proc/net: a probe connection would look like a sender to ntttcp."""
-    name = ("udp" if udp else "tcp") + ("6" if family == socket.AF_INET6 else "")
-    wanted = f":{port:04X}"
-    try:
-        with open(f"/proc/net/{name}") as table:
-            rows = table.read().splitlines()[1:]
-    except OSError:
-        return False
-    for cols in (row.split() for row in rows):
-        if len(cols) > 3 and cols[1].endswith(wanted) and (udp or cols[3] == "0A"):
-            return True
-    return False
 
 
 # --- live intervals -------------------------------------------------------------------
@@ -487,7 +470,7 @@ class _Session:
         ports = [(self.plan.base_port - 1, False)]  # the sync port is TCP
         ports += [(self.plan.base_port + i, udp) for i in range(self.spec.streams)]
         deadline = time.monotonic() + _START_TIMEOUT_S
-        while not all(bound(port, self.plan.family, is_udp) for port, is_udp in ports):
+        while not all(is_listening(port, self.plan.family, is_udp) for port, is_udp in ports):
             if receiver.returncode is not None or time.monotonic() > deadline:
                 receiver.stop(grace_s=0.5)
                 why = p.failure_message(self.procs["receiver"].parser.out) or "no message"
@@ -789,7 +772,7 @@ def _parsed_result(
             name="ntttcp", version=next((c.version for c in consoles if c.version), None)
         ),
         spec=spec,
-        start_time="",
+        start_time=None,
         local=Endpoint(role="client"),
         remote=Endpoint(role="server", host=spec.host, address=spec.host, port=spec.port),
         status="failed" if errors and not summaries else "ok",

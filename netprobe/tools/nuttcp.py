@@ -33,7 +33,9 @@ from netprobe.driven import (
     DrivenProcess,
     find_binary,
     free_port,
+    is_listening,
     is_local_host,
+    port_is_free,
     run_once,
 )
 from netprobe.errors import ParseError, TestFailed, TestInterrupted, ToolUnavailable
@@ -298,36 +300,11 @@ def free_port_block(count: int, family: int, avoid: int) -> int:
         ports = range(start, start + count)
         if start + count - 1 > 65535 or avoid in ports:
             continue
-        if all(_bindable(family, port) for port in ports[1:]):
+        if all(port_is_free(port, family) for port in ports[1:]):
             return start
     raise TestFailed(f"no block of {count} free ports found for nuttcp's data streams")
 
 
-def _bindable(family: int, port: int) -> bool:
-    host = "::1" if family == socket.AF_INET6 else "127.0.0.1"
-    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
-        try:
-            with socket.socket(family, kind) as sock:
-                sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def is_listening(port: int, family: int) -> bool:
-    """True if a TCP socket listens on ``port``, read from /proc/net (no connection is made:
-    a probe connection would use up nuttcp's one-shot server)."""
-    name = "/proc/net/tcp6" if family == socket.AF_INET6 else "/proc/net/tcp"
-    wanted = f":{port:04X}"
-    try:
-        with open(name) as table:
-            rows = table.read().splitlines()[1:]
-    except OSError:
-        return False
-    return any(
-        len(cols) > 3 and cols[1].endswith(wanted) and cols[3] == "0A"
-        for cols in (row.split() for row in rows)
-    )
 
 
 # --- one run ---------------------------------------------------------------------------
@@ -591,7 +568,7 @@ def _parsed_result(name: str, text: str, out: p.NuttcpOutput, extra: list[str]) 
     return Result(
         tool=ToolInfo(name="nuttcp", version=out.version),
         spec=spec,
-        start_time="",
+        start_time=None,
         local=Endpoint(role="client"),
         remote=Endpoint(role="server", host=spec.host),
         status="failed" if message else "ok",
