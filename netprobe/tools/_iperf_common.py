@@ -208,7 +208,7 @@ def assemble(
     *,
     tool: ToolInfo,
     spec: TestSpec,
-    start_time: str,
+    start_time: str | None,
     status: str = "ok",
     errors: list[str] | None = None,
     raw: tuple[RawOutput, ...] = (),

@@ -236,7 +236,7 @@ class Iperf2Tool(Tool):
             parts,
             tool=ToolInfo(name=self.name),
             spec=spec,
-            start_time=parts.start_time or "",
+            start_time=parts.start_time,
             status=status,
             raw=raw,
         )

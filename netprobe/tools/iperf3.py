@@ -251,7 +251,7 @@ class Iperf3Tool(Tool):
         raw = tuple(r.raw for r in readings)
         tool = ToolInfo(name=self.name, version=parts.version)
         return assemble(
-            parts, tool=tool, spec=spec, start_time=parts.start_time or "", status=status, raw=raw
+            parts, tool=tool, spec=spec, start_time=parts.start_time, status=status, raw=raw
         )
 
 
