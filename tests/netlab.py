@@ -8,12 +8,13 @@ Needs root and iproute2 (and nftables for loss); ``Lab.available()`` says why no
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import count
 from typing import Optional
 
@@ -207,3 +208,29 @@ class Lab:
             _sh(["ip", "netns", "del", ns], check=False)
         self.namespaces.clear()
         time.sleep(0.05)  # let the kernel finish tearing down veths before the next lab
+
+
+A_ADDR, B_ADDR = "10.77.1.1", "10.77.1.2"
+
+
+@contextlib.contextmanager
+def shaped_pair(rate_mbit: float = 100) -> Iterator[tuple[Lab, str, str]]:
+    """Namespaces a (A_ADDR) and b (B_ADDR) joined by a veth pair shaped to ``rate_mbit``
+    in both directions; yields (lab, a, b) and tears everything down afterwards."""
+    with Lab() as lab:
+        a, b = lab.host("a"), lab.host("b")
+        dev_a, dev_b = lab.link(a, f"{A_ADDR}/24", b, f"{B_ADDR}/24")
+        lab.shape(a, dev_a, rate_mbit)
+        lab.shape(b, dev_b, rate_mbit)
+        yield lab, a, b
+
+
+def wait_listening(lab: Lab, ns: str, port: int, udp: bool = False, timeout: float = 10.0) -> None:
+    """Wait until something in ``ns`` listens on ``port`` (read with ss, no connection made)."""
+    flags = "-lunH" if udp else "-ltnH"
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if f":{port} " in lab.run(ns, ["ss", flags]).stdout + " ":
+            return
+        time.sleep(0.1)
+    raise LabError(f"nothing listens on port {port} in {ns}")

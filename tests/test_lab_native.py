@@ -11,11 +11,10 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
-from .netlab import Lab
+from .netlab import B_ADDR, Lab, shaped_pair, wait_listening
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -23,32 +22,22 @@ why_not = Lab.available()
 if why_not:
     pytestmark.append(pytest.mark.skip(reason=why_not))
 
-A_ADDR, B_ADDR = "10.77.1.1", "10.77.1.2"
 NETPROBE = [sys.executable, "-m", "netprobe"]
 
 
 @pytest.fixture
 def link():  # type: ignore[no-untyped-def]
-    """Namespaces a (client, sender) and b (server), 100 Mbit/s from a to b and back."""
-    with Lab() as lab:
-        a, b = lab.host("a"), lab.host("b")
-        dev_a, dev_b = lab.link(a, f"{A_ADDR}/24", b, f"{B_ADDR}/24")
-        lab.shape(a, dev_a, 100)
-        lab.shape(b, dev_b, 100)
-        yield lab, a, b
+    """Namespaces a (client) and b (server), 100 Mbit/s each way."""
+    with shaped_pair(100) as lab_a_b:
+        yield lab_a_b
 
 
 def start_server(lab: Lab, ns: str) -> subprocess.Popen:
     server = lab.start(
         ns, [*NETPROBE, "server", "-B", B_ADDR], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        probe = lab.run(ns, ["ss", "-ltnH", f"sport = :{5301}"])
-        if B_ADDR in probe.stdout:
-            return server
-        time.sleep(0.1)
-    raise AssertionError("netprobe server did not start listening")
+    wait_listening(lab, ns, 5301)
+    return server
 
 
 def run_client(lab: Lab, ns: str, *args: str) -> dict:
