@@ -58,12 +58,15 @@ class Case:
     udp: bool
     streams: int
     length: Optional[int]
+    zerocopy: bool = False
 
 
 CASES = {
     "tcp1": Case("TCP, 1 stream", False, 1, None),
     "tcp4": Case("TCP, 4 streams", False, 4, None),
     "udp64": Case("UDP, 64-byte payload, unlimited", True, 1, 64),
+    # Zero-copy compared only with zero-copy: iperf3 -Z (sendfile) against native -Z.
+    "tcp1z": Case("TCP, 1 stream, zero-copy send (-Z)", False, 1, None, zerocopy=True),
 }
 
 
@@ -174,6 +177,7 @@ def run_native(case: Case, seconds: float) -> Run:
     port = free_port()
     np = [sys.executable, "-m", "netprobe"]
     args = ["-t", str(seconds), "-P", str(case.streams), "-i", "0"]
+    args += ["-Z"] if case.zerocopy else []
     if case.udp:
         args += ["-u", "-b", "0", "-l", str(case.length)]
     out, _, cpu = measure(
@@ -249,6 +253,7 @@ def run_iperf2(case: Case, seconds: float) -> Run:
     return Run(bps, None, cpu)
 
 
+ZEROCOPY_TOOLS = ("native", "iperf3")  # nuttcp and iperf 2 have no zero-copy mode
 TOOLS: dict[str, tuple[str, Callable[[Case, float], Run]]] = {
     "native": ("netprobe", run_native),
     "iperf3": ("iperf3", run_iperf3),
@@ -261,12 +266,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--time", type=float, default=5.0)
-    parser.add_argument("--cases", default="tcp1,tcp4,udp64")
+    parser.add_argument("--cases", default="tcp1,tcp4,udp64,tcp1z")
     parser.add_argument("--tools", default="native,iperf3,nuttcp,iperf")
     args = parser.parse_args()
-    tools = [t for t in args.tools.split(",") if t == "native" or shutil.which(TOOLS[t][0])]
+    wanted = [t for t in args.tools.split(",") if t == "native" or shutil.which(TOOLS[t][0])]
     for name in args.cases.split(","):
         case = CASES[name]
+        tools = [t for t in wanted if not case.zerocopy or t in ZEROCOPY_TOOLS]
         runs: dict[str, list[Run]] = {t: [] for t in tools}
         failures: dict[str, str] = {}
         for _ in range(args.reps):

@@ -248,6 +248,15 @@ def _server_default(name: str) -> str:
         return "see the native engine"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with help printed through rich (highlighted on a terminal)."""
+
+    def print_help(self, file: Any = None) -> None:
+        from netprobe.cli.render import print_help
+
+        print_help(self.format_help(), file)
+
+
 class _VersionAction(argparse.Action):
     """``--version``: print :func:`version_text` and exit 0 (no rich, no plugins)."""
 
@@ -261,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (all commands)."""
     epilog = "exit codes:\n" + "\n".join(f"  {code:>3}  {text}" for code, text in
                                          EXIT_CODES.items())
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="netprobe", formatter_class=_HelpFormatter, epilog=epilog,
         description="Measure what a network path can carry, with netprobe's own engine or "
                     "with iperf3, iperf2, nuttcp and NTttcp, all reporting in one result "

@@ -324,3 +324,21 @@ def tools_table(rows: Sequence[dict[str, Any]]) -> Table:
         table.add_row(row["name"], Text(row["status"], style=styles[row["status"]]),
                       row.get("version") or "-", details or "-", why or "")
     return table
+
+
+_HELP_STYLES = (
+    (r"(?m)^[A-Za-z][\w ]*:$", "bold"),  # section headings: "options:", "exit codes:"
+    (r"(?m)^usage:", "bold"),
+    (r"(?<![\w-])--?[A-Za-z][\w-]*", "cyan"),  # -t, --time
+    (r"(?<![\w-])[A-Z][A-Z_]{2,}(?![\w-])", "green"),  # metavars: HOST, RATE
+)
+
+
+def print_help(text: str, stream: Any = None) -> None:
+    """argparse's help text with options, metavars and headings highlighted (colour only
+    on a terminal; piped help stays plain text)."""
+    console = Console(file=stream or sys.stdout, highlight=False, soft_wrap=True)
+    styled = Text(text.rstrip("\n"))
+    for pattern, style in _HELP_STYLES:
+        styled.highlight_regex(pattern, style)
+    console.print(styled)
