@@ -20,8 +20,9 @@ from attrs import field, frozen
 
 from netprobe.errors import SpecError
 
-SCHEMA_VERSION = "1.0"
-"""Version of the result format; bumped on any change, minor for additions."""
+SCHEMA_VERSION = "1.1"
+"""Version of the result format; bumped on any change, minor for additions (1.1: latency
+fields documented for plugins, run_id and trial). Results of an older minor version load."""
 
 PROTOCOLS = ("tcp", "udp")
 DIRECTIONS = ("normal", "reverse", "bidir")
@@ -304,16 +305,22 @@ class FlowSummary:
 
 @frozen
 class Latency:
-    """A latency distribution in microseconds (reserved for latency-capable tools)."""
+    """A latency distribution in microseconds, for tools that measure round trips."""
 
     count: int
-    """Samples."""
+    """Samples the distribution is made of."""
     min_us: Optional[float] = None
+    """Fastest sample."""
     mean_us: Optional[float] = None
+    """Mean of the samples."""
     p50_us: Optional[float] = None
+    """Median."""
     p90_us: Optional[float] = None
+    """90th percentile."""
     p99_us: Optional[float] = None
+    """99th percentile."""
     max_us: Optional[float] = None
+    """Slowest sample."""
 
 
 @frozen
@@ -362,8 +369,12 @@ class Result:
     """What went wrong (status ``failed`` or ``interrupted``)."""
     raw: tuple[RawOutput, ...] = ()
     """Raw outputs of driven tools."""
+    run_id: Optional[str] = None
+    """Shared by the trials of one ``--repeat`` or ``compare`` run."""
+    trial: Optional[int] = None
+    """This result's index among the trials of its run (from 1)."""
     schema_version: str = SCHEMA_VERSION
-    """Version of this format."""
+    """Version of this format (the version the result was written with)."""
 
     def summary(self, direction: str = "client_to_server") -> Optional[FlowSummary]:
         """The summed figures for one direction, or None if the test had no such flow."""
