@@ -4,12 +4,11 @@ both ends' figures into one Result.
 
 from __future__ import annotations
 
-import secrets
 import socket
 from typing import Any, Optional
 
 from netprobe import convert, core
-from netprobe.engine import protocol
+from netprobe.engine import auth, protocol
 from netprobe.engine.assemble import build_result
 from netprobe.engine.conduct import Conductor, Outcome, Reader, close_quietly
 from netprobe.engine.protocol import Channel, DataHello
@@ -27,8 +26,11 @@ UDP_HELLO_WAIT_S = 0.2
 class Client:
     """One native test from the client's end."""
 
-    def __init__(self, spec: TestSpec, reporter: Reporter, host: str) -> None:
+    def __init__(
+        self, spec: TestSpec, reporter: Reporter, host: str, secret: Optional[bytes] = None
+    ) -> None:
         self.spec = spec
+        self.secret = secret
         self.reporter = reporter
         self.host = host
         self.port = spec.port or protocol.DEFAULT_PORT
@@ -102,9 +104,27 @@ class Client:
         self.channel = Channel(sock)
         try:
             self.welcome = self.channel.expect("welcome", timeout=10.0)
+            if self.welcome.get("auth"):
+                self._authenticate()
         except (OSError, ProtocolError) as exc:
             raise TestFailed(f"server at {self.host}: {_reason(exc)}") from None
         self.reporter.note(f"connected to {self.welcome.get('server', 'a netprobe server')}")
+
+    def _authenticate(self) -> None:
+        assert self.channel is not None
+        method = self.welcome.get("auth")
+        if method != auth.METHOD:
+            raise ProtocolError(f"server asks for unknown authentication {method!r}")
+        if not self.secret:
+            raise ProtocolError(
+                f"server requires a shared secret: set ${auth.SECRET_ENV} or use --secret-file"
+            )
+        ours = auth.new_challenge()
+        response = auth.respond(self.secret, str(self.welcome.get("challenge")), "client")
+        self.channel.send({"type": "auth", "response": response, "challenge": ours})
+        reply = self.channel.expect("auth_ok", timeout=10.0)
+        if not auth.verify(self.secret, ours, "server", reply.get("response")):
+            raise ProtocolError("the server could not prove it knows the shared secret")
 
     def _tcp_socket(self) -> socket.socket:
         sock = socket.socket(self.family, socket.SOCK_STREAM)
@@ -233,11 +253,8 @@ def _system() -> str:
     return system_name()
 
 
-def run_test(spec: TestSpec, reporter: Reporter, host: str) -> Result:
+def run_test(
+    spec: TestSpec, reporter: Reporter, host: str, secret: Optional[bytes] = None
+) -> Result:
     """Run one native test against the netprobe server at ``host``."""
-    return Client(spec, reporter, host).run()
-
-
-def new_cookie() -> bytes:
-    """A fresh 16-byte test cookie."""
-    return secrets.token_bytes(16)
+    return Client(spec, reporter, host, secret).run()

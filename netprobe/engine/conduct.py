@@ -27,8 +27,10 @@ from netprobe.schema import Interval
 UDP_DRAIN_S = 0.5  # datagrams still in flight when the peer says it stopped sending
 TCP_DRAIN_S = 5.0  # a TCP receiver should see EOF well within this after the peer's "sent"
 REPORT_WAIT_S = 15.0  # how long past the planned end to wait for the peer's report
-POLL_S = 0.1
+UDP_QUIET_S = 0.05  # ... but a receiver with no new datagram for this long has drained
+POLL_S = 0.05
 CLOSED = "__closed__"
+LOCAL = "__local__"
 
 
 class Reader:
@@ -92,6 +94,9 @@ class Conductor:
         self._sent_told = False
         self._report_sent = False
         self._peer_sent_at: Optional[float] = None
+        self._last_udp_counts: tuple = ()
+        # Wake the loop at once when a local stream finishes, not at the next poll.
+        side.on_change = lambda: reader.messages.put({"type": LOCAL})
 
     def send(self, message: dict[str, Any]) -> bool:
         """Send a message from any thread; False if the connection is gone."""
@@ -124,11 +129,20 @@ class Conductor:
             self._sent_told = self.send({"type": "sent", "elapsed_s": self.side.sending_elapsed()})
         if self._peer_sent_at is not None:
             since = core.monotonic() - self._peer_sent_at
-            if since > UDP_DRAIN_S:
+            if since > UDP_DRAIN_S or (since > UDP_QUIET_S and self._udp_quiet()):
                 self._stop_receivers(udp_only=since <= TCP_DRAIN_S)
         if not self._report_sent and self.side.done:
             self.side.wait(2.0)
             self._report_sent = self.send(local_report(self.side))
+
+    def _udp_quiet(self) -> bool:
+        # Once the peer has stopped sending, a UDP receiver that got nothing new for a
+        # while has drained; no need to wait the full drain time.
+        counts = tuple(s.counters.packets for s in self.side.streams
+                       if s.role == "receiver" and not s.is_tcp)
+        quiet = counts == self._last_udp_counts
+        self._last_udp_counts = counts
+        return quiet and bool(counts)
 
     def _stop_receivers(self, udp_only: bool) -> None:
         for stream in self.side.streams:
@@ -142,6 +156,8 @@ class Conductor:
 
     def _handle(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
+        if kind == LOCAL:
+            return  # only a wake-up: the loop re-checks the local side
         if kind == "interval":
             self._peer_interval(message)
         elif kind == "sent":

@@ -138,22 +138,67 @@ def recv_exact(sock: socket.socket, count: int) -> bytes:
     return b"".join(chunks)
 
 
+class FrameReader:
+    """Incremental decoder of framed messages: feed it bytes as they arrive.
+
+    It never holds more than one frame header, one frame body of at most ``max_size``
+    bytes and the unread rest of the last chunk fed, whatever a peer sends, and raises
+    nothing but ProtocolError on bad input.
+    """
+
+    def __init__(self, max_size: int = MAX_MESSAGE_BYTES) -> None:
+        self.max_size = max_size
+        self._buffer = bytearray()
+        self._length: Optional[int] = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet decoded."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        """Add received bytes; return the messages they complete, in order."""
+        self._buffer += data
+        messages: list[dict[str, Any]] = []
+        while True:
+            if self._length is None:
+                if len(self._buffer) < _LENGTH.size:
+                    return messages
+                self._length = decode_length(bytes(self._buffer[: _LENGTH.size]), self.max_size)
+                del self._buffer[: _LENGTH.size]
+            if len(self._buffer) < self._length:
+                return messages
+            body = bytes(self._buffer[: self._length])
+            del self._buffer[: self._length]
+            self._length = None
+            messages.append(decode_body(body))
+
+
 class Channel:
     """A control connection: send and receive framed messages on a socket."""
 
     def __init__(self, sock: socket.socket, max_size: int = MAX_MESSAGE_BYTES) -> None:
         self.sock = sock
         self.max_size = max_size
+        self._reader = FrameReader(max_size)
+        self._ready: list[dict[str, Any]] = []
 
     def send(self, message: dict[str, Any]) -> None:
         """Send one message (OSError if the connection is gone)."""
         self.sock.sendall(encode(message, self.max_size))
 
     def recv(self, timeout: Optional[float] = None) -> dict[str, Any]:
-        """Receive one message; socket.timeout if none arrives within ``timeout``."""
+        """Receive one message; socket.timeout if none arrives within ``timeout``.
+
+        A timeout mid-frame loses nothing: the bytes already read stay in the reader.
+        """
         self.sock.settimeout(timeout)
-        length = decode_length(recv_exact(self.sock, _LENGTH.size), self.max_size)
-        return decode_body(recv_exact(self.sock, length))
+        while not self._ready:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ProtocolError("connection closed by peer")
+            self._ready.extend(self._reader.feed(chunk))
+        return self._ready.pop(0)
 
     def expect(self, kind: str, timeout: Optional[float] = None) -> dict[str, Any]:
         """Receive one message that must be of type ``kind`` (an ``error`` is raised)."""

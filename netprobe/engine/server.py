@@ -8,6 +8,8 @@ the reason, so the server is never stuck busy.
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import secrets
 import select
 import selectors
@@ -19,7 +21,7 @@ from typing import Callable, Optional
 import attrs
 
 from netprobe import convert
-from netprobe.engine import protocol
+from netprobe.engine import auth, protocol
 from netprobe.engine.conduct import Conductor, Reader, close_quietly, system_name
 from netprobe.engine.protocol import Channel, DataHello
 from netprobe.engine.side import LocalStream, Side
@@ -52,6 +54,16 @@ class ServerConfig:
     """Most parallel streams per direction accepted."""
     max_pending: int = 256
     """Connections allowed to be in their handshake at once."""
+    max_rate_bps: Optional[float] = None
+    """Highest rate per stream accepted (bits/s); with it set, unlimited tests are refused."""
+    max_message_bytes: int = protocol.MAX_MESSAGE_BYTES
+    """Largest control message read from a client."""
+    max_connections_per_address: int = 32
+    """Control connections and handshakes open at once from one client address."""
+    allow: tuple = ()
+    """Client networks (CIDR strings) allowed to connect; empty allows every address."""
+    secret: Optional[bytes] = attrs.field(default=None, repr=False)
+    """Shared secret clients must prove they know (HMAC challenge); None: no authentication."""
 
 
 class Server:
@@ -69,6 +81,9 @@ class Server:
         self._closed = threading.Event()
         self._served = 0
         self._thread: Optional[threading.Thread] = None
+        self._networks = _networks(config.allow)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._per_address: dict[str, int] = {}
 
     # -- listening --------------------------------------------------------------------
 
@@ -105,12 +120,14 @@ class Server:
 
     def _accept_loop(self) -> None:
         with selectors.DefaultSelector() as selector:
-            for sock in self._listeners:
+            for sock in [*self._listeners, self._wake_r]:
                 selector.register(sock, selectors.EVENT_READ)
             while not self._closed.is_set():
-                for key, _ in selector.select(timeout=0.2):
+                for key, _ in selector.select(timeout=1.0):
                     listener = key.fileobj
                     assert isinstance(listener, socket.socket)
+                    if listener is self._wake_r:
+                        continue  # close() wants the loop to look at _closed now
                     if listener.type == socket.SOCK_STREAM:
                         self._accept(listener)
                     else:
@@ -121,14 +138,50 @@ class Server:
             conn, peer = listener.accept()
         except OSError:
             return
+        # The allow-list comes before anything else: a refused address gets no byte back.
+        if not self._allowed(peer[0]) or not self._count_in(peer[0]):
+            close_quietly(conn)
+            return
         if not self._pending.acquire(blocking=False):
+            self._count_out(peer[0])
             close_quietly(conn)  # too many half-open handshakes: shed load
             return
         threading.Thread(
             target=self._handshake, args=(conn, peer), name="np-conn", daemon=True
         ).start()
 
+    def _allowed(self, address: str) -> bool:
+        if not self._networks:
+            return True
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            return False
+        return any(ip in network for network in self._networks)
+
+    def _count_in(self, address: str) -> bool:
+        with self._lock:
+            count = self._per_address.get(address, 0)
+            if count >= self.config.max_connections_per_address:
+                return False
+            self._per_address[address] = count + 1
+            return True
+
+    def _count_out(self, address: str) -> None:
+        with self._lock:
+            count = self._per_address.get(address, 1) - 1
+            if count > 0:
+                self._per_address[address] = count
+            else:
+                self._per_address.pop(address, None)
+
     def _handshake(self, conn: socket.socket, peer: tuple) -> None:
+        try:
+            self._handshake_inner(conn, peer)
+        finally:
+            self._count_out(peer[0])
+
+    def _handshake_inner(self, conn: socket.socket, peer: tuple) -> None:
         keep = False
         try:
             conn.settimeout(self.config.handshake_timeout_s)
@@ -163,6 +216,8 @@ class Server:
             hello = protocol.unpack_data_hello(data[protocol.HELLO_BYTES :])
         except (OSError, NetprobeError):
             return
+        if not self._allowed(peer[0]):
+            return
         with self._lock:
             session = self._sessions.get(hello.cookie)
         if session is not None:
@@ -171,7 +226,7 @@ class Server:
     # -- sessions ---------------------------------------------------------------------
 
     def _session(self, conn: socket.socket, peer: tuple) -> None:
-        channel = Channel(conn)
+        channel = Channel(conn, self.config.max_message_bytes)
         try:
             if not self._take_slot():
                 channel.send(
@@ -228,9 +283,11 @@ class Server:
     def close(self) -> None:
         """Stop accepting and release the listening sockets."""
         self._closed.set()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
         if self._thread is not None:
             self._thread.join(2.0)
-        close_quietly(*self._listeners)
+        close_quietly(*self._listeners, self._wake_r, self._wake_w)
         self._listeners = []
 
 
@@ -251,14 +308,19 @@ class _Session:
     def run(self) -> None:
         """Welcome, accept a test, gather its streams, run it, report."""
         cfg = self.server.config
+        challenge = auth.new_challenge() if cfg.secret else None
         self.channel.send(
             {
                 "type": "welcome",
                 "version": protocol.VERSION,
                 "server": _version(),
                 "system": system_name(),
+                "auth": auth.METHOD if challenge else None,
+                "challenge": challenge,
             }
         )
+        if cfg.secret and challenge:
+            self._authenticate(cfg.secret, challenge)
         request = self.channel.expect("test", timeout=cfg.idle_timeout_s)
         self.spec = self._checked_spec(request)
         cookie = secrets.token_bytes(16)
@@ -271,6 +333,21 @@ class _Session:
             self.server.unregister(cookie)
             with self._lock:
                 close_quietly(*self._streams.values())
+
+    def _authenticate(self, secret: bytes, challenge: str) -> None:
+        # Nothing but an auth message is accepted before the client has proved itself.
+        cfg = self.server.config
+        message = self.channel.recv(timeout=cfg.handshake_timeout_s)
+        if message.get("type") != "auth" or not auth.verify(
+            secret, challenge, "client", message.get("response")
+        ):
+            self.channel.send({"type": "error", "code": "auth",
+                               "message": "authentication failed: wrong or missing shared secret"})
+            raise ProtocolError(f"{self.peer[0]}: authentication failed")
+        theirs = message.get("challenge")
+        if not isinstance(theirs, str) or len(theirs) > 2 * auth.CHALLENGE_BYTES:
+            raise ProtocolError("bad client challenge")
+        self.channel.send({"type": "auth_ok", "response": auth.respond(secret, theirs, "server")})
 
     def _checked_spec(self, request: dict) -> TestSpec:
         cfg = self.server.config
@@ -285,6 +362,10 @@ class _Session:
             )
         if spec.streams > cfg.max_streams:
             self._refuse(f"{spec.streams} streams exceed this server's limit of {cfg.max_streams}")
+        rate = spec.rate_bits_per_second
+        if cfg.max_rate_bps and (rate is None or rate > cfg.max_rate_bps):
+            shown = "unlimited" if rate is None else f"{rate:g} bit/s"
+            self._refuse(f"rate {shown} exceeds this server's limit of {cfg.max_rate_bps:g} bit/s")
         self.server.log(f"{self.peer[0]}: {spec.protocol} {spec.direction} x{spec.streams}")
         return spec
 
@@ -354,7 +435,9 @@ class _Session:
         reader = Reader(self.channel)
         forward = _Forwarder()
         side = Side(spec, streams, on_interval=forward)
-        conductor = Conductor(self.channel, reader, side, lambda _s: None, _planned(spec))
+        # A byte-count test has no planned end; the duration limit still bounds it.
+        planned = _planned(spec) or self.server.config.max_duration_s
+        conductor = Conductor(self.channel, reader, side, lambda _s: None, planned)
         forward.conductor = conductor
         conductor.send({"type": "start"})
         side.start()
@@ -405,6 +488,13 @@ def _peer_closed(sock: socket.socket) -> bool:
 
 def _planned(spec: TestSpec) -> Optional[float]:
     return spec.duration_s if spec.bytes_total is None else None
+
+
+def _networks(allow: tuple) -> list:
+    try:
+        return [ipaddress.ip_network(cidr, strict=False) for cidr in allow]
+    except ValueError as exc:
+        raise SpecError(f"bad --allow network: {exc}") from None
 
 
 def _bind_addresses(bind: Optional[str]) -> list[tuple[int, str]]:

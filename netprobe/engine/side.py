@@ -104,6 +104,8 @@ class Side:
         self._sampler_system_s = 0.0
         self._lock = threading.Lock()
         self.reporter_errors: list[str] = []
+        self.on_change: Optional[Callable[[], None]] = None
+        """Called (from a stream thread) whenever a loop returns, to wake whoever waits."""
 
     # -- running ----------------------------------------------------------------------
 
@@ -179,6 +181,8 @@ class Side:
             if all(s.ended_at is not None for s in self.streams):
                 self.ended_at = core.monotonic()
                 self._done.set()
+        if self.on_change is not None:
+            self.on_change()
 
     def senders_done(self) -> bool:
         """True once every sending loop of this side has returned."""

@@ -53,10 +53,11 @@ class NativeTool(Tool):
 
     def run(self, spec: TestSpec, reporter: Reporter) -> Result:
         """Run against ``spec.host``'s netprobe server, or an embedded one on loopback."""
+        from netprobe.engine.auth import load_secret
         from netprobe.engine.client import run_test
 
         if spec.host:
-            return run_test(spec, reporter, spec.host)
+            return run_test(spec, reporter, spec.host, load_secret(self.options.get("secret_file")))
         return self._self_test(spec, reporter)
 
     def _self_test(self, spec: TestSpec, reporter: Reporter) -> Result:

@@ -1,0 +1,56 @@
+"""Shared-secret authentication for the control connection: HMAC-SHA256 challenge and
+response, in both directions, so neither side ever sends the secret and each proves it
+knows it (a client cannot be fooled by a server that does not).
+
+The secret is read from a file or the ``NETPROBE_SECRET`` environment variable, never
+from the command line, where other users of the host could read it in the process list.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from typing import Optional
+
+from netprobe.errors import SpecError
+
+SECRET_ENV = "NETPROBE_SECRET"
+"""Environment variable that may hold the shared secret."""
+METHOD = "hmac-sha256"
+CHALLENGE_BYTES = 32
+
+
+def load_secret(path: Optional[str] = None) -> Optional[bytes]:
+    """The shared secret from ``path`` (trailing newline dropped) or ``$NETPROBE_SECRET``."""
+    if path:
+        try:
+            with open(path, "rb") as handle:
+                secret = handle.read().rstrip(b"\r\n")
+        except OSError as exc:
+            raise SpecError(f"cannot read the secret file {path}: {exc.strerror}") from None
+        if not secret:
+            raise SpecError(f"the secret file {path} is empty")
+        return secret
+    value = os.environ.get(SECRET_ENV)
+    return value.encode() if value else None
+
+
+def new_challenge() -> str:
+    """A fresh random challenge, hex-encoded for the JSON control messages."""
+    return secrets.token_hex(CHALLENGE_BYTES)
+
+
+def respond(secret: bytes, challenge: str, role: str) -> str:
+    """The proof that ``role`` (client or server) knows the secret, for this challenge.
+
+    The role is mixed in so that one side's answer can never be replayed as the other's.
+    """
+    return hmac.new(secret, f"{role}:{challenge}".encode(), hashlib.sha256).hexdigest()
+
+
+def verify(secret: bytes, challenge: str, role: str, response: object) -> bool:
+    """Check a response in constant time (anything that is not a string fails)."""
+    if not isinstance(response, str):
+        return False
+    return hmac.compare_digest(respond(secret, challenge, role).encode(), response.encode())
