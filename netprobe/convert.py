@@ -64,7 +64,7 @@ def from_json(text: str, source: str | None = None) -> schema.Result:
     try:
         return structure(data, schema.Result)
     except ParseError as exc:
-        raise ParseError(str(exc), source) from None
+        raise ParseError(exc.detail, source) from None
 
 
 # --- JSON Schema generation ------------------------------------------------------------

@@ -56,6 +56,8 @@ class ParseError(NetprobeError):
         if line is not None:
             where = f"{where}:{line}"
         super().__init__(f"{where}: {message}")
+        self.detail = message
+        """The message without the location, for re-raising with a better one."""
         self.source = source
         self.line = line
 

@@ -1,7 +1,10 @@
 """netprobe's command line: argparse, dispatch, and the mapping of errors to exit codes.
 
-Commands: ``run`` (a test), ``server`` (the native engine's far end), ``tools`` (installed
-tool plugins and why they can or cannot run), ``parse`` (saved tool output to a result).
+Commands: ``run`` (a test; ``--repeat N`` for N trials and their statistics), ``server``
+(the native engine's far end), ``tools`` (installed tool plugins and why they can or cannot
+run), ``parse`` (saved tool output to a result), ``compare`` (one test through several
+tools, interleaved, side by side) and ``report`` (saved results as tables or an HTML page);
+the last two and ``--repeat`` live in :mod:`netprobe.cli.trialcmds`.
 
 Exit codes (``EXIT_CODES``; every error is one line on stderr, ``netprobe: error: ...``):
 
@@ -277,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     epilog = "exit codes:\n" + "\n".join(f"  {code:>3}  {text}" for code, text in
                                          EXIT_CODES.items())
     parser = _Parser(
-        prog="netprobe", formatter_class=_HelpFormatter, epilog=epilog,
+        prog="netprobe", formatter_class=_HelpFormatter, epilog=epilog, allow_abbrev=False,
         description="Measure what a network path can carry, with netprobe's own engine or "
                     "with iperf3, iperf2, nuttcp and NTttcp, all reporting in one result "
                     "schema.")
@@ -288,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_server(commands, epilog)
     _add_tools(commands, epilog)
     _add_parse(commands, epilog)
+    _add_compare(commands, epilog)
+    _add_report(commands, epilog)
     return parser
 
 
@@ -296,7 +301,8 @@ def _subparser(commands: Any, name: str, summary: str, epilog: str, usage: str
     # A short usage line: argparse's own lists every option, which buries a one-line error.
     parser: argparse.ArgumentParser = commands.add_parser(
         name, help=summary, description=summary, epilog=epilog, usage=usage,
-        formatter_class=_HelpFormatter)
+        # No abbreviations: "--secret x" must never be taken for --secret-file.
+        formatter_class=_HelpFormatter, allow_abbrev=False)
     return parser
 
 
@@ -314,14 +320,18 @@ def _add_run(commands: Any, epilog: str) -> None:
     _add_test_options(parser)
     _add_socket_options(parser)
     _add_output_options(parser)
+    _add_trial_options(parser, ("--repeat",), None,
+                       "run the test N times and summarise the trials (mean, median, sd, "
+                       "min, max, 95%% confidence interval of the mean)")
 
 
-def _add_test_options(parser: argparse.ArgumentParser) -> None:
+def _add_test_options(parser: argparse.ArgumentParser,
+                      bytes_flags: tuple[str, ...] = ("-n", "--bytes")) -> None:
     group = parser.add_argument_group("test")
     group.add_argument("-t", "--time", type=_SECONDS, metavar="SECONDS",
                        help=f"seconds to send (default: {DEFAULT_DURATION_S:g}, or until "
                             "--bytes are sent when that is given)")
-    group.add_argument("-n", "--bytes", type=_BYTES, metavar="BYTES",
+    group.add_argument(*bytes_flags, dest="bytes", type=_BYTES, metavar="BYTES",
                        help="bytes to send per stream instead of a duration; k/m/g suffixes "
                             "are 1024-based like iperf3 (64k = 65,536)")
     group.add_argument("-P", "--parallel", type=_COUNT, default=1, metavar="N",
@@ -367,6 +377,9 @@ def _add_socket_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("-B", "--bind", metavar="ADDRESS", help="local address to bind to")
     group.add_argument("-Z", "--zerocopy", action="store_true",
                        help="zero-copy send (sendfile), like iperf3 -Z")
+    group.add_argument("--secret-file", metavar="FILE",
+                       help="shared secret for a netprobe server that requires one (or set "
+                            "$NETPROBE_SECRET)")
     group.add_argument("--skip-rx-copy", action="store_true",
                        help="discard received data in the kernel (MSG_TRUNC)")
 
@@ -400,6 +413,37 @@ def _add_server(commands: Any, epilog: str) -> None:
                         help="most tests served at once (default: {server:max_tests})")
     parser.add_argument("-1", "--one-off", action="store_true",
                         help="serve one test, then exit")
+    _add_server_limits(parser)
+
+
+def _add_server_limits(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("access and limits")
+    group.add_argument("--allow", action="append", metavar="CIDR",
+                       help="client network allowed to connect (repeatable; default: any); "
+                            "checked before anything else")
+    group.add_argument("--secret-file", metavar="FILE",
+                       help="require clients to prove they know the shared secret in FILE "
+                            "(HMAC challenge); or set $NETPROBE_SECRET. Never on the command "
+                            "line, where others could read it")
+    group.add_argument("--max-duration", type=_SECONDS, metavar="SECONDS",
+                       help="longest test accepted (default: {server:max_duration_s})")
+    group.add_argument("--max-streams", type=_COUNT, metavar="N",
+                       help="most parallel streams per test (default: {server:max_streams})")
+    group.add_argument("--max-rate", type=_RATE, metavar="RATE",
+                       help="highest rate per stream accepted; unlimited tests are then "
+                            "refused (default: no limit)")
+    group.add_argument("--max-connections-per-address", type=_COUNT, metavar="N",
+                       help="control connections and handshakes at once from one address "
+                            "(default: {server:max_connections_per_address})")
+    group.add_argument("--max-message-bytes", type=_COUNT, metavar="N",
+                       help="largest control message accepted "
+                            "(default: {server:max_message_bytes})")
+    group.add_argument("--handshake-timeout", type=_SECONDS, metavar="SECONDS",
+                       help="time a new connection has to say hello "
+                            "(default: {server:handshake_timeout_s})")
+    group.add_argument("--idle-timeout", type=_SECONDS, metavar="SECONDS",
+                       help="time a control connection may stay silent before asking for a "
+                            "test (default: {server:idle_timeout_s})")
 
 
 def _add_tools(commands: Any, epilog: str) -> None:
@@ -421,14 +465,96 @@ def _add_parse(commands: Any, epilog: str) -> None:
     _add_output_options(parser)
 
 
+def _add_trial_options(parser: argparse.ArgumentParser, flags: tuple[str, ...],
+                       default: int | None, help_text: str) -> None:
+    group = parser.add_argument_group("trials")
+    group.add_argument(*flags, dest="repeat" if flags[0] == "--repeat" else "trials",
+                       type=_COUNT, default=default, metavar="N", help=help_text)
+    group.add_argument("--pause", type=_SECONDS_OR_ZERO, metavar="SECONDS",
+                       help="seconds to wait between trials (default: 0)")
+
+
+DEFAULT_TRIALS = 5
+"""Trials per tool of ``netprobe compare`` without ``-n``."""
+
+
+def _add_compare(commands: Any, epilog: str) -> None:
+    parser = _subparser(commands, "compare",
+                        "run one test through several tools, interleaved, side by side",
+                        epilog, "%(prog)s [HOST] [--tools A,B,...] [-n TRIALS] [options]")
+    parser.set_defaults(handler=_cmd_compare, tool="native")
+    parser.add_argument("host", nargs="?", metavar="HOST",
+                        help="the far end, where each tool's server runs; omit it to run "
+                             "both ends on this machine over loopback")
+    parser.add_argument("-c", "--client", metavar="HOST", help="same as HOST")
+    parser.add_argument("--tools", metavar="A,B,...",
+                        help="tools to compare; the first is the reference for the ratios "
+                             "(default: every installed tool, native first). A tool that "
+                             "cannot honour the options, or cannot run here, is left out and "
+                             "listed with the reason")
+    _add_trial_options(parser, ("-n", "--trials"), DEFAULT_TRIALS,
+                       f"trials per tool (default: {DEFAULT_TRIALS}), run A B C A B C ... "
+                       "so that drift hits every tool alike. Here -n counts trials: the "
+                       "byte count is --bytes")
+    _add_test_options(parser, bytes_flags=("--bytes",))
+    _add_socket_options(parser)
+    _add_output_options(parser)
+
+
+def _add_report(commands: Any, epilog: str) -> None:
+    parser = _subparser(commands, "report",
+                        "summarise saved results: tables, sparklines, an HTML page", epilog,
+                        "%(prog)s FILE... [--group-by KEYS] [--html OUT.html]")
+    parser.set_defaults(handler=_cmd_report)
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="saved results: JSON documents (--json, `netprobe parse "
+                             "--json`), JSON lines (-o results.jsonl), or both; - reads stdin")
+    parser.add_argument("--group-by", default="tool", metavar="KEYS",
+                        help="comma-separated: tool, hosts (client and server), run (run id) "
+                             "or any spec field, e.g. protocol, streams, direction "
+                             "(default: tool). The first group is the reference for ratios")
+    parser.add_argument("--format", choices=("human", "json", "csv"), default="human",
+                        help="human: a line per result and the statistics table; json, csv: "
+                             "the statistics as records (unscaled: bit/s, us, percent)")
+    parser.add_argument("--json", dest="format", action="store_const", const="json",
+                        help="same as --format json")
+    parser.add_argument("--summary-only", action="store_true",
+                        help="only the statistics table, no line per result")
+    parser.add_argument("--html", metavar="OUT.html",
+                        help="also write a self-contained page with the table and charts "
+                             "(needs matplotlib: pip install 'netprobe[charts]')")
+    parser.add_argument("-q", "--quiet", action="store_true", help="nothing on stdout")
+
+
+def _cmd_compare(args: argparse.Namespace, load: RegistryLoader) -> int:
+    from netprobe.cli.trialcmds import cmd_compare
+
+    options = {"secret_file": args.secret_file} if args.secret_file else None
+    return cmd_compare(args, spec_from_args(args), load(),
+                       lambda registry, name: _make_tool(registry, name, options))
+
+
+def _cmd_report(args: argparse.Namespace, _load: RegistryLoader) -> int:
+    from netprobe.cli.trialcmds import cmd_report
+
+    return cmd_report(args, _read)
+
+
 # --- run ---------------------------------------------------------------------------------
 
 
 def _cmd_run(args: argparse.Namespace, load: RegistryLoader) -> int:
     spec = spec_from_args(args)
-    tool = _make_tool(_registry_for(load, spec.tool), spec.tool)
+    if args.pause is not None and args.repeat is None:
+        raise UsageError("--pause needs --repeat")
+    options = {"secret_file": args.secret_file} if args.secret_file else None
+    tool = _make_tool(_registry_for(load, spec.tool), spec.tool, options)
     tool.check(spec)
     _require_available(tool)
+    if args.repeat is not None:
+        from netprobe.cli.trialcmds import cmd_repeat
+
+        return cmd_repeat(args, spec, tool)
     output = _output(args)
     reporter = output.reporter(spec)
     try:
@@ -480,10 +606,10 @@ def _duration(args: argparse.Namespace) -> float | None:
     return None if args.bytes is not None else DEFAULT_DURATION_S
 
 
-def _make_tool(registry: Registry, name: str) -> Tool:
+def _make_tool(registry: Registry, name: str, options: dict[str, Any] | None = None) -> Tool:
     cls = registry.get(name)
     try:
-        return cls()
+        return cls(options) if options else cls()
     except Exception as exc:  # a plugin's own bug: say which plugin, do not crash
         raise ToolUnavailable(f"tool {name!r} failed to start: {_one_line(exc)}") from exc
 
@@ -613,6 +739,28 @@ def _row(name: str, status: str, **fields: Any) -> dict[str, Any]:
 # --- server ------------------------------------------------------------------------------
 
 
+_SERVER_FIELDS = {
+    "port": "port", "max_tests": "max_tests", "max_duration": "max_duration_s",
+    "max_streams": "max_streams", "max_rate": "max_rate_bps",
+    "max_connections_per_address": "max_connections_per_address",
+    "max_message_bytes": "max_message_bytes", "handshake_timeout": "handshake_timeout_s",
+    "idle_timeout": "idle_timeout_s",
+}
+
+
+def _server_options(args: argparse.Namespace) -> dict[str, Any]:
+    """ServerConfig keywords from the command line (only what was given)."""
+    from netprobe.engine.auth import load_secret
+
+    options: dict[str, Any] = {"bind_address": args.bind, "one_off": args.one_off,
+                               "allow": tuple(args.allow or ()),
+                               "secret": load_secret(args.secret_file)}
+    for name, field in _SERVER_FIELDS.items():
+        if getattr(args, name) is not None:
+            options[field] = getattr(args, name)
+    return options
+
+
 def _cmd_server(args: argparse.Namespace, _load: RegistryLoader) -> int:
     try:
         from netprobe.engine.server import ServerConfig, serve
@@ -620,12 +768,7 @@ def _cmd_server(args: argparse.Namespace, _load: RegistryLoader) -> int:
         raise ToolUnavailable(f"the native server is not in this install: {exc}") from None
     from netprobe.cli.render import print_line, print_note
 
-    options: dict[str, Any] = {"bind_address": args.bind, "one_off": args.one_off}
-    if args.port is not None:
-        options["port"] = args.port
-    if args.max_tests is not None:
-        options["max_tests"] = args.max_tests
-    config = ServerConfig(**options)
+    config = ServerConfig(**_server_options(args))
     where = args.bind or "all addresses"
 
     def log(line: str) -> None:

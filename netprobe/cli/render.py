@@ -205,11 +205,21 @@ def print_result(console: Console, result: Result, *, intervals: bool = False,
             reporter.interval(sample)
     if result.summaries or result.streams:
         console.print(summary_table(result, per_stream))
+    _print_sparkline(console, result)
     for warning in result.warnings:
         console.print(Text.assemble(("warning: ", "bold yellow"), warning), soft_wrap=True)
     for error in result.errors:
         console.print(Text.assemble(("error: ", "bold red"), error), soft_wrap=True)
     console.print(Text.assemble("status: ", (result.status, _STATUS_STYLES[result.status])))
+
+
+def _print_sparkline(console: Console, result: Result) -> None:
+    # Throughput over time at a glance, when there are enough intervals to draw.
+    from netprobe.cli.report import sparkline_text
+
+    line = sparkline_text(result)
+    if line:
+        console.print(line, soft_wrap=True)
 
 
 def human_text(result: Result, per_stream: bool = False) -> str:

@@ -231,6 +231,8 @@ def close_quietly(*socks: Optional[socket.socket]) -> None:
     for sock in socks:
         if sock is not None:
             with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes any thread still blocked on it
+            with contextlib.suppress(OSError):
                 sock.close()
 
 

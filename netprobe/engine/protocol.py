@@ -210,7 +210,14 @@ class Channel:
         return message
 
     def close(self) -> None:
-        """Close the connection (idempotent)."""
+        """Close the connection (idempotent).
+
+        shutdown() first: a thread blocked reading this socket holds the kernel's file, so a
+        bare close() would leave the connection open for as long as nothing arrives (for
+        ever, on a cut link) and that thread stuck with it.
+        """
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self.sock.close()
 

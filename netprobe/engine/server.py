@@ -16,7 +16,7 @@ import selectors
 import socket
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, NoReturn, Optional
 
 import attrs
 
@@ -228,19 +228,7 @@ class Server:
     def _session(self, conn: socket.socket, peer: tuple) -> None:
         channel = Channel(conn, self.config.max_message_bytes)
         try:
-            if not self._take_slot():
-                channel.send(
-                    {
-                        "type": "error",
-                        "code": "busy",
-                        "message": f"server busy: {self.config.max_tests} test(s) running",
-                    }
-                )
-                return
-            try:
-                _Session(self, channel, peer).run()
-            finally:
-                self._free_slot()
+            _Session(self, channel, peer).run()
         except (OSError, NetprobeError) as exc:
             self.log(f"{peer[0]}: session ended: {exc}")
         finally:
@@ -322,13 +310,24 @@ class _Session:
         if cfg.secret and challenge:
             self._authenticate(cfg.secret, challenge)
         request = self.channel.expect("test", timeout=cfg.idle_timeout_s)
-        self.spec = self._checked_spec(request)
+        spec = self._checked_spec(request)
+        # A slot is taken only by a valid test, and held until its connection ends; a
+        # refused, idle or unauthenticated client never holds one.
+        if not self.server._take_slot():
+            self._refuse(f"server busy: {cfg.max_tests} test(s) running", code="busy")
+        try:
+            self._serve(spec)
+        finally:
+            self.server._free_slot()
+
+    def _serve(self, spec: TestSpec) -> None:
+        self.spec = spec
         cookie = secrets.token_bytes(16)
-        self._expected = len(self.spec.flow_directions()) * self.spec.streams
+        self._expected = len(spec.flow_directions()) * spec.streams
         self.server.register(cookie, self)
         try:
             self.channel.send({"type": "accept", "cookie": cookie.hex()})
-            self._run_test(self.spec)
+            self._run_test(spec)
         finally:
             self.server.unregister(cookie)
             with self._lock:
@@ -369,8 +368,8 @@ class _Session:
         self.server.log(f"{self.peer[0]}: {spec.protocol} {spec.direction} x{spec.streams}")
         return spec
 
-    def _refuse(self, message: str) -> None:
-        self.channel.send({"type": "error", "code": "refused", "message": message})
+    def _refuse(self, message: str, code: str = "refused") -> NoReturn:
+        self.channel.send({"type": "error", "code": code, "message": message})
         raise SpecError(message)
 
     def attach(self, hello: DataHello, sock: socket.socket) -> bool:

@@ -1,0 +1,145 @@
+"""Drawing trials and their statistics in the terminal, with rich: one line per trial with a
+throughput sparkline, the tools left out of a comparison, and the statistics table (one
+block of rows per figure, a row per tool or group, the ratio to the first).
+
+Only the CLI imports this module. The numbers come from netprobe.analysis; their text
+from netprobe.cli.tabulate, which the HTML page shares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Optional
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from netprobe.analysis import GroupStats, throughput_series
+from netprobe.cli.tabulate import (
+    DIRECTION_LABELS,
+    sparkline,
+    stats_header,
+    stats_rows,
+)
+from netprobe.cli.units import format_rate
+from netprobe.schema import Result
+from netprobe.trials import Skipped
+
+SPARK_WIDTH = 30
+"""Characters of a trial's sparkline per direction (a 10 s test at 1 s intervals uses 10)."""
+
+_STATUS_STYLES = {"ok": "green", "failed": "bold red", "interrupted": "bold yellow"}
+
+
+def series_top(results: Sequence[Result]) -> float:
+    """The highest interval throughput among ``results``: one scale for all their
+    sparklines, so that a slower trial looks lower."""
+    return max((v for r in results for d in _directions(r) for _, v in throughput_series(r, d)),
+               default=0.0)
+
+
+def _directions(result: Result) -> tuple[str, ...]:
+    return result.spec.flow_directions()
+
+
+def trial_line(result: Result, top: Optional[float] = None, total: Optional[int] = None,
+               width: int = SPARK_WIDTH, started: bool = False) -> Text:
+    """One trial: index, tool, per direction the throughput and its sparkline, retransmits,
+    the status when not ``ok`` (and with ``started``, the start time). ``top`` is the
+    sparklines' full scale (default: each trial its own)."""
+    line = Text(_trial_label(result, total), style="bold")
+    line.append(f" {result.tool.name:<8}")
+    for direction in _directions(result):
+        line.append(f"  {DIRECTION_LABELS[direction]} ")
+        line.append(f"{format_rate(_throughput(result, direction)):>12} ", style="bold")
+        values = [v for _, v in throughput_series(result, direction)]
+        line.append(sparkline(values, top, width) or "(no intervals)", style="cyan")
+        retransmits = _retransmits(result, direction)
+        if retransmits is not None:
+            line.append(f"  retr {retransmits}")
+    if result.status != "ok":
+        line.append(f"  {result.status}", style=_STATUS_STYLES[result.status])
+        if result.errors:
+            line.append(f": {result.errors[0]}")
+    if started and result.start_time:
+        line.append(f"  {result.start_time[:19].replace('T', ' ')}", style="dim")
+    return line
+
+
+def _trial_label(result: Result, total: Optional[int]) -> str:
+    if result.trial is None:
+        return "#-"
+    return f"#{result.trial}" + (f"/{total}" if total else "")
+
+
+def _throughput(result: Result, direction: str) -> Optional[float]:
+    flow = result.summary(direction)
+    for side in (flow.receiver, flow.sender) if flow else ():
+        if side is not None:
+            return side.bits_per_second
+    return None
+
+
+def _retransmits(result: Result, direction: str) -> Optional[int]:
+    flow = result.summary(direction)
+    return flow.sender.retransmits if flow and flow.sender else None
+
+
+def sparkline_text(result: Result, width: int = 60) -> Text:
+    """``throughput c->s ▃▆▇█▇ peak 9.81 Gbit/s`` for one run, a line per direction."""
+    text = Text()
+    for direction in _directions(result):
+        values = [v for _, v in throughput_series(result, direction)]
+        if not values:
+            continue
+        if text:
+            text.append("\n")
+        text.append(f"throughput {DIRECTION_LABELS[direction]} ")
+        text.append(sparkline(values, None, width), style="cyan")
+        text.append(f" peak {format_rate(max(values))}", style="dim")
+    return text
+
+
+def skipped_text(skipped: Sequence[Skipped]) -> Text:
+    """The tools left out of a comparison, a line each with every reason."""
+    text = Text()
+    for i, entry in enumerate(skipped):
+        text.append("\n" if i else "")
+        text.append("left out: ", style="bold yellow")
+        text.append(f"{entry.tool}: {'; '.join(entry.reasons)}")
+    return text
+
+
+def stats_table(stats: Sequence[GroupStats], group_title: str = "Group",
+                title: Optional[str] = None) -> Table:
+    """The statistics of ``stats`` (a row per group, a block per figure)."""
+    header = stats_header(stats, group_title)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title=title,
+                  title_justify="left", title_style="bold")
+    for i, name in enumerate(header):
+        table.add_column(name, justify="left" if i < 1 + (len(stats) > 1) else "right",
+                         no_wrap=True)
+    blocks = stats_rows(stats)
+    for k, block in enumerate(blocks):
+        for j, row in enumerate(block):
+            table.add_row(*row, end_section=(j == len(block) - 1 and k < len(blocks) - 1
+                                             and len(block) > 1))
+    return table
+
+
+def print_stats(console: Console, stats: Sequence[GroupStats], group_title: str = "Group",
+                title: Optional[str] = None) -> None:
+    """The statistics table, or a line saying there is nothing to summarise."""
+    if not stats or not stats_rows(stats):
+        console.print(Text("no successful results to summarise", style="yellow"))
+        return
+    console.print(stats_table(stats, group_title, title))
+
+
+def print_trial_lines(console: Console, results: Sequence[Result]) -> None:
+    """A line per result with its start time, all sparklines on one scale."""
+    top = series_top(results)
+    for result in results:
+        console.print(trial_line(result, top, started=True), soft_wrap=True)

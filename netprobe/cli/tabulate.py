@@ -1,0 +1,151 @@
+"""The report as plain text cells, shared by the terminal tables (rich, in report.py), the
+HTML page (html.py, which must not import rich) and ``report --format json|csv``: numbers
+scaled to one unit per figure, the statistics rows, and sparklines.
+
+One unit per figure, chosen from the largest mean, so that a column of a lab report reads
+down without unit changes (``9.42`` and ``0.87`` Gbit/s, not ``9.42 Gbit/s`` and
+``870 Mbit/s``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from netprobe.analysis import Figure, FigureStats, GroupStats, shown_figures
+
+DIRECTION_LABELS = {"client_to_server": "c->s", "server_to_client": "s->c"}
+"""Flow directions as the tables label them (as the run's summary table does)."""
+
+_RATE_UNITS = ("bit/s", "Kbit/s", "Mbit/s", "Gbit/s", "Tbit/s")
+
+
+def scale(kind: str, magnitude: float) -> tuple[float, str]:
+    """(divisor, unit) to show numbers of ``kind`` around ``magnitude`` (SI for rates)."""
+    if kind == "rate":
+        power = 0
+        while power < len(_RATE_UNITS) - 1 and abs(magnitude) >= 999.5 * 1000**power:
+            power += 1
+        return 1000.0**power, _RATE_UNITS[power]
+    if kind == "us":  # RTT: microseconds on a LAN, milliseconds across the world
+        return (1000.0, "ms") if abs(magnitude) >= 1000 else (1.0, "µs")
+    return 1.0, {"ms": "ms", "percent": "%", "count": ""}[kind]
+
+
+def number(value: Optional[float]) -> str:
+    """Three significant figures, never in exponent form; ``-`` when unknown."""
+    if value is None or math.isnan(value):
+        return "-"
+    rounded = float(f"{value:.3g}")  # 0.09999 is 0.100: count digits after rounding
+    if rounded == 0:
+        return "0"
+    digits = math.floor(math.log10(abs(rounded)))
+    decimals = min(max(2 - digits, 0), 4)
+    return f"{value:.{decimals}f}"
+
+
+def ratio_text(value: Optional[float]) -> str:
+    """A ratio to the reference with two decimals (``0.58``); ``-`` when undefined."""
+    return "-" if value is None else f"{value:.2f}"
+
+
+def figure_label(direction: str, figure: Figure, unit: str) -> str:
+    """``c->s receiver throughput (Gbit/s)``."""
+    return f"{DIRECTION_LABELS[direction]} {figure.label}" + (f" ({unit})" if unit else "")
+
+
+# --- the statistics table ----------------------------------------------------------------
+
+STATS_COLUMNS = ("Figure", "Group", "n", "mean", "median", "sd", "min", "max", "±95% CI",
+                 "ratio")
+"""Columns of the statistics table; with one group, Group and ratio are left out."""
+
+
+def stats_header(stats: Sequence[GroupStats], group_title: str = "Group") -> list[str]:
+    """The column titles for ``stats`` (the ratio is to the first group)."""
+    if len(stats) < 2:
+        return [c for c in STATS_COLUMNS if c not in ("Group", "ratio")]
+    titles = list(STATS_COLUMNS)
+    titles[1] = group_title
+    titles[-1] = f"ratio to {stats[0].label}"
+    return titles
+
+
+def stats_rows(stats: Sequence[GroupStats]) -> list[list[list[str]]]:
+    """The table body, one block of rows per figure (a row per group), cells as text."""
+    blocks = []
+    for direction, figure in shown_figures(stats):
+        cells = [g.get(direction, figure.key) for g in stats]
+        means = [c.summary.mean for c in cells if c is not None and c.summary is not None]
+        divisor, unit = scale(figure.kind, max((abs(m) for m in means), default=0.0))
+        label = figure_label(direction, figure, unit)
+        rows = [_row(label if i == 0 else "", g, c, divisor, len(stats) > 1)
+                for i, (g, c) in enumerate(zip(stats, cells))]
+        blocks.append(rows)
+    return blocks
+
+
+def _row(label: str, group: GroupStats, cell: Optional[FigureStats], divisor: float,
+         grouped: bool) -> list[str]:
+    summary = cell.summary if cell is not None else None
+    count = summary.n if summary is not None else 0
+    values: list[Optional[float]] = [None] * 6
+    if summary is not None:
+        values = [summary.mean, summary.median, summary.stdev, summary.min, summary.max,
+                  summary.ci_half_width]
+    scaled = [number(None if v is None else v / divisor) for v in values]
+    scaled[-1] = "-" if scaled[-1] == "-" else f"±{scaled[-1]}"
+    n = str(count) if count == group.total else f"{count}/{group.total}"
+    row = [label, group.label, n, *scaled, ratio_text(cell.ratio if cell else None)]
+    return row if grouped else [row[0], *row[2:-1]]
+
+
+def stats_records(stats: Sequence[GroupStats]) -> list[dict[str, Any]]:
+    """The statistics as plain records (unscaled: bits/s, µs, ms, percent) for JSON/CSV."""
+    records = []
+    for direction, figure in shown_figures(stats):
+        for group in stats:
+            cell = group.get(direction, figure.key)
+            summary = cell.summary if cell is not None else None
+            records.append({
+                "group": group.label, "results": group.total, "ok": group.ok,
+                "direction": direction, "figure": figure.key,
+                **{name: getattr(summary, name) if summary else None for name in RECORD_STATS},
+                "ratio": cell.ratio if cell is not None else None,
+            })
+    return records
+
+
+RECORD_STATS = ("n", "mean", "median", "stdev", "min", "max", "ci_low", "ci_high",
+                "confidence")
+"""The summary fields of a statistics record (see :func:`stats_records`)."""
+
+
+# --- sparklines --------------------------------------------------------------------------
+
+BLOCKS = "▁▂▃▄▅▆▇█"
+"""Eight levels; a zero is a space, so that a stall shows as a gap."""
+
+
+def sparkline(values: Sequence[float], top: Optional[float] = None, width: int = 60) -> str:
+    """``values`` as block characters from 0 to ``top`` (default: their maximum); more
+    values than ``width`` are averaged in buckets so that the line keeps its width."""
+    points = _buckets(list(values), width)
+    ceiling = top if top is not None else max(points, default=0.0)
+    if ceiling <= 0:
+        return " " * len(points)
+    return "".join(_block(v / ceiling) for v in points)
+
+
+def _block(fraction: float) -> str:
+    if fraction <= 0:
+        return " "
+    return BLOCKS[min(len(BLOCKS) - 1, max(0, math.ceil(fraction * len(BLOCKS)) - 1))]
+
+
+def _buckets(values: list[float], width: int) -> list[float]:
+    if len(values) <= width:
+        return values
+    edges = [round(i * len(values) / width) for i in range(width + 1)]
+    return [sum(values[a:b]) / (b - a) for a, b in zip(edges, edges[1:]) if b > a]

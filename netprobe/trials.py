@@ -1,0 +1,189 @@
+"""Trials: one test run N times (``run --repeat``), or the same test through several tools
+(``compare``), interleaved A B C A B C ... so that whatever drifts on the machine or the
+path (other traffic, CPU frequency, a warming cache) falls on every tool alike.
+
+Every trial's result is kept, stamped with the run's id and its index in the run. A trial
+that fails keeps its partial result (status ``failed``) and the run goes on; Ctrl-C stops
+the run, keeping what was measured. Logic only: progress goes to a :class:`TrialEvents`
+and the tools' live samples to the Reporter the caller hands in.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Callable, Optional, Protocol
+
+import attrs
+from attrs import frozen
+
+from netprobe.errors import NetprobeError, TestFailed, TestInterrupted
+from netprobe.plugin import Reporter, Tool
+from netprobe.schema import Result, TestSpec
+
+
+@frozen
+class Trial:
+    """One planned run of one tool."""
+
+    index: int
+    """Position in the run, from 1 (stored as ``Result.trial``)."""
+    round: int
+    """Which repetition, from 1: the trials of one round run each tool once."""
+    tool: str
+    """The tool's name."""
+
+
+def interleave(tools: Sequence[str], rounds: int) -> list[Trial]:
+    """The trial order: every tool once per round, in the order given (A B C A B C ...)."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    names = list(tools)
+    return [Trial(index=r * len(names) + i + 1, round=r + 1, tool=name)
+            for r in range(rounds) for i, name in enumerate(names)]
+
+
+def new_run_id() -> str:
+    """A fresh run id (random, 32 hex digits): shared by the trials of one run."""
+    return uuid.uuid4().hex
+
+
+# --- which tools can take part -----------------------------------------------------------
+
+
+@frozen
+class Skipped:
+    """A tool left out of a comparison, and why."""
+
+    tool: str
+    """The tool's name."""
+    reasons: tuple[str, ...]
+    """Each option it cannot honour, or why it cannot run here."""
+
+
+def spec_for(spec: TestSpec, tool: Tool) -> TestSpec:
+    """``spec`` as ``tool`` runs it (the spec names its tool)."""
+    return attrs.evolve(spec, tool=tool.name)
+
+
+def screen(tools: Sequence[Tool], spec: TestSpec) -> tuple[list[Tool], list[Skipped]]:
+    """Split ``tools`` into those that can run ``spec`` here and those left out, with the
+    reasons: options they cannot honour first (nothing is silently dropped), then
+    whether they can run on this machine at all."""
+    ready: list[Tool] = []
+    skipped: list[Skipped] = []
+    for tool in tools:
+        reasons = tool.refusals(spec_for(spec, tool)) or _unavailable(tool)
+        if reasons:
+            skipped.append(Skipped(tool.name, tuple(reasons)))
+        else:
+            ready.append(tool)
+    return ready, skipped
+
+
+def _unavailable(tool: Tool) -> list[str]:
+    try:
+        found = tool.probe()
+    except Exception as exc:  # probe() must not raise; a plugin that does cannot run
+        return [f"{tool.name}: probe failed: {type(exc).__name__}: {exc}"]
+    if found.available:
+        return []
+    return [f"{tool.name} cannot run here: {why}" for why in found.reasons] or [
+        f"{tool.name} cannot run here"]
+
+
+# --- running -----------------------------------------------------------------------------
+
+
+class TrialEvents(Protocol):
+    """Told about each trial as the run goes (the CLI prints a line per trial)."""
+
+    def started(self, trial: Trial, total: int) -> None:
+        """``trial`` of ``total`` is about to run."""
+
+    def finished(self, trial: Trial, result: Result) -> None:
+        """``trial`` produced ``result`` (status ``ok``, or ``failed`` with what it measured)."""
+
+    def failed(self, trial: Trial, message: str) -> None:
+        """``trial`` failed without measuring anything."""
+
+
+class NullEvents:
+    """TrialEvents that ignore everything."""
+
+    def started(self, trial: Trial, total: int) -> None:
+        """Ignore."""
+
+    def finished(self, trial: Trial, result: Result) -> None:
+        """Ignore."""
+
+    def failed(self, trial: Trial, message: str) -> None:
+        """Ignore."""
+
+
+@attrs.define
+class TrialRun:
+    """What a run of trials produced."""
+
+    run_id: str
+    """Shared by every result of the run."""
+    planned: int
+    """Trials planned."""
+    results: list[Result] = attrs.Factory(list)
+    """Each trial's result, in the order run (partial ones included, status ``failed``)."""
+    failures: list[tuple[Trial, str]] = attrs.Factory(list)
+    """Trials that failed without a result, and why."""
+    interrupted: bool = False
+    """True if Ctrl-C stopped the run early."""
+
+    @property
+    def failed(self) -> int:
+        """Trials that did not complete (with or without a partial result)."""
+        return len(self.failures) + sum(r.status != "ok" for r in self.results)
+
+
+def run_trials(spec: TestSpec, tools: Sequence[Tool], rounds: int, reporter: Reporter, *,
+               events: Optional[TrialEvents] = None, pause_s: float = 0.0,
+               run_id: Optional[str] = None,
+               sleep: Callable[[float], None] = time.sleep) -> TrialRun:
+    """Run ``spec`` through ``tools`` for ``rounds`` rounds, interleaved, ``pause_s``
+    seconds apart; every result carries the run id and its trial index."""
+    by_name = {tool.name: tool for tool in tools}
+    plan = interleave(list(by_name), rounds)
+    run = TrialRun(run_id or new_run_id(), len(plan))
+    events = events or NullEvents()
+    for trial in plan:
+        try:  # Ctrl-C anywhere in a step (a note, the test, the pause) ends the run cleanly
+            events.started(trial, len(plan))
+            _one_trial(by_name[trial.tool], spec, trial, reporter, run, events)
+            if pause_s > 0 and trial is not plan[-1] and not run.interrupted:
+                sleep(pause_s)
+        except KeyboardInterrupt:
+            run.interrupted = True
+        if run.interrupted:
+            break
+    return run
+
+
+def _one_trial(tool: Tool, spec: TestSpec, trial: Trial, reporter: Reporter, run: TrialRun,
+               events: TrialEvents) -> None:
+    try:
+        result: Optional[Result] = tool.run(spec_for(spec, tool), reporter)
+    except TestFailed as exc:  # TestInterrupted too: keep what it measured
+        result = exc.partial if isinstance(exc.partial, Result) else None
+        run.interrupted = isinstance(exc, TestInterrupted)
+        if result is None:
+            _fail(trial, str(exc), run, events)
+    except (NetprobeError, OSError) as exc:  # the tool could not complete this trial
+        _fail(trial, f"{tool.name}: {exc}", run, events)
+        return
+    if result is not None:
+        stamped = attrs.evolve(result, run_id=run.run_id, trial=trial.index)
+        run.results.append(stamped)
+        events.finished(trial, stamped)
+
+
+def _fail(trial: Trial, message: str, run: TrialRun, events: TrialEvents) -> None:
+    run.failures.append((trial, message))
+    events.failed(trial, message)
