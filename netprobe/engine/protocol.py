@@ -22,6 +22,7 @@ import contextlib
 import json
 import socket
 import struct
+import time
 from typing import Any, Optional
 
 import attrs
@@ -125,11 +126,20 @@ def decode_body(body: bytes) -> dict[str, Any]:
     return message
 
 
-def recv_exact(sock: socket.socket, count: int) -> bytes:
-    """Read exactly ``count`` bytes; ProtocolError if the peer closes first."""
+def recv_exact(sock: socket.socket, count: int, deadline: Optional[float] = None) -> bytes:
+    """Read exactly ``count`` bytes; ProtocolError if the peer closes first.
+
+    With ``deadline`` (time.monotonic()), the whole read must finish by then: a client
+    that sends one byte at a time cannot stretch a timeout that restarts at every byte.
+    """
     chunks = []
     remaining = count
     while remaining:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProtocolError("timed out")
+            sock.settimeout(left)
         chunk = sock.recv(min(remaining, 65536))
         if not chunk:
             raise ProtocolError("connection closed by peer")

@@ -185,9 +185,12 @@ class Server:
         keep = False
         try:
             conn.settimeout(self.config.handshake_timeout_s)
-            kind = protocol.unpack_hello(protocol.recv_exact(conn, protocol.HELLO_BYTES))
+            deadline = time.monotonic() + self.config.handshake_timeout_s
+            hello = protocol.recv_exact(conn, protocol.HELLO_BYTES, deadline)
+            kind = protocol.unpack_hello(hello)
             if kind == protocol.KIND_DATA:
-                rest = protocol.recv_exact(conn, protocol.DATA_HELLO_BYTES - protocol.HELLO_BYTES)
+                size = protocol.DATA_HELLO_BYTES - protocol.HELLO_BYTES
+                rest = protocol.recv_exact(conn, size, deadline)
                 keep = self._attach(protocol.unpack_data_hello(rest), conn)
             elif kind == protocol.KIND_CONTROL:
                 self._pending.release()
