@@ -17,7 +17,7 @@ import attrs
 from attrs import frozen
 
 from netprobe.errors import NetprobeError, SpecError, ToolNotFound
-from netprobe.schema import Interval, Result, TestSpec
+from netprobe.schema import Interval, RawOutput, Result, TestSpec
 
 ENTRY_POINT_GROUP = "netprobe.tools"
 """The entry-point group tools are published under."""
@@ -199,6 +199,17 @@ class Tool(abc.ABC):
         """Turn saved outputs ``[(name, text), ...]`` of this tool into a Result."""
         raise SpecError(f"{self.name} cannot parse saved output")
 
+    def far_end_argv(self, spec: TestSpec, address: str, port: int) -> Optional[list[str]]:
+        """The command that runs this tool's server (receiver) side for ``spec`` on this
+        host, listening on ``address`` and ``port``: what a netprobe agent starts when a
+        client asks it to. None if the tool has no such side to start."""
+        return None
+
+    def merge_far_end(self, result: Result, far_end: RawOutput) -> Result:
+        """Fold the far end's output into the client's result. The default keeps it raw;
+        tools whose client does not report the far side's figures parse it here."""
+        return attrs.evolve(result, raw=(*result.raw, far_end))
+
 
 @frozen
 class LoadFailure:
@@ -302,6 +313,31 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+def fill_missing(result: Result, other: Result, far_end: Optional[RawOutput] = None) -> Result:
+    """``result`` with the sender/receiver figures it lacks (None) taken from ``other``,
+    matched by direction and stream, plus ``other``'s intervals of roles it has none of.
+    For merging what a far end reported into what the client saw."""
+    flows = {f.direction: f for f in other.summaries}
+    streams = {(s.stream_id, s.direction): s for s in other.streams}
+    summaries = tuple(_fill(f, flows.get(f.direction)) for f in result.summaries)
+    merged_streams = tuple(
+        _fill(s, streams.get((s.stream_id, s.direction))) for s in result.streams
+    )
+    have = {(i.direction, i.role) for i in result.intervals}
+    extra = [i for i in other.intervals if (i.direction, i.role) not in have]
+    intervals = tuple(sorted([*result.intervals, *extra], key=lambda i: (i.end_s, i.role)))
+    raw = (*result.raw, far_end) if far_end is not None else result.raw
+    return attrs.evolve(result, summaries=summaries, streams=merged_streams,
+                        intervals=intervals, raw=raw)
+
+
+def _fill(mine: Any, theirs: Any) -> Any:
+    if theirs is None:
+        return mine
+    return attrs.evolve(mine, sender=mine.sender or theirs.sender,
+                        receiver=mine.receiver or theirs.receiver)
+
+
 def utc_now_iso() -> str:
     """The current time, UTC, ISO 8601 with seconds (for ``Result.start_time``)."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
@@ -324,6 +360,7 @@ __all__ = [
     "Reporter",
     "Tool",
     "bits_per_second",
+    "fill_missing",
     "load_registry",
     "make_manager",
     "utc_now_iso",

@@ -234,3 +234,22 @@ def wait_listening(lab: Lab, ns: str, port: int, udp: bool = False, timeout: flo
             return
         time.sleep(0.1)
     raise LabError(f"nothing listens on port {port} in {ns}")
+
+
+@contextlib.contextmanager
+def switched_hosts(names: Sequence[str], subnet: str = "10.77.2") -> Iterator[tuple[Lab, dict]]:
+    """Hosts on one Ethernet segment (a bridge in a namespace of its own), unshaped;
+    yields (lab, {name: (namespace, address)}) with addresses subnet.1, .2, ..."""
+    with Lab() as lab:
+        switch = lab.host("sw")
+        _sh(["ip", "-n", switch, "link", "add", "br0", "type", "bridge"])
+        lab.ip(switch, "link", "set", "br0", "up")
+        hosts = {}
+        for n, name in enumerate(names, start=1):
+            ns = lab.host(name)
+            address = f"{subnet}.{n}"
+            _, port = lab.link(ns, f"{address}/24", switch, f"{subnet}.{200 + n}/24")
+            lab.ip(switch, "addr", "flush", "dev", port)
+            lab.ip(switch, "link", "set", port, "master", "br0")
+            hosts[name] = (ns, address)
+        yield lab, hosts

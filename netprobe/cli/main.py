@@ -319,6 +319,7 @@ def _add_run(commands: Any, epilog: str) -> None:
                              "`netprobe tools`)")
     _add_test_options(parser)
     _add_socket_options(parser)
+    _add_agent_options(parser)
     _add_output_options(parser)
     _add_trial_options(parser, ("--repeat",), None,
                        "run the test N times and summarise the trials (mean, median, sd, "
@@ -418,6 +419,9 @@ def _add_server(commands: Any, epilog: str) -> None:
 
 def _add_server_limits(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("access and limits")
+    group.add_argument("--allow-third-party", action="store_true",
+                       help="run tests that clients ask this agent to send to another host "
+                            "(off by default: it would make the agent a traffic amplifier)")
     group.add_argument("--allow", action="append", metavar="CIDR",
                        help="client network allowed to connect (repeatable; default: any); "
                             "checked before anything else")
@@ -446,10 +450,30 @@ def _add_server_limits(parser: argparse.ArgumentParser) -> None:
                             "test (default: {server:idle_timeout_s})")
 
 
+def _add_agent_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("agents (netprobe server on the far hosts)")
+    group.add_argument("--from", dest="from_host", metavar="HOST",
+                       help="third-party test: the agent on HOST runs the test against "
+                            "--to (that agent must allow it: --allow-third-party)")
+    group.add_argument("--to", dest="to_host", metavar="HOST",
+                       help="the target of a third-party test (same as HOST)")
+    group.add_argument("--no-agent", action="store_true",
+                       help="do not ask an agent on HOST to start the tool's server: use "
+                            "one already running there")
+    group.add_argument("--agent-port", type=_PORT, metavar="PORT",
+                       help="port of the agents (default: 5301)")
+
+
 def _add_tools(commands: Any, epilog: str) -> None:
     parser = _subparser(commands, "tools", "list tool plugins and whether they can run here",
-                        epilog, "%(prog)s [--json]")
+                        epilog, "%(prog)s [HOST] [--json]")
     parser.set_defaults(handler=_cmd_tools)
+    parser.add_argument("host", nargs="?", metavar="HOST",
+                        help="ask the netprobe agent on HOST instead of this machine")
+    parser.add_argument("--agent-port", type=_PORT, metavar="PORT",
+                        help="port of the agent (default: 5301)")
+    parser.add_argument("--secret-file", metavar="FILE",
+                        help="shared secret for an agent that requires one")
     parser.add_argument("--json", action="store_true", help="a JSON list instead of a table")
 
 
@@ -558,7 +582,7 @@ def _cmd_run(args: argparse.Namespace, load: RegistryLoader) -> int:
     output = _output(args)
     reporter = output.reporter(spec)
     try:
-        result = _run_tool(tool, spec, reporter)
+        result = _run_tool(tool, spec, reporter, args)
     except TestFailed as exc:
         _emit_partial(output, exc.partial, reporter)
         raise
@@ -593,10 +617,12 @@ def _rate(args: argparse.Namespace) -> float | None:
 
 
 def _host(args: argparse.Namespace) -> str | None:
-    if args.host and args.client and args.host != args.client:
-        raise UsageError(f"two hosts given: {args.host!r} and -c {args.client!r}")
-    host: str | None = args.host or args.client
-    return host
+    given = {h for h in (args.host, args.client, getattr(args, "to_host", None)) if h}
+    if len(given) > 1:
+        raise UsageError(f"two hosts given: {' and '.join(sorted(given))}")
+    if getattr(args, "from_host", None) and not given:
+        raise UsageError("--from needs the target host: --to HOST")
+    return given.pop() if given else None
 
 
 def _duration(args: argparse.Namespace) -> float | None:
@@ -624,13 +650,30 @@ def _require_available(tool: Tool) -> None:
         raise ToolUnavailable(f"{tool.name} cannot run here: {reasons}")
 
 
-def _run_tool(tool: Tool, spec: TestSpec, reporter: Reporter) -> Result:
+def _run_tool(tool: Tool, spec: TestSpec, reporter: Reporter,
+              args: argparse.Namespace | None = None) -> Result:
     try:
-        return tool.run(spec, reporter)
+        return _run_with_agents(tool, spec, reporter, args)
     except (TestFailed, SpecError, ToolUnavailable, BrokenPipeError):
         raise  # a closed stdout is not the test's failure: exit 6 (see main)
     except (NetprobeError, OSError) as exc:  # the test did not complete: exit 5, not 1
         raise TestFailed(f"{tool.name}: {exc}") from exc
+
+
+def _run_with_agents(tool: Tool, spec: TestSpec, reporter: Reporter,
+                     args: argparse.Namespace | None) -> Result:
+    """Through the agents: a third-party test (--from), or with the far host's agent
+    starting the tool's server; plain tool.run when there is no agent to ask."""
+    from netprobe.agent import client
+    from netprobe.engine.auth import load_secret
+
+    secret = load_secret(getattr(args, "secret_file", None))
+    if getattr(args, "from_host", None):
+        assert args is not None
+        port = args.agent_port or client.protocol.DEFAULT_PORT
+        return client.third_party(args.from_host, spec, reporter, secret, port)
+    use_agent = not getattr(args, "no_agent", False)
+    return client.run(tool, spec, reporter, secret, use_agent=use_agent)
 
 
 def _emit_partial(output: Output, partial: Any, reporter: Reporter) -> None:
@@ -689,7 +732,7 @@ def _read(path: str) -> str:
 
 
 def _cmd_tools(args: argparse.Namespace, load: RegistryLoader) -> int:
-    rows = tool_rows(load())
+    rows = _remote_tool_rows(args) if args.host else tool_rows(load())
     if args.json:
         import json
 
@@ -702,6 +745,17 @@ def _cmd_tools(args: argparse.Namespace, load: RegistryLoader) -> int:
     else:
         print_note("no tool plugins are installed (entry-point group netprobe.tools)")
     return EXIT_OK
+
+
+def _remote_tool_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from netprobe.agent.client import remote_tools
+    from netprobe.engine.auth import load_secret
+    from netprobe.engine.protocol import DEFAULT_PORT
+
+    rows = remote_tools(args.host, load_secret(args.secret_file), args.agent_port or DEFAULT_PORT)
+    return [_row(str(r.get("name")), "available" if r.get("available") else "unavailable",
+                 version=r.get("version"), reasons=list(r.get("reasons") or []),
+                 details=list(r.get("details") or [])) for r in rows]
 
 
 def tool_rows(registry: Registry) -> list[dict[str, Any]]:
@@ -753,6 +807,7 @@ def _server_options(args: argparse.Namespace) -> dict[str, Any]:
     from netprobe.engine.auth import load_secret
 
     options: dict[str, Any] = {"bind_address": args.bind, "one_off": args.one_off,
+                               "allow_third_party": args.allow_third_party,
                                "allow": tuple(args.allow or ()),
                                "secret": load_secret(args.secret_file)}
     for name, field in _SERVER_FIELDS.items():
@@ -776,8 +831,10 @@ def _cmd_server(args: argparse.Namespace, _load: RegistryLoader) -> int:
         with contextlib.suppress(OSError):
             print_line(line)
 
+    from netprobe.agent.service import handlers
+
     try:
-        serve(config, log=log,
+        serve(config, log=log, handlers=handlers(),
               ready=lambda port: log(f"netprobe server listening on {where} port {port}"))
     except KeyboardInterrupt:
         print_note("netprobe server: stopped")

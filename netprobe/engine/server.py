@@ -16,6 +16,7 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Callable, NoReturn, Optional
 
 import attrs
@@ -30,6 +31,7 @@ from netprobe.errors import NetprobeError, ProtocolError, SpecError
 from netprobe.schema import Interval, TestSpec
 
 Log = Callable[[str], None]
+Handler = Callable[["Session", dict], None]
 
 
 @attrs.define
@@ -62,6 +64,9 @@ class ServerConfig:
     """Control connections and handshakes open at once from one client address."""
     allow: tuple = ()
     """Client networks (CIDR strings) allowed to connect; empty allows every address."""
+    allow_third_party: bool = False
+    """Run tests this agent is asked to send to another host (off: an agent that sends
+    traffic wherever it is told would be a traffic amplifier)."""
     secret: Optional[bytes] = attrs.field(default=None, repr=False)
     """Shared secret clients must prove they know (HMAC challenge); None: no authentication."""
 
@@ -69,12 +74,17 @@ class ServerConfig:
 class Server:
     """A running netprobe server (start() it; close() it)."""
 
-    def __init__(self, config: ServerConfig, log: Optional[Log] = None) -> None:
+    def __init__(
+        self, config: ServerConfig, log: Optional[Log] = None,
+        handlers: Optional[dict[str, Handler]] = None,
+    ) -> None:
         self.config = config
+        self.handlers: dict[str, Handler] = dict(handlers or {})
+        """Extra request types a session can start with (the agent's), by message type."""
         self.log: Log = log or (lambda _msg: None)
         self.port = config.port
         self._listeners: list[socket.socket] = []
-        self._sessions: dict[bytes, _Session] = {}
+        self._sessions: dict[bytes, Session] = {}
         self._lock = threading.Lock()
         self._active = 0
         self._pending = threading.BoundedSemaphore(config.max_pending)
@@ -231,7 +241,7 @@ class Server:
     def _session(self, conn: socket.socket, peer: tuple) -> None:
         channel = Channel(conn, self.config.max_message_bytes)
         try:
-            _Session(self, channel, peer).run()
+            Session(self, channel, peer).run()
         except (OSError, NetprobeError) as exc:
             self.log(f"{peer[0]}: session ended: {exc}")
         finally:
@@ -251,7 +261,7 @@ class Server:
             if self.config.one_off:
                 self._closed.set()
 
-    def register(self, cookie: bytes, session: _Session) -> None:
+    def register(self, cookie: bytes, session: Session) -> None:
         """Make a session findable by its data connections."""
         with self._lock:
             self._sessions[cookie] = session
@@ -282,8 +292,9 @@ class Server:
         self._listeners = []
 
 
-class _Session:
-    """One client's test on the server."""
+class Session:
+    """One client's control connection on the server: a native test, or an agent request
+    (handlers get the session: its channel, peer, spec checks, slot and refusals)."""
 
     def __init__(self, server: Server, channel: Channel, peer: tuple) -> None:
         self.server = server
@@ -312,14 +323,27 @@ class _Session:
         )
         if cfg.secret and challenge:
             self._authenticate(cfg.secret, challenge)
-        request = self.channel.expect("test", timeout=cfg.idle_timeout_s)
-        spec = self._checked_spec(request)
-        # A slot is taken only by a valid test, and held until its connection ends; a
-        # refused, idle or unauthenticated client never holds one.
-        if not self.server._take_slot():
-            self._refuse(f"server busy: {cfg.max_tests} test(s) running", code="busy")
-        try:
+        request = self.channel.recv(timeout=cfg.idle_timeout_s)
+        handler = self.server.handlers.get(str(request["type"]))
+        if handler is not None:  # an agent request (tools, far end, third party)
+            handler(self, request)
+            return
+        if request["type"] != "test":
+            self.refuse(f"unknown request {request['type']!r}", code="unknown")
+        spec = self.checked_spec(request)
+        with self.slot():
             self._serve(spec)
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        """Hold one of the server's test slots (SpecError 'busy' if none is free).
+
+        A slot is taken only by a valid test, and held until its connection ends; a
+        refused, idle or unauthenticated client never holds one."""
+        if not self.server._take_slot():
+            self.refuse(f"server busy: {self.server.config.max_tests} test(s) running", "busy")
+        try:
+            yield
         finally:
             self.server._free_slot()
 
@@ -351,27 +375,29 @@ class _Session:
             raise ProtocolError("bad client challenge")
         self.channel.send({"type": "auth_ok", "response": auth.respond(secret, theirs, "server")})
 
-    def _checked_spec(self, request: dict) -> TestSpec:
+    def checked_spec(self, request: dict) -> TestSpec:
+        """The request's spec, refused (to the client, and raised) if invalid or over a limit."""
         cfg = self.server.config
         try:
             spec = convert.structure(request.get("spec"), TestSpec)
         except NetprobeError as exc:
-            self._refuse(f"bad test spec: {exc}")
+            self.refuse(f"bad test spec: {exc}")
         if spec.duration_s and spec.duration_s > cfg.max_duration_s:
-            self._refuse(
+            self.refuse(
                 f"duration {spec.duration_s} s exceeds this server's limit of "
                 f"{cfg.max_duration_s:g} s"
             )
         if spec.streams > cfg.max_streams:
-            self._refuse(f"{spec.streams} streams exceed this server's limit of {cfg.max_streams}")
+            self.refuse(f"{spec.streams} streams exceed this server's limit of {cfg.max_streams}")
         rate = spec.rate_bits_per_second
         if cfg.max_rate_bps and (rate is None or rate > cfg.max_rate_bps):
             shown = "unlimited" if rate is None else f"{rate:g} bit/s"
-            self._refuse(f"rate {shown} exceeds this server's limit of {cfg.max_rate_bps:g} bit/s")
+            self.refuse(f"rate {shown} exceeds this server's limit of {cfg.max_rate_bps:g} bit/s")
         self.server.log(f"{self.peer[0]}: {spec.protocol} {spec.direction} x{spec.streams}")
         return spec
 
-    def _refuse(self, message: str, code: str = "refused") -> NoReturn:
+    def refuse(self, message: str, code: str = "refused") -> NoReturn:
+        """Tell the client why not, then end the session (SpecError)."""
         self.channel.send({"type": "error", "code": code, "message": message})
         raise SpecError(message)
 
@@ -512,9 +538,12 @@ def _version() -> str:
     return f"netprobe {__version__}"
 
 
-def serve(config: ServerConfig, log: Log, ready: Optional[Callable[[int], None]] = None) -> None:
+def serve(
+    config: ServerConfig, log: Log, ready: Optional[Callable[[int], None]] = None,
+    handlers: Optional[dict[str, Handler]] = None,
+) -> None:
     """Run a server until Ctrl-C (KeyboardInterrupt propagates) or, one-off, one test."""
-    server = Server(config, log)
+    server = Server(config, log, handlers)
     port = server.start()
     if ready is not None:
         ready(port)

@@ -21,7 +21,14 @@ import attrs
 
 from netprobe.driven import DrivenProcess, find_binary, free_port, is_local_host, run_once
 from netprobe.errors import NetprobeError, ParseError, ToolUnavailable
-from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
+from netprobe.plugin import (
+    Availability,
+    Capabilities,
+    Reporter,
+    Tool,
+    fill_missing,
+    utc_now_iso,
+)
 from netprobe.schema import RawOutput, Result, TestSpec, ToolInfo
 from netprobe.tools import _iperf2_parse as p2
 from netprobe.tools._iperf_common import (
@@ -214,6 +221,21 @@ class Iperf2Tool(Tool):
         )
 
     # --- parsing saved output -----------------------------------------------------------------
+
+    def far_end_argv(self, spec: TestSpec, address: str, port: int) -> list[str] | None:
+        """``iperf -s`` on ``address:port`` with the client's report format."""
+        return server_argv(self._find(), spec, address, port)
+
+    def merge_far_end(self, result: Result, far_end: RawOutput) -> Result:
+        """iperf 2's client does not print the receiver's figures over TCP: read them from
+        the server's own output and fill what the client's result lacks."""
+        sources = [(raw.name, raw.text) for raw in result.raw if raw.name == "client"]
+        try:
+            both = self.parse([*sources, ("server", far_end.text)])
+        except NetprobeError as exc:
+            return attrs.evolve(result, raw=(*result.raw, far_end),
+                                warnings=(*result.warnings, f"far end output unreadable: {exc}"))
+        return fill_missing(result, both, far_end)
 
     def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
         """Saved iperf 2 output (``-e`` or legacy text, or ``-y C`` CSV, with or without

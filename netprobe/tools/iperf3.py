@@ -235,6 +235,10 @@ class Iperf3Tool(Tool):
 
     # --- parsing saved output -----------------------------------------------------------------
 
+    def far_end_argv(self, spec: TestSpec, address: str, port: int) -> list[str] | None:
+        """A one-off ``iperf3 -s -1`` on ``address:port`` (the client's -J has both sides)."""
+        return server_argv(self._find(), spec, address, port)
+
     def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
         """Saved iperf3 output (``-J`` documents, ``--json-stream`` lines or human output;
         client and/or server) as one Result. Raises ParseError on unreadable input."""

@@ -47,8 +47,8 @@ from netprobe.driven import (
     port_is_free,
     run_once,
 )
-from netprobe.errors import ParseError, TestFailed, TestInterrupted, ToolUnavailable
-from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
+from netprobe.errors import NetprobeError, ParseError, TestFailed, TestInterrupted, ToolUnavailable
+from netprobe.plugin import Availability, Capabilities, Reporter, Tool, fill_missing, utc_now_iso
 from netprobe.schema import (
     Endpoint,
     FlowSummary,
@@ -192,6 +192,23 @@ class NtttcpTool(Tool):
             return _Session(spec, plan, reporter, available.version).run()
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+
+    def far_end_argv(self, spec: TestSpec, address: str, port: int) -> list[str] | None:
+        """The receiver (``-r``) with the sender's thread mapping, duration and ports; its
+        console report is what the agent sends back."""
+        available = self.probe()
+        if not available.available or available.path is None:
+            raise ToolUnavailable("; ".join(available.reasons) or "ntttcp is not available")
+        prefix = _line_buffer_prefix(self.options)
+        return [*prefix, available.path, "-r", *common_args(spec, address, port)]
+
+    def merge_far_end(self, result: Result, far_end: RawOutput) -> Result:
+        """The receiver's console report fills the receiver figures the sender lacks."""
+        try:
+            theirs = parse_sources([("receiver", far_end.text)])
+        except NetprobeError:
+            return super().merge_far_end(result, far_end)
+        return fill_missing(result, theirs, far_end)
 
     # -- parse --------------------------------------------------------------------------
 

@@ -159,6 +159,15 @@ class NuttcpTool(Tool):
 
     # -- parse --------------------------------------------------------------------------
 
+    def far_end_argv(self, spec: TestSpec, address: str, port: int) -> list[str] | None:
+        """A one-shot ``nuttcp -1 --nofork`` with its control port on ``port``; the client
+        names the data port (``port + 1``). nuttcp's client prints both sides already."""
+        availability = self.probe()
+        if not availability.available or availability.path is None:
+            raise ToolUnavailable("; ".join(availability.reasons) or "nuttcp is not available")
+        family = ["-6"] if ":" in address else []
+        return [availability.path, "-1", "--nofork", f"-P{port}", *family]
+
     def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
         """Read saved nuttcp client output (-fparse or plain, brief or -v; 6.x or 8.x)."""
         return parse_sources(sources)

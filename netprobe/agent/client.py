@@ -1,0 +1,202 @@
+"""The client's side of the agent: one command runs both ends of any tool.
+
+``run`` asks the agent on the target host (if one answers) to start the tool's server side,
+runs the client side here, and merges what the far end printed into the result.
+``third_party`` asks an agent to run a test against another host; ``remote_tools`` asks
+an agent what it can run.
+"""
+from __future__ import annotations
+
+import socket
+from typing import Any, Optional
+
+import attrs
+
+from netprobe import convert
+from netprobe.driven import is_local_host
+from netprobe.engine import protocol
+from netprobe.engine.auth import METHOD, new_challenge, respond, verify
+from netprobe.errors import NetprobeError, ProtocolError, TestFailed
+from netprobe.plugin import Reporter, Tool
+from netprobe.schema import Interval, RawOutput, Result, TestSpec
+
+CONNECT_TIMEOUT_S = 3.0
+REPLY_TIMEOUT_S = 20.0  # a tool's server may take a moment to start on a small router
+
+
+class AgentConnection:
+    """A control connection to a netprobe agent, authenticated if it asks."""
+
+    def __init__(self, channel: protocol.Channel, host: str) -> None:
+        self.channel = channel
+        self.host = host
+
+    @classmethod
+    def open(cls, host: str, port: int, secret: Optional[bytes]) -> Optional[AgentConnection]:
+        """Connect and say hello; None when no netprobe agent answers there."""
+        try:
+            sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+        except OSError:
+            return None
+        channel = protocol.Channel(sock)
+        try:
+            sock.sendall(protocol.pack_hello(protocol.KIND_CONTROL))
+            welcome = channel.expect("welcome", timeout=CONNECT_TIMEOUT_S)
+        except (OSError, NetprobeError):
+            channel.close()
+            return None
+        agent = cls(channel, host)
+        if welcome.get("auth"):
+            agent._authenticate(welcome, secret)
+        return agent
+
+    def _authenticate(self, welcome: dict[str, Any], secret: Optional[bytes]) -> None:
+        if welcome.get("auth") != METHOD or not secret:
+            self.close()
+            raise TestFailed(f"the agent at {self.host} requires a shared secret "
+                             "(--secret-file or $NETPROBE_SECRET)")
+        ours = new_challenge()
+        self.channel.send({"type": "auth", "challenge": ours,
+                           "response": respond(secret, str(welcome.get("challenge")), "client")})
+        reply = self._expect("auth_ok")
+        if not verify(secret, ours, "server", reply.get("response")):
+            raise TestFailed(f"the agent at {self.host} could not prove it knows the secret")
+
+    def _expect(self, kind: str, timeout: float = REPLY_TIMEOUT_S) -> dict[str, Any]:
+        try:
+            return self.channel.expect(kind, timeout=timeout)
+        except (OSError, ProtocolError) as exc:
+            raise TestFailed(f"agent at {self.host}: {_reason(exc)}") from None
+
+    def far_end(self, tool: str, spec: TestSpec) -> int:
+        """Have the agent start ``tool``'s server side; the port it listens on."""
+        self.channel.send({"type": "far_end", "tool": tool, "spec": convert.unstructure(spec)})
+        reply = self._expect("far_end_ready")
+        port = reply.get("port")
+        if not isinstance(port, int) or not 0 < port < 65536:
+            raise TestFailed(f"agent at {self.host} sent a bad port")
+        return port
+
+    def finish(self, timeout: float = REPLY_TIMEOUT_S) -> Optional[RawOutput]:
+        """Tell the agent the client is done; the far end's output (None if it is lost)."""
+        try:
+            self.channel.send({"type": "far_end_done"})
+            reply = self.channel.expect("far_end_output", timeout=timeout)
+            return convert.structure(reply.get("raw"), RawOutput)
+        except (OSError, NetprobeError):
+            return None
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.channel.close()
+
+
+def agent_port(tool: Tool) -> int:
+    """The agent's port: the tool option ``agent_port`` or netprobe's default."""
+    port = tool.options.get("agent_port")
+    return int(port) if port else protocol.DEFAULT_PORT
+
+
+def run(tool: Tool, spec: TestSpec, reporter: Reporter, secret: Optional[bytes] = None,
+        use_agent: bool = True) -> Result:
+    """Run ``spec`` with ``tool``; when the target host runs an agent (and no port was
+    given, which would mean a server the user started), the agent runs the far end."""
+    if not _wants_agent(tool, spec, use_agent):
+        return tool.run(spec, reporter)
+    assert spec.host is not None
+    agent = AgentConnection.open(spec.host, agent_port(tool), secret)
+    if agent is None:
+        reporter.note(f"no netprobe agent at {spec.host}: using the {tool.name} server there")
+        return tool.run(spec, reporter)
+    try:
+        return _run_far(agent, tool, spec, reporter)
+    finally:
+        agent.close()
+
+
+def _wants_agent(tool: Tool, spec: TestSpec, use_agent: bool) -> bool:
+    if not use_agent or not spec.host or spec.port is not None or is_local_host(spec.host):
+        return False
+    return type(tool).far_end_argv is not Tool.far_end_argv
+
+
+def _run_far(agent: AgentConnection, tool: Tool, spec: TestSpec, reporter: Reporter) -> Result:
+    port = agent.far_end(tool.name, spec)
+    reporter.note(f"the agent at {agent.host} started the {tool.name} server on port {port}")
+    try:
+        result = tool.run(attrs.evolve(spec, port=port), reporter)
+    except TestFailed as exc:
+        far = agent.finish()
+        if far is not None and isinstance(exc.partial, Result):
+            exc.partial = tool.merge_far_end(exc.partial, far)
+        raise
+    far = agent.finish()
+    if far is None:
+        return attrs.evolve(result, warnings=(*result.warnings, "the far end's output was lost"))
+    return tool.merge_far_end(result, far)
+
+
+def third_party(source: str, spec: TestSpec, reporter: Reporter, secret: Optional[bytes] = None,
+                port: int = protocol.DEFAULT_PORT) -> Result:
+    """Ask the agent at ``source`` to run ``spec`` against ``spec.host``; its Result."""
+    agent = AgentConnection.open(source, port, secret)
+    if agent is None:
+        raise TestFailed(f"no netprobe agent answers at {source} port {port}")
+    try:
+        agent.channel.send({"type": "third_party", "tool": spec.tool,
+                            "spec": convert.unstructure(spec)})
+        return _third_party_result(agent, spec, reporter)
+    finally:
+        agent.close()
+
+
+def _third_party_result(agent: AgentConnection, spec: TestSpec, reporter: Reporter) -> Result:
+    limit = (spec.duration_s or 3600.0) + spec.omit_s + 2 * REPLY_TIMEOUT_S
+    while True:
+        try:
+            message = agent.channel.recv(timeout=limit)
+        except (OSError, ProtocolError) as exc:
+            raise TestFailed(f"agent at {agent.host}: {_reason(exc)}") from None
+        kind = message.get("type")
+        if kind == "interval":
+            reporter.interval(convert.structure(message.get("sample"), Interval))
+        elif kind == "note":
+            reporter.note(str(message.get("message")))
+        elif kind == "error":
+            raise TestFailed(f"agent at {agent.host}: {message.get('message')}")
+        elif kind == "result":
+            return _final(agent, message)
+
+
+def _final(agent: AgentConnection, message: dict[str, Any]) -> Result:
+    data = message.get("result")
+    result = convert.structure(data, Result) if data else None
+    if message.get("error"):
+        raise TestFailed(f"agent at {agent.host}: {message['error']}", result)
+    if result is None:
+        raise TestFailed(f"agent at {agent.host} sent no result")
+    return result
+
+
+def remote_tools(host: str, secret: Optional[bytes] = None,
+                 port: int = protocol.DEFAULT_PORT) -> list[dict[str, Any]]:
+    """What the agent at ``host`` can run: one row per tool."""
+    agent = AgentConnection.open(host, port, secret)
+    if agent is None:
+        raise TestFailed(f"no netprobe agent answers at {host} port {port}")
+    try:
+        agent.channel.send({"type": "tools"})
+        rows = agent._expect("tools").get("tools")
+    finally:
+        agent.close()
+    if not isinstance(rows, list):
+        raise TestFailed(f"agent at {host} sent a malformed tool list")
+    return [row for row in rows if isinstance(row, dict)]
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, socket.timeout):
+        return "timed out"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)

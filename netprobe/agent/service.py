@@ -1,0 +1,190 @@
+"""The agent's side of the requests: what ``netprobe server`` does for other tools.
+
+``far_end`` starts a driven tool's server side on a free port of this host, tells the
+client the port once it listens, and stops it (by PID) when the client is done, gone or
+late, then sends its output back. ``third_party`` runs a whole test from this host to
+another one and streams the result back. ``tools`` lists what this host can run.
+"""
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from typing import Any, Callable
+
+import attrs
+
+from netprobe import convert
+from netprobe.driven import DrivenProcess, is_listening, port_is_free
+from netprobe.engine.server import Session
+from netprobe.errors import NetprobeError, TestFailed
+from netprobe.plugin import Registry, Tool, load_registry
+from netprobe.schema import Interval, TestSpec
+
+READY_TIMEOUT_S = 10.0  # how long a tool's server may take to start listening
+EXIT_WAIT_S = 5.0  # how long a one-shot server may take to exit after the client is done
+GRACE_S = 30.0  # past the planned end, how long the agent waits for the client's "done"
+
+RegistryLoader = Callable[..., Registry]
+
+
+def handlers(loader: RegistryLoader = load_registry) -> dict[str, Callable[[Any, dict], None]]:
+    """The request handlers to give the engine's server."""
+    return {
+        "tools": lambda session, msg: _tools(session, loader),
+        "far_end": lambda session, msg: _far_end(session, msg, loader),
+        "third_party": lambda session, msg: _third_party(session, msg, loader),
+    }
+
+
+# --- tools ------------------------------------------------------------------------------
+
+
+def tool_rows(registry: Registry) -> list[dict[str, Any]]:
+    """One row per tool: name, available, version, reasons (and load failures)."""
+    rows: list[dict[str, Any]] = []
+    for name, cls in sorted(registry.tools.items()):
+        try:
+            availability = cls().probe()
+        except Exception as exc:  # a plugin's own bug must not break the listing
+            rows.append({"name": name, "available": False, "version": None,
+                         "reasons": [f"probe failed: {exc}"]})
+            continue
+        rows.append({"name": name, "available": availability.available,
+                     "version": availability.version, "reasons": list(availability.reasons),
+                     "details": list(availability.details)})
+    for failure in registry.failures:
+        rows.append({"name": failure.name, "available": False, "version": None,
+                     "reasons": [f"failed to load: {failure.error}"]})
+    return rows
+
+
+def _tools(session: Session, loader: RegistryLoader) -> None:
+    session.channel.send({"type": "tools", "tools": tool_rows(loader())})
+
+
+# --- far end ----------------------------------------------------------------------------
+
+
+def _tool(session: Session, message: dict, loader: RegistryLoader) -> Tool:
+    name = message.get("tool")
+    if not isinstance(name, str):
+        session.refuse("request names no tool")
+    try:
+        tool = loader(only=name).get(name)()
+    except NetprobeError as exc:
+        session.refuse(str(exc))
+    availability = tool.probe()
+    if not availability.available:
+        session.refuse(f"{name} cannot run on this agent: " + "; ".join(availability.reasons))
+    return tool
+
+
+def _far_end(session: Session, message: dict, loader: RegistryLoader) -> None:
+    tool = _tool(session, message, loader)
+    spec = session.checked_spec(message)
+    with session.slot():
+        family = socket.AF_INET6 if ":" in session.local_address else socket.AF_INET
+        port = _free_block(spec.streams, family)
+        argv = tool.far_end_argv(spec, session.local_address, port)
+        if argv is None:
+            session.refuse(f"{tool.name} has no server side for an agent to start")
+        server = DrivenProcess(argv, name="server").start()
+        session.server.log(f"{session.peer[0]}: started {tool.name} server, pid {server.pid}")
+        try:
+            _serve_far_end(session, spec, server, port, family)
+        finally:
+            code = server.stop()
+            session.server.log(f"{session.peer[0]}: {tool.name} server ended ({code})")
+        _send_quietly(session, {"type": "far_end_output", "raw": convert.unstructure(server.raw())})
+
+
+def _serve_far_end(session: Session, spec: TestSpec, server: DrivenProcess, port: int,
+                   family: int) -> None:
+    if not _wait_ready(server, port, family):
+        tail = " | ".join(server.text.strip().splitlines()[-3:]) or "no output"
+        session.refuse(f"the tool's server did not start listening: {tail}")
+    session.channel.send({"type": "far_end_ready", "port": port})
+    planned = (spec.duration_s or session.server.config.max_duration_s) + spec.omit_s
+    try:
+        session.channel.expect("far_end_done", timeout=planned + GRACE_S)
+    except (OSError, NetprobeError):
+        return  # client gone or late: the finally of the caller stops the server
+    server.wait(EXIT_WAIT_S)  # one-shot servers exit by themselves; the rest are stopped
+
+
+def _wait_ready(server: DrivenProcess, port: int, family: int) -> bool:
+    end = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < end:
+        if is_listening(port, family) or is_listening(port, family, udp=True):
+            return True
+        if server.wait(0.05) is not None:
+            return False  # it exited instead of listening
+    return False
+
+
+def _free_block(streams: int, family: int) -> int:
+    # Tools put data ports above the control port (nuttcp, ntttcp) and a sync port below
+    # (ntttcp): the whole block must be free.
+    for base in range(20000, 60000, 97):
+        if all(port_is_free(p, family) for p in range(base - 1, base + streams + 2)):
+            return base
+    raise TestFailed("no block of free ports on the agent")
+
+
+def _send_quietly(session: Session, message: dict) -> None:
+    with contextlib.suppress(OSError, NetprobeError):  # the client went away: nothing to tell
+        session.channel.send(message)
+
+
+# --- third party --------------------------------------------------------------------------
+
+
+class _Forward:
+    """A reporter that sends the test's live events to the client that asked for it."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.lock = threading.Lock()
+
+    def interval(self, sample: Interval) -> None:
+        with self.lock:
+            _send_quietly(self.session, {"type": "interval", "sample": convert.unstructure(sample)})
+
+    def note(self, message: str) -> None:
+        with self.lock:
+            _send_quietly(self.session, {"type": "note", "message": message})
+
+
+def _third_party(session: Session, message: dict, loader: RegistryLoader) -> None:
+    config = session.server.config
+    if not config.allow_third_party:
+        session.refuse("third-party tests are off on this agent "
+                       "(start it with --allow-third-party to allow them)", "third_party")
+    tool = _tool(session, message, loader)
+    spec = session.checked_spec(message)
+    if not spec.host:
+        session.refuse("a third-party test needs a target host")
+    from netprobe.agent.client import run as run_with_agent
+
+    with session.slot():
+        session.server.log(f"{session.peer[0]}: third-party {tool.name} test to {spec.host}")
+        reply: dict[str, Any] = {"type": "result"}
+        try:
+            reply["result"] = convert.unstructure(
+                run_with_agent(tool, spec, _Forward(session), secret=config.secret))
+        except TestFailed as exc:
+            reply["error"] = str(exc)
+            reply["result"] = convert.unstructure(exc.partial) if exc.partial else None
+        except NetprobeError as exc:
+            reply["error"] = str(exc)
+        _send_quietly(session, reply)
+
+
+def with_port(spec: TestSpec, port: int) -> TestSpec:
+    """``spec`` aimed at ``port``."""
+    return attrs.evolve(spec, port=port)
+
+
+__all__ = ["handlers", "tool_rows", "with_port"]

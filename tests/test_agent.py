@@ -1,0 +1,141 @@
+"""The agent in a three-host lab (namespaces C, A and B on one bridge): from C, every tool
+runs against A with A's agent starting the far end; a third-party test A -> B is asked
+from C; an agent stops the tool server it started when the client dies; third-party mode
+is refused unless the agent allows it."""
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .netlab import Lab, switched_hosts, wait_listening
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+why_not = Lab.available()
+if why_not:
+    pytestmark.append(pytest.mark.skip(reason=why_not))
+
+NETPROBE = [sys.executable, "-m", "netprobe"]
+BINARIES = {"native": None, "iperf3": "iperf3", "iperf2": "iperf", "nuttcp": "nuttcp"}
+
+
+class Trio:
+    """Namespaces c, a, b; agents on a (third party allowed) and b (not allowed)."""
+
+    def __init__(self, lab: Lab, hosts: dict) -> None:
+        self.lab = lab
+        self.hosts = hosts
+        self.agents: dict[str, subprocess.Popen] = {}
+
+    def start_agent(self, name: str, *extra: str) -> None:
+        ns, address = self.hosts[name]
+        self.agents[name] = self.lab.start(
+            ns, [*NETPROBE, "server", "-B", address, *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_listening(self.lab, ns, 5301)
+
+    def address(self, name: str) -> str:
+        return str(self.hosts[name][1])
+
+    def run_from_c(self, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+        return self.lab.run(self.hosts["c"][0], [*NETPROBE, *args], timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def trio() -> Iterator[Trio]:
+    with switched_hosts(["c", "a", "b"]) as (lab, hosts):
+        trio = Trio(lab, hosts)
+        trio.start_agent("a", "--allow-third-party")
+        trio.start_agent("b")
+        yield trio
+
+
+@pytest.mark.parametrize("tool", sorted(BINARIES))
+def test_every_tool_through_the_agent(trio: Trio, tool: str) -> None:
+    binary = BINARIES[tool]
+    if binary and not shutil.which(binary):
+        pytest.skip(f"{binary} is not installed")
+    run = trio.run_from_c("run", trio.address("a"), "--tool", tool, "-t", "2", "--json")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    flow = result["summaries"][0]
+    assert flow["sender"] and flow["receiver"], f"{tool}: both sides must be filled"
+    assert flow["receiver"]["bytes"] > 0 and flow["sender"]["bytes"] >= flow["receiver"]["bytes"]
+    if tool != "native":  # the far end's own output came back from the agent
+        assert "server" in {raw["name"] for raw in result["raw"]}
+
+
+def test_tools_on_a_remote_agent(trio: Trio) -> None:
+    listed = trio.run_from_c("tools", trio.address("a"), "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["name"]: row for row in json.loads(listed.stdout)}
+    assert rows["native"]["status"] == "available"
+    assert "iperf3" in rows and "ntttcp" in rows
+
+
+def test_third_party_from_c(trio: Trio) -> None:
+    run = trio.run_from_c("run", "--from", trio.address("a"), "--to", trio.address("b"),
+                          "-t", "2", "--json")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["remote"]["address"] == trio.address("b")
+    flow = result["summaries"][0]
+    assert flow["sender"]["bytes"] > 0 and flow["receiver"]["bytes"] > 0
+
+
+def test_third_party_refused_unless_allowed(trio: Trio) -> None:
+    run = trio.run_from_c("run", "--from", trio.address("b"), "--to", trio.address("a"),
+                          "-t", "1", "--json")
+    assert run.returncode == 5
+    assert "third-party tests are off" in run.stderr
+
+
+@pytest.mark.skipif(not shutil.which("iperf"), reason="iperf is not installed")
+def test_agent_stops_the_far_end_when_the_client_dies(trio: Trio) -> None:
+    agent = trio.agents["a"]
+    client = trio.lab.start(trio.hosts["c"][0], [*NETPROBE, "run", trio.address("a"), "--tool",
+                                                 "iperf2", "-t", "30", "--json"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 15
+    while not _children(agent.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    started = _children(agent.pid)
+    assert started, "the agent should have started iperf -s"
+    time.sleep(1.0)
+    client.send_signal(signal.SIGKILL)
+    client.wait(5)
+    deadline = time.monotonic() + 10
+    while _alive(started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(started), "the far end's server must be stopped once its client is gone"
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                status = (entry / "status").read_text()
+            except OSError:
+                continue
+            if f"\nPPid:\t{pid}\n" in status:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pids: list[int]) -> bool:
+    return any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in pids)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"
