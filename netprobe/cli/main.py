@@ -293,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_parse(commands, epilog)
     _add_compare(commands, epilog)
     _add_report(commands, epilog)
+    _add_path(commands, epilog)
     return parser
 
 
@@ -548,6 +549,32 @@ def _add_report(commands: Any, epilog: str) -> None:
                         help="also write a self-contained page with the table and charts "
                              "(needs matplotlib: pip install 'netprobe[charts]')")
     parser.add_argument("-q", "--quiet", action="store_true", help="nothing on stdout")
+
+
+def _add_path(commands: Any, epilog: str) -> None:
+    parser = _subparser(commands, "path",
+                        "test each segment of a path and the whole path; name the bottleneck",
+                        epilog, "%(prog)s HOP1 HOP2 [HOP...] [--tool NAME] [options]")
+    parser.set_defaults(handler=_cmd_path, host=None, client=None)
+    parser.add_argument("hops", nargs="+", metavar="HOP",
+                        help="hosts along the path, in order; each runs `netprobe server` and "
+                             "all but the last allow third-party tests (--allow-third-party)")
+    parser.add_argument("--tool", default="native", metavar="NAME",
+                        help="tool for every segment (default: native)")
+    _add_test_options(parser)
+    _add_socket_options(parser)
+    group = parser.add_argument_group("agents")
+    group.add_argument("--agent-port", type=_PORT, metavar="PORT",
+                       help="port of the agents (default: 5301)")
+    _add_output_options(parser)
+
+
+def _cmd_path(args: argparse.Namespace, _load: RegistryLoader) -> int:
+    from netprobe.cli.pathcmd import cmd_path
+    from netprobe.engine.auth import load_secret
+
+    spec = spec_from_args(args)
+    return cmd_path(args, spec, load_secret(args.secret_file))
 
 
 def _cmd_compare(args: argparse.Namespace, load: RegistryLoader) -> int:

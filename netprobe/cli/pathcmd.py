@@ -1,0 +1,112 @@
+"""``netprobe path HOP1 HOP2 ... HOPn``: each segment and the whole path, and its bottleneck."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from netprobe import convert
+from netprobe.cli.formats import append_text, write_atomic
+from netprobe.cli.units import format_rate
+from netprobe.pathtest import PathReport, Segment, run_path
+from netprobe.plugin import NullReporter, Reporter
+from netprobe.schema import Result, TestSpec
+
+
+def cmd_path(args: argparse.Namespace, spec: TestSpec, secret: bytes | None) -> int:
+    """Run the segments through the hops' agents, then print and save the report."""
+    from netprobe.agent.client import third_party
+    from netprobe.cli.main import EXIT_OK, EXIT_TEST_FAILED
+    from netprobe.engine.protocol import DEFAULT_PORT
+
+    port = args.agent_port or DEFAULT_PORT
+    reporter: Reporter = _Notes() if args.format == "human" and not args.quiet else NullReporter()
+
+    def ask(source: str, segment_spec: TestSpec, rep: Reporter) -> Result:
+        return third_party(source, segment_spec, rep, secret, port)
+
+    report = run_path(args.hops, spec, reporter, ask)
+    _save(args, report)
+    if not args.quiet:
+        _show(args.format, report)
+    return EXIT_TEST_FAILED if any(s.error for s in report.segments) else EXIT_OK
+
+
+class _Notes:
+    """Progress on stderr: which segment is being tested."""
+
+    def interval(self, sample: Any) -> None:
+        """Interval lines are left out: the report shows each segment's figures."""
+
+    def note(self, message: str) -> None:
+        """Show the progress note."""
+        from netprobe.cli.render import print_note
+
+        if message.startswith("segment "):
+            print_note(message)
+
+
+def as_document(report: PathReport) -> dict[str, Any]:
+    """The report as one JSON-ready document: the segments' results and the bottleneck."""
+    return {
+        "segments": [
+            {"source": s.source, "target": s.target, "end_to_end": s.end_to_end,
+             "receiver_bits_per_second": s.receiver_bits_per_second, "error": s.error,
+             "result": convert.unstructure(s.result) if s.result else None}
+            for s in report.segments
+        ],
+        "bottleneck": report.bottleneck,
+    }
+
+
+def _save(args: argparse.Namespace, report: PathReport) -> None:
+    if not args.output:
+        return
+    if args.format == "jsonl" or args.output.endswith(".jsonl"):
+        lines = [convert.to_json(s.result, indent=None) for s in report.segments if s.result]
+        append_text(args.output, "".join(line + "\n" for line in lines))
+    else:
+        write_atomic(args.output, json.dumps(as_document(report), indent=2) + "\n")
+
+
+def _show(fmt: str, report: PathReport) -> None:
+    if fmt in ("json", "jsonl"):
+        import sys
+
+        sys.stdout.write(json.dumps(as_document(report), indent=2 if fmt == "json" else None)
+                         + "\n")
+        return
+    from rich.table import Table
+
+    from netprobe.cli.render import stdout_console
+
+    table = Table("segment", "receiver", "sender", "retr", "RTT", "", box=None)
+    for index, segment in enumerate(report.segments):
+        table.add_row(*_row(segment, index == report.bottleneck))
+    console = stdout_console()
+    console.print(table)
+    console.print(_verdict(report))
+
+
+def _row(segment: Segment, slowest: bool) -> list[str]:
+    name = f"{segment.source} -> {segment.target}" + (" (end to end)" if segment.end_to_end else "")
+    flow = segment.result.summaries[0] if segment.result and segment.result.summaries else None
+    sender = flow.sender if flow else None
+    retr = sender.retransmits if sender and sender.retransmits is not None else None
+    rtt = f"{sender.rtt_us / 1000:.2f} ms" if sender and sender.rtt_us is not None else "-"
+    mark = "bottleneck" if slowest else (f"failed: {segment.error}" if segment.error else "")
+    return [name, format_rate(segment.receiver_bits_per_second),
+            format_rate(sender.bits_per_second if sender else None),
+            "-" if retr is None else str(retr), rtt, mark]
+
+
+def _verdict(report: PathReport) -> str:
+    if report.bottleneck is None:
+        return "bottleneck: unknown (no segment was measured)"
+    slow = report.segments[report.bottleneck]
+    text = (f"bottleneck: {slow.source} -> {slow.target} at "
+            f"{format_rate(slow.receiver_bits_per_second)}")
+    whole = report.end_to_end
+    if whole is not None:
+        text += f"; end to end {format_rate(whole.receiver_bits_per_second)}"
+    return text
