@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,11 @@ CORE_NAMES = (
     "host_cpu",
     "monotonic",
 )
+
+# A shell that starts the suite in the background leaves SIGINT ignored, and an ignored
+# signal stays ignored in every child: the Ctrl-C tests would test nothing. Python's own
+# handler here means the children start with the default again.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 PEER_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "peers"
 

@@ -82,13 +82,18 @@ def test_reverse_sends_from_the_server(data_path: str) -> None:
 
 @pytest.mark.parametrize("direction", ["reverse", "bidir"])
 def test_udp_reverse_and_bidir(data_path: str, direction: str) -> None:
-    result, _ = selftest(protocol="udp", direction=direction, rate_bits_per_second=20e6, streams=2)
+    result, _ = selftest(
+        protocol="udp", direction=direction, rate_bits_per_second=20e6, streams=2, duration_s=2.0
+    )
     assert len(result.summaries) == (2 if direction == "bidir" else 1)
     for flow_summary in result.summaries:
         sender, receiver = flow(result, flow_summary.direction)
         assert receiver.packets and receiver.packets > 0
         assert sender.packets == receiver.packets + (receiver.lost_packets or 0)
-        assert receiver.bits_per_second == pytest.approx(2 * 20e6, rel=0.05)
+        # Accounting is exact (above); the rate is checked loosely here, since the two
+        # ends start a moment apart and this runs both directions on a busy machine. The
+        # 2% rate check is test_udp_rate_limit_within_two_percent.
+        assert receiver.bits_per_second == pytest.approx(2 * 20e6, rel=0.1)
 
 
 def test_bidir_has_both_directions(data_path: str) -> None:
