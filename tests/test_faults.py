@@ -5,53 +5,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 
 import pytest
 
-NETPROBE = [sys.executable, "-m", "netprobe"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_listening(port: int, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"nothing listens on port {port}")
+from .servers import NETPROBE, free_port, netprobe_server, wait_listening
 
 
 @pytest.fixture
 def server():  # type: ignore[no-untyped-def]
-    port = free_port()
-    proc = subprocess.Popen(
-        [*NETPROBE, "server", "-B", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_listening(port)
-        yield proc, port
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+    with netprobe_server() as running:
+        yield running.proc, running.port
 
 
 def start_client(port: int, *args: str) -> subprocess.Popen:

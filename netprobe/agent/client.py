@@ -66,7 +66,7 @@ class AgentConnection:
         try:
             return self.channel.expect(kind, timeout=timeout)
         except (OSError, ProtocolError) as exc:
-            raise TestFailed(f"agent at {self.host}: {_reason(exc)}") from None
+            raise TestFailed(f"agent at {self.host}: {protocol.reason(exc)}") from None
 
     def far_end(self, tool: str, spec: TestSpec) -> int:
         """Have the agent start ``tool``'s server side; the port it listens on."""
@@ -156,7 +156,7 @@ def _third_party_result(agent: AgentConnection, spec: TestSpec, reporter: Report
         try:
             message = agent.channel.recv(timeout=limit)
         except (OSError, ProtocolError) as exc:
-            raise TestFailed(f"agent at {agent.host}: {_reason(exc)}") from None
+            raise TestFailed(f"agent at {agent.host}: {protocol.reason(exc)}") from None
         kind = message.get("type")
         if kind == "interval":
             reporter.interval(convert.structure(message.get("sample"), Interval))
@@ -192,11 +192,3 @@ def remote_tools(host: str, secret: Optional[bytes] = None,
     if not isinstance(rows, list):
         raise TestFailed(f"agent at {host} sent a malformed tool list")
     return [row for row in rows if isinstance(row, dict)]
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, socket.timeout):
-        return "timed out"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return str(exc)

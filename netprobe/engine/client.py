@@ -107,7 +107,7 @@ class Client:
             if self.welcome.get("auth"):
                 self._authenticate()
         except (OSError, ProtocolError) as exc:
-            raise TestFailed(f"server at {self.host}: {_reason(exc)}") from None
+            raise TestFailed(f"server at {self.host}: {protocol.reason(exc)}") from None
         self.reporter.note(f"connected to {self.welcome.get('server', 'a netprobe server')}")
 
     def _authenticate(self) -> None:
@@ -140,7 +140,7 @@ class Client:
             reply = self.channel.expect("accept", timeout=10.0)
             return bytes.fromhex(protocol.field(reply, "cookie", str))
         except (OSError, ValueError, ProtocolError) as exc:
-            raise TestFailed(f"server refused the test: {_reason(exc)}") from None
+            raise TestFailed(f"server refused the test: {protocol.reason(exc)}") from None
 
     def _open_streams(self, cookie: bytes) -> None:
         for direction in self.spec.flow_directions():
@@ -155,7 +155,7 @@ class Client:
                     )
                 except OSError as exc:
                     raise TestFailed(
-                        f"cannot open data stream {stream_id}: {_reason(exc)}"
+                        f"cannot open data stream {stream_id}: {protocol.reason(exc)}"
                     ) from None
                 self.streams.append(LocalStream(stream_id, direction, role, sock))
 
@@ -230,14 +230,6 @@ class Client:
             errors=errors,
             data_path=core.DATA_PATH,
         )
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, socket.timeout):
-        return "timed out"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return str(exc)
 
 
 def _addr(getname: Any) -> Optional[str]:

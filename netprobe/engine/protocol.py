@@ -240,3 +240,12 @@ def field(message: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> 
             f"message '{message.get('type')}': field '{name}' missing or wrong type"
         )
     return value
+
+
+def reason(exc: BaseException) -> str:
+    """A short human reason for a network error: "timed out", the OS's words, or the message."""
+    if isinstance(exc, socket.timeout):
+        return "timed out"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)

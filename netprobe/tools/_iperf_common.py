@@ -7,6 +7,7 @@ Private to the built-in iperf adapters; the public helpers for driven tools are 
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -14,8 +15,8 @@ from typing import Callable
 
 import attrs
 
-from netprobe.driven import DrivenProcess
-from netprobe.errors import TestFailed, TestInterrupted
+from netprobe.driven import DrivenProcess, find_binary, run_once
+from netprobe.errors import TestFailed, TestInterrupted, ToolUnavailable
 from netprobe.plugin import Reporter
 from netprobe.schema import (
     Cpu,
@@ -281,3 +282,31 @@ def arg_number(value: float) -> str:
     if float(value).is_integer():
         return str(int(value))
     return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+PROBE_TIMEOUT_S = 5.0
+
+
+@attrs.frozen
+class Probed:
+    """An iperf binary found and asked who it is."""
+
+    path: str
+    version: str
+    help_text: str
+
+
+def probe_binary(name: str, override: str | None, env_var: str, version_flag: str,
+                 pattern: str, label: str, not_found: str) -> Probed:
+    """Find ``name``, read its version with ``version_flag`` (``pattern``'s first group) and
+    its --help text; ToolUnavailable saying why not."""
+    path = find_binary(name, override, env_var)
+    if path is None:
+        raise ToolUnavailable(not_found)
+    code, text = run_once([path, version_flag], PROBE_TIMEOUT_S)
+    match = re.search(pattern, text)
+    if match is None:
+        first = text.strip().splitlines()[0] if text.strip() else f"exit code {code}"
+        raise ToolUnavailable(f"{path} does not look like {label}: {first}")
+    _, help_text = run_once([path, "--help"], PROBE_TIMEOUT_S)
+    return Probed(path, match.group(1), help_text)

@@ -19,8 +19,8 @@ from typing import Any
 
 import attrs
 
-from netprobe.driven import DrivenProcess, find_binary, free_port, is_local_host, run_once
-from netprobe.errors import NetprobeError, ParseError, ToolUnavailable
+from netprobe.driven import DrivenProcess, free_port, is_local_host
+from netprobe.errors import NetprobeError, ParseError
 from netprobe.plugin import (
     Availability,
     Capabilities,
@@ -41,13 +41,13 @@ from netprobe.tools._iperf_common import (
     deadline_for,
     drive,
     finish,
+    probe_binary,
 )
 
 DEFAULT_PORT = 5001
 """iperf 2's own default server port."""
 ENV_VAR = "NETPROBE_IPERF2"
 """Environment variable naming the iperf 2 binary to use."""
-PROBE_TIMEOUT_S = 5.0
 UNLIMITED_UDP_BPS = 10**12
 """Sent as the UDP rate when the spec sets none: iperf 2.1.8 rejects -b 0 for UDP."""
 
@@ -114,19 +114,13 @@ class Iperf2Tool(Tool):
         return Availability(available=True, version=binary.version, path=binary.path)
 
     def _find(self) -> Iperf2Binary:
-        if self._binary is not None:
-            return self._binary
-        path = find_binary("iperf", self.options.get("path"), ENV_VAR)
-        if path is None:
-            raise ToolUnavailable(_not_found(self.options.get("path")))
-        # iperf 2 prints its version to stderr and exits 1.
-        code, text = run_once([path, "-v"], PROBE_TIMEOUT_S)
-        match = re.search(r"iperf version (2\.\d+(?:\.\d+)?\S*)", text)
-        if match is None:
-            first = text.strip().splitlines()[0] if text.strip() else f"exit code {code}"
-            raise ToolUnavailable(f"{path} does not look like iperf 2: {first}")
-        _, help_text = run_once([path, "--help"], PROBE_TIMEOUT_S)
-        self._binary = Iperf2Binary(path, match.group(1), help_text)
+        if self._binary is None:
+            override = self.options.get("path")
+            # iperf 2 prints its version to stderr and exits 1.
+            found = probe_binary("iperf", override, ENV_VAR, "-v",
+                                 r"iperf version (2\.\d+(?:\.\d+)?\S*)", "iperf 2",
+                                 _not_found(override))
+            self._binary = Iperf2Binary(found.path, found.version, found.help_text)
         return self._binary
 
     # --- refusing what cannot be honoured -------------------------------------------------

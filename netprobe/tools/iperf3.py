@@ -20,8 +20,8 @@ from typing import Any
 
 import attrs
 
-from netprobe.driven import find_binary, free_port, is_local_host, run_once
-from netprobe.errors import NetprobeError, ParseError, ToolUnavailable
+from netprobe.driven import free_port, is_local_host
+from netprobe.errors import NetprobeError, ParseError
 from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
 from netprobe.schema import Endpoint, Interval, RawOutput, Result, TestSpec, ToolInfo
 from netprobe.tools import _iperf3_parse as p3
@@ -36,6 +36,7 @@ from netprobe.tools._iperf_common import (
     deadline_for,
     drive,
     finish,
+    probe_binary,
     whole_seconds,
 )
 
@@ -43,7 +44,6 @@ DEFAULT_PORT = 5201
 """iperf3's own default server port."""
 ENV_VAR = "NETPROBE_IPERF3"
 """Environment variable naming the iperf3 binary to use."""
-PROBE_TIMEOUT_S = 5.0
 MAX_INTERVAL_S = 60.0
 
 
@@ -120,18 +120,12 @@ class Iperf3Tool(Tool):
         )
 
     def _find(self) -> Iperf3Binary:
-        if self._binary is not None:
-            return self._binary
-        path = find_binary("iperf3", self.options.get("path"), ENV_VAR)
-        if path is None:
-            raise ToolUnavailable(_not_found(self.options.get("path")))
-        code, text = run_once([path, "--version"], PROBE_TIMEOUT_S)
-        match = re.search(r"\biperf (3\.\d+(?:\.\d+)?[^\s(]*)", text)
-        if match is None:
-            first = text.strip().splitlines()[0] if text.strip() else f"exit code {code}"
-            raise ToolUnavailable(f"{path} does not look like iperf3: {first}")
-        _, help_text = run_once([path, "--help"], PROBE_TIMEOUT_S)
-        self._binary = Iperf3Binary(path, match.group(1), help_text)
+        if self._binary is None:
+            override = self.options.get("path")
+            found = probe_binary("iperf3", override, ENV_VAR, "--version",
+                                 r"\biperf (3\.\d+(?:\.\d+)?[^\s(]*)", "iperf3",
+                                 _not_found(override))
+            self._binary = Iperf3Binary(found.path, found.version, found.help_text)
         return self._binary
 
     # --- refusing what cannot be honoured -------------------------------------------------
