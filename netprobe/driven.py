@@ -3,8 +3,9 @@
 A driven tool finds its binary (:func:`find_binary`), runs it as a :class:`DrivenProcess`
 whose merged stdout/stderr is read continuously by a thread (so a chatty child never blocks
 on a full pipe) and handed over line by line as it arrives, and stops it, with everything it
-started, by its process group. :func:`free_port`, :func:`wait_port` and
-:func:`is_local_host` help a plugin start the tool's server on this machine.
+started, by its process group. :func:`free_port`, :func:`port_is_free`,
+:func:`is_listening`, :func:`wait_port` and :func:`is_local_host` help a plugin start the
+tool's server on this machine.
 """
 
 from __future__ import annotations
@@ -386,7 +387,9 @@ __all__ = [
     "DrivenProcess",
     "find_binary",
     "free_port",
+    "is_listening",
     "is_local_host",
+    "port_is_free",
     "run_once",
     "wait_port",
 ]

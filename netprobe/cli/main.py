@@ -95,6 +95,8 @@ def main(argv: Sequence[str] | None = None, *,
     ``registry_loader`` replaces :func:`netprobe.plugin.load_registry` (for tests that
     bring their own plugins).
     """
+    if argv is None:
+        _terminate_as_interrupt()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -112,6 +114,19 @@ def main(argv: Sequence[str] | None = None, *,
         return EXIT_OUTPUT
     except Exception as exc:
         return _report(exc)
+
+
+def _terminate_as_interrupt() -> None:
+    # SIGTERM (timeout(1), service managers, kill) ends a test the way Ctrl-C does: the
+    # tools' own clean-up stops what they started, and what was measured is still printed.
+    import signal
+    import threading
+
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
 
 
 def exit_code_for(exc: BaseException) -> int:

@@ -23,7 +23,15 @@ import attrs
 from netprobe.driven import free_port, is_local_host
 from netprobe.errors import NetprobeError, ParseError
 from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
-from netprobe.schema import Endpoint, Interval, RawOutput, Result, TestSpec, ToolInfo
+from netprobe.schema import (
+    Endpoint,
+    Interval,
+    RawOutput,
+    Result,
+    SideSummary,
+    TestSpec,
+    ToolInfo,
+)
 from netprobe.tools import _iperf3_parse as p3
 from netprobe.tools._iperf_common import (
     DriveSpec,
@@ -223,6 +231,7 @@ class Iperf3Tool(Tool):
         if outcome.server_failed:
             problem = f"the local iperf3 server did not start: {outcome.server_failed}"
         tool = ToolInfo(name=self.name, version=binary.version, mode=_mode(spec))
+        shift_after_warmup(parts, spec.omit_s)
         return finish(
             parts, tool=tool, spec=spec, start_time=start_time, outcome=outcome, problem=problem
         )
@@ -245,12 +254,41 @@ class Iperf3Tool(Tool):
             if other is not main:
                 _merge(parts, other.parts)
         spec = main.spec or TestSpec(tool="iperf3", duration_s=parts.duration_s or 10.0)
+        shift_after_warmup(parts, spec.omit_s)
         status = "failed" if parts.errors else "ok"
         raw = tuple(r.raw for r in readings)
         tool = ToolInfo(name=self.name, version=parts.version)
         return assemble(
             parts, tool=tool, spec=spec, start_time=parts.start_time, status=status, raw=raw
         )
+
+
+def shift_after_warmup(parts: Parts, omit_s: float) -> None:
+    """iperf3 restarts its clock when the warm-up (-O) ends: put the intervals after it and
+    the summaries (which cover only the time after it) on the test's own time line."""
+    if omit_s <= 0:
+        return
+    # The warm-up ends when its last interval does (a few microseconds after omit_s).
+    omit_s = max([omit_s, *(i.end_s for i in parts.intervals if i.omitted)])
+    parts.intervals = [
+        sample if sample.omitted else attrs.evolve(
+            sample, start_s=sample.start_s + omit_s, end_s=sample.end_s + omit_s)
+        for sample in parts.intervals
+    ]
+    parts.summaries = [
+        attrs.evolve(f, sender=_shifted(f.sender, omit_s), receiver=_shifted(f.receiver, omit_s))
+        for f in parts.summaries
+    ]
+    parts.streams = [
+        attrs.evolve(s, sender=_shifted(s.sender, omit_s), receiver=_shifted(s.receiver, omit_s))
+        for s in parts.streams
+    ]
+
+
+def _shifted(side: SideSummary | None, omit_s: float) -> SideSummary | None:
+    if side is None:
+        return None
+    return attrs.evolve(side, start_s=side.start_s + omit_s, end_s=side.end_s + omit_s)
 
 
 # --- command lines ---------------------------------------------------------------------------

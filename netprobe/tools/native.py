@@ -56,6 +56,7 @@ class NativeTool(Tool):
         from netprobe.engine.auth import load_secret
         from netprobe.engine.client import run_test
 
+        self.check(spec)  # refused here too, not only by the CLI: a plugin host may call run()
         if spec.host:
             return run_test(spec, reporter, spec.host, load_secret(self.options.get("secret_file")))
         return self._self_test(spec, reporter)

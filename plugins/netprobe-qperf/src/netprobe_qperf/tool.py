@@ -1,0 +1,349 @@
+"""qperf driven as a netprobe tool: ``netprobe run --tool qperf``.
+
+A test runs qperf's ``tcp_bw`` (or ``udp_bw`` with ``-u``) for the spec's duration, then
+``tcp_lat`` (``udp_lat``) for ``latency_s`` seconds (default 1; 0 skips it). For a test on
+this machine the plugin starts a qperf server on a free port (``--listen_port``) and stops
+it, with the processes it forks per test, by its PID; against another host the client talks
+to the qperf server running there: one a netprobe agent started (:meth:`far_end_argv`) or
+one started by hand (``qperf`` with no arguments, port 19765).
+
+What qperf reports, and where it goes in the result:
+
+- ``send_bytes``/``send_real_time`` and ``recv_bytes``/``recv_real_time`` (``-vv``) become
+  the sender's and the receiver's summaries (throughput = bytes * 8 / seconds); for UDP
+  ``send_msgs``/``recv_msgs`` are the datagrams, and their difference the loss.
+- ``*_cpus_used`` is qperf's reading of /proc/stat: the whole host, in percent of one CPU.
+  It is kept, as percent of all cores, for the ends that run on this machine.
+- ``latency`` is qperf's *one-way* figure: the ping-pong time divided by the messages both
+  ends received. ``Result.latency`` holds round trips: ``mean_us`` is twice qperf's figure
+  and ``count`` the round trips the client completed. qperf gives no distribution, so the
+  minimum, percentiles and maximum stay None (unknown, never made up).
+- qperf prints nothing while it runs: interval samples are taken by netprobe from the
+  processes' I/O counters (see ``sampling.py``; sender only for UDP), and say so.
+
+Option mapping (netprobe -> qperf): length ``-m`` (message size); window ``-sb`` (socket
+buffer, both ends); port ``-lp`` (qperf's listen port, both ends); ``-6``/IPv6 host: the
+client connects to ``::1`` (qperf's server listens on both families); duration ``-t`` (whole
+seconds). Reverse, parallel streams, byte counts, rate limits and the other socket options
+have no qperf equivalent for the socket tests and are refused.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+import time
+from collections.abc import Sequence
+from typing import Any, ClassVar, Optional
+
+from netprobe.driven import (
+    DrivenProcess,
+    find_binary,
+    free_port,
+    is_listening,
+    is_local_host,
+    run_once,
+)
+from netprobe.errors import ParseError, TestFailed, TestInterrupted, ToolUnavailable
+from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
+from netprobe.schema import Endpoint, Interval, RawOutput, Result, TestSpec, ToolInfo
+
+from netprobe_qperf import results
+from netprobe_qperf.parse import Output, parse
+from netprobe_qperf.sampling import NOTE, Sampler
+
+ENV_VAR = "NETPROBE_QPERF"
+"""Environment variable naming the qperf binary (else PATH)."""
+DEFAULT_LISTEN_PORT = 19765
+"""qperf's default --listen_port."""
+DEFAULT_LATENCY_S = 1
+"""Seconds of the latency test that follows the throughput test."""
+MAX_UDP_LENGTH = 65507
+"""Largest UDP payload over IPv4."""
+_FLAGS = ("-vv", "-uu", "-e", "12")  # every figure, units unified, twelve digits
+_START_TIMEOUT_S = 5.0
+_GRACE_S = 15.0
+_SAMPLE_POLL_S = 0.02
+
+
+class QperfTool(Tool):
+    """qperf (0.4.x): tcp_bw/udp_bw throughput, then tcp_lat/udp_lat latency.
+
+    Options: ``path`` (the qperf binary; else $NETPROBE_QPERF, else PATH), ``latency_s``
+    (seconds of latency test after the throughput test, whole seconds; 0 skips it),
+    ``start_server`` (False: never start a server, even for this machine).
+    """
+
+    name: ClassVar[str] = "qperf"
+    description: ClassVar[str] = "qperf 0.4 (tcp_bw/udp_bw, then tcp_lat/udp_lat latency)"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        protocols=frozenset({"tcp", "udp"}),
+        directions=frozenset({"normal"}),
+        max_streams=1,
+        byte_count=False,  # qperf -n hangs tcp_bw in 0.4.11: not offered
+        min_interval_s=0.1,  # sampled from /proc/PID/io: qperf prints nothing until the end
+        length=True,
+        window=True,
+        ipv6=True,
+        port=True,
+    )
+
+    def __init__(self, options: Optional[dict[str, Any]] = None) -> None:
+        super().__init__(options)
+        self._availability: Optional[Availability] = None
+
+    # -- probe ----------------------------------------------------------------------------
+
+    def probe(self) -> Availability:
+        """Find qperf and ask its version (``qperf -V``). Never raises."""
+        if self._availability is None:
+            try:
+                self._availability = self._probe()
+            except Exception as exc:  # probe must never raise
+                self._availability = Availability(False, reasons=(f"qperf probe failed: {exc}",))
+        return self._availability
+
+    def _probe(self) -> Availability:
+        override = self.options.get("path")
+        path = find_binary("qperf", override, ENV_VAR)
+        if path is None:
+            return Availability(False, reasons=(_not_found(override),))
+        try:
+            code, text = run_once([path, "-V"], timeout=5.0)
+        except ToolUnavailable as exc:
+            return Availability(False, reasons=(str(exc),), path=path)
+        found = re.search(r"qperf\s+(\d+(?:\.\d+)+)", text)
+        if code != 0 or not found:
+            first = text.strip().splitlines()[0] if text.strip() else "nothing"
+            why = f"{path} -V printed no qperf version (exit code {code}): {first}"
+            return Availability(False, reasons=(why,), path=path)
+        return Availability(True, version=found.group(1), path=path)
+
+    # -- refusals -------------------------------------------------------------------------
+
+    def refusals(self, spec: TestSpec) -> list[str]:
+        """Capability refusals plus the limits of qperf's own options."""
+        found = super().refusals(spec)
+
+        def refuse(option: str, why: str) -> None:
+            found.append(f"qperf cannot honour {option}: {why}")
+
+        duration = spec.duration_s
+        if duration is not None and (duration < 1 or not float(duration).is_integer()):
+            refuse(f"--time {duration:g}", "qperf -t takes whole seconds (at least 1)")
+        if spec.protocol == "udp" and (spec.length_bytes or 0) > MAX_UDP_LENGTH:
+            refuse(f"--length {spec.length_bytes}", f"largest UDP payload is {MAX_UDP_LENGTH}")
+        latency = self.options.get("latency_s", DEFAULT_LATENCY_S)
+        if not isinstance(latency, int) or latency < 0:
+            found.append(f"qperf option latency_s must be a whole number of seconds: {latency!r}")
+        return found
+
+    # -- run ------------------------------------------------------------------------------
+
+    def run(self, spec: TestSpec, reporter: Reporter) -> Result:
+        """Run the throughput test, then the latency test; a local server when needed."""
+        self.check(spec)
+        available = self.probe()
+        if not available.available or available.path is None:
+            raise ToolUnavailable("; ".join(available.reasons) or "qperf is not available")
+        session = _Session(spec, reporter, available, self.options)
+        return session.run()
+
+    def far_end_argv(self, spec: TestSpec, address: str, port: int) -> Optional[list[str]]:
+        """The qperf server a netprobe agent starts for ``run HOST --tool qperf``:
+        ``qperf --listen_port PORT``. qperf cannot bind one address: it listens on all of
+        the host's (``address`` is not used). The agent stops it when the client is done."""
+        available = self.probe()
+        if not available.available or available.path is None:
+            raise ToolUnavailable("; ".join(available.reasons) or "qperf is not available")
+        return [available.path, "--listen_port", str(port)]
+
+    # -- parse ----------------------------------------------------------------------------
+
+    def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
+        """Read saved qperf client output (any verbosity; ``-vv -uu`` gives every figure)."""
+        readable = [(name, text) for name, text in sources if text.strip()]
+        if not readable:
+            where = sources[0][0] if sources else None
+            raise ParseError("no qperf output: the input is empty", where)
+        name, text = readable[0]
+        out = parse(text, name)
+        if not any(r.test in ("tcp_bw", "udp_bw", "tcp_lat", "udp_lat") for r in out.reports):
+            raise ParseError("no qperf test results in the output", name, 1)
+        return results.from_saved(name, text, out)
+
+
+def _not_found(override: Optional[str]) -> str:
+    if override:
+        return f"qperf: {override!r} (option path) is not an executable"
+    if os.environ.get(ENV_VAR):
+        return f"qperf: {os.environ[ENV_VAR]!r} (${ENV_VAR}) is not an executable"
+    return f"qperf not found on PATH (install the qperf package, or set ${ENV_VAR})"
+
+
+def _system() -> str:
+    uname = platform.uname()
+    return f"{uname.system} {uname.release} {uname.machine}"
+
+
+class _Session:
+    """One run: the server (for a local test), the client runs, and the result."""
+
+    def __init__(self, spec: TestSpec, reporter: Reporter, available: Availability,
+                 options: dict[str, Any]) -> None:
+        assert available.path is not None
+        self.spec = spec
+        self.reporter = reporter
+        self.binary = available.path
+        self.version = available.version
+        self.latency_s = int(options.get("latency_s", DEFAULT_LATENCY_S))
+        self.local = bool(options.get("start_server", True)) and is_local_host(spec.host)
+        self.port = spec.port or (free_port() if self.local else DEFAULT_LISTEN_PORT)
+        self.host = self._connect_host()
+        self.start_time = utc_now_iso()
+        self.server: Optional[DrivenProcess] = None
+        self.clients: list[DrivenProcess] = []
+        self.outputs: list[Output] = []
+        self.problems: list[str] = []
+        self.sampler: Optional[Sampler] = None
+
+    def _connect_host(self) -> str:
+        six = self.spec.ip_version == 6 or (self.spec.host is not None and ":" in self.spec.host)
+        if self.local:
+            return "::1" if six else "127.0.0.1"
+        assert self.spec.host is not None
+        return self.spec.host
+
+    def run(self) -> Result:
+        """The Result; TestFailed or TestInterrupted (with what was measured) otherwise."""
+        try:
+            if self.local:
+                self._start_server()
+            self._client(results.bw_test(self.spec), int(self.spec.duration_s or 0))
+            if self.latency_s > 0 and not self.problems:
+                self._client(results.lat_test(self.spec), self.latency_s)
+        except KeyboardInterrupt:
+            self._stop_all()
+            partial = self._result("interrupted", ["interrupted by the user"])
+            raise TestInterrupted("interrupted: qperf stopped", partial) from None
+        finally:
+            self._stop_all()
+        return self._finish()
+
+    def _start_server(self) -> None:
+        argv = (self.binary, "--listen_port", str(self.port))
+        self.server = DrivenProcess(argv, name="server").start()
+        self.reporter.note(f"qperf server started on port {self.port} (pid {self.server.pid})")
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while not _listening(self.port):
+            if self.server.returncode is not None or time.monotonic() > deadline:
+                self.server.stop(grace_s=0.5)
+                why = self.server.text.strip() or f"exit code {self.server.returncode}"
+                raise TestFailed(f"qperf server did not listen on port {self.port}: {why}",
+                                 self._result("failed", [why]))
+            time.sleep(0.02)
+
+    def _client(self, test: str, seconds: int) -> None:
+        argv = [self.binary, self.host, "--listen_port", str(self.port), "-t", str(seconds),
+                *_FLAGS, *results.size_args(self.spec, test), test]
+        client = DrivenProcess(argv, name=test).start()
+        self.clients.append(client)
+        self.reporter.note(f"qperf {test} running for {seconds} s (pid {client.pid})")
+        code = self._wait(client, seconds + _GRACE_S, self._sampler(client, test))
+        if code is None:
+            client.stop()
+            self.problems.append(f"qperf {test} did not finish within {seconds + _GRACE_S:g} s")
+            return
+        self._read(client, test, code)
+
+    def _sampler(self, client: DrivenProcess, test: str) -> Optional[Sampler]:
+        """Interval samples for the throughput test, when the spec asks for them."""
+        if self.spec.interval_s is None or not test.endswith("_bw"):
+            return None
+        server = self.server.pid if self.server is not None else None
+        self.sampler = Sampler(self.reporter, self.spec.interval_s, client.pid, server,
+                               receiver_counted=self.spec.protocol == "tcp")
+        return self.sampler
+
+    @staticmethod
+    def _wait(client: DrivenProcess, bound_s: float, sampler: Optional[Sampler]) -> Optional[int]:
+        """Wait for the client to exit (at most ``bound_s``), sampling meanwhile."""
+        if sampler is None:
+            return client.wait(bound_s)
+        deadline = time.monotonic() + bound_s
+        while time.monotonic() < deadline:
+            if _exited(client.pid):
+                sampler.finish()
+                return client.wait(_START_TIMEOUT_S)
+            sampler.poll()
+            time.sleep(_SAMPLE_POLL_S)
+        return None
+
+    def _read(self, client: DrivenProcess, test: str, code: int) -> None:
+        try:
+            out = parse(client.text, test)
+        except ParseError as exc:
+            self.problems.append(f"qperf {test}: {exc}")
+            return
+        self.outputs.append(out)
+        report = out.report(test)
+        if code != 0 or report is None or not report.figures:
+            why = "; ".join(out.errors) or "no figures printed"
+            self.problems.append(f"qperf {test} failed (exit code {code}): {why}")
+
+    def _stop_all(self) -> None:
+        for client in self.clients:
+            client.stop()
+        if self.server is not None:
+            self.server.stop(grace_s=0.5)
+
+    def _finish(self) -> Result:
+        if not self.problems:
+            return self._result("ok", [])
+        why = "; ".join(self.problems)
+        raise TestFailed(f"qperf failed: {why}", self._result("failed", list(self.problems)))
+
+    def _result(self, status: str, errors: list[str]) -> Result:
+        figures = results.Figures.from_outputs(self.outputs, self.spec)
+        figures.lat_when = f", a {self.latency_s} s test after the throughput test"
+        local = Endpoint(role="client", system=_system())
+        remote = Endpoint(role="server", host=self.spec.host, address=self.host,
+                          port=self.port, system=_system() if self.local else None)
+        return Result(
+            tool=ToolInfo(name="qperf", version=self.version), spec=self.spec,
+            start_time=self.start_time, local=local, remote=remote, status=status,
+            duration_s=figures.duration_s(), summaries=figures.summaries(True, self.local),
+            streams=figures.streams(), latency=figures.latency(),
+            intervals=self._intervals(), warnings=tuple(self._warnings(figures)),
+            errors=tuple(errors), raw=self._raw(),
+        )
+
+    def _intervals(self) -> tuple[Interval, ...]:
+        return tuple(self.sampler.intervals) if self.sampler is not None else ()
+
+    def _warnings(self, figures: results.Figures) -> list[str]:
+        found = figures.warnings()
+        return [NOTE, *found] if self._intervals() else found
+
+    def _raw(self) -> tuple[RawOutput, ...]:
+        found = [client.raw() for client in self.clients]
+        if self.server is not None:
+            found.append(self.server.raw())
+        return tuple(found)
+
+
+def _exited(pid: int) -> bool:
+    """Has our child ``pid`` exited? It is left unreaped (WNOWAIT), so that its final I/O
+    counters can still be read and DrivenProcess.wait() still gets its exit code."""
+    try:
+        found = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return found is not None
+
+
+def _listening(port: int) -> bool:
+    """qperf's server listens on [::] (both families) where IPv6 is on, else on 0.0.0.0."""
+    return is_listening(port, socket.AF_INET6) or is_listening(port, socket.AF_INET)
