@@ -18,8 +18,12 @@ CSRC = pathlib.Path(__file__).resolve().parent
 ROOT = CSRC.parent
 
 
-def make_builder(absolute: bool = False) -> cffi.FFI:
-    """The FFI builder; absolute paths for ffi.compile(), which runs in its tmpdir."""
+def make_builder(absolute: bool = False, optional: bool = False) -> cffi.FFI:
+    """The FFI builder; absolute paths for ffi.compile(), which runs in its tmpdir.
+
+    ``optional``: a compile failure is a warning and the package installs without the
+    core (setuptools' optional extension), so netprobe runs on its pure-Python data path.
+    """
     base = CSRC if absolute else CSRC.relative_to(ROOT)
     builder = cffi.FFI()
     builder.cdef((CSRC / "netprobe_core.h").read_text())
@@ -29,11 +33,16 @@ def make_builder(absolute: bool = False) -> cffi.FFI:
         sources=[str(base / p.name) for p in sorted(CSRC.glob("np_*.c"))],
         include_dirs=[str(base)],
         extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu99"],
+        # Python's own flags carry -g: the debug info would be two thirds of the module,
+        # on routers that count flash in megabytes.
+        extra_link_args=["-Wl,--strip-debug"],
+        optional=optional,
     )
     return builder
 
 
-ffibuilder = make_builder()
+# What setup.py builds: optional unless NETPROBE_REQUIRE_CORE=1 (wheel builds set it).
+ffibuilder = make_builder(optional=os.environ.get("NETPROBE_REQUIRE_CORE") != "1")
 
 
 def _suffix() -> str:

@@ -235,6 +235,16 @@ static void test_udp_stream_paced(void)
     close(fds[1]);
 }
 
+/* qemu-user hands back only the first 4 bytes of TCP_INFO (it copies every TCP option
+ * out as an int): under that emulation the figures cannot be checked. */
+static int tcp_info_truncated(int fd)
+{
+    unsigned char raw[256];
+    socklen_t len = sizeof(raw);
+
+    return getsockopt(fd, IPPROTO_TCP, 11 /* TCP_INFO */, raw, &len) == 0 && len <= 4;
+}
+
 static void test_system_figures(void)
 {
     struct np_tcp_info ti;
@@ -247,8 +257,12 @@ static void test_system_figures(void)
     CHECK(send(fds[0], "hello", 5, 0) == 5);
     usleep(20000);
     CHECK(np_tcp_info(fds[0], &ti, &failed) == 0);
-    CHECK(ti.snd_mss_bytes > 0 && ti.snd_cwnd_bytes >= ti.snd_mss_bytes);
-    CHECK(ti.bytes_acked >= 5 && ti.rtt_us >= 0 && ti.delivery_rate_bps >= 0);
+    if (tcp_info_truncated(fds[0])) {
+        printf("test_core: TCP_INFO truncated to 4 bytes (qemu-user): figures not checked\n");
+    } else {
+        CHECK(ti.snd_mss_bytes > 0 && ti.snd_cwnd_bytes >= ti.snd_mss_bytes);
+        CHECK(ti.bytes_acked >= 5 && ti.rtt_us >= 0 && ti.delivery_rate_bps >= 0);
+    }
     close(fds[0]);
     close(fds[1]);
     CHECK(np_tcp_info(fds[0], &ti, &failed) == -EBADF);

@@ -203,7 +203,10 @@ def test_nonblocking_sockets_work_without_spinning(impl: ModuleType,
 
 def test_loops_restore_the_socket_timeout(impl: ModuleType) -> None:
     with tcp_pair() as (client, server):
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("=2q", 7, 250_000))
+        # struct timeval: 2 x 8 bytes, or 2 x 4 with a 32-bit time_t (armv7l)
+        timeval = "=2q" if len(server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                                                 16)) == 16 else "=2i"
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack(timeval, 7, 250_000))
         saved = server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16)  # in jiffies
         impl.tcp_recv(server.fileno(), impl.Counters(), length=1024, deadline=soon(0.05))
         assert server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16) == saved
@@ -561,7 +564,7 @@ def test_udp_pacing_at_a_gigabit(compiled: ModuleType, pool: ThreadPoolExecutor)
 # --- system figures -------------------------------------------------------------------
 
 
-def test_tcp_info_after_a_transfer(impl: ModuleType) -> None:
+def test_tcp_info_after_a_transfer(impl: ModuleType, full_tcp_info: None) -> None:
     with tcp_pair() as (client, server):
         impl.tcp_send(client.fileno(), impl.Counters(), length=65536, max_bytes=1_000_000)
         client.shutdown(socket.SHUT_WR)
@@ -661,7 +664,8 @@ def test_netprobe_pure_forces_the_python_path() -> None:
 
 def test_only_core_imports_the_compiled_module() -> None:
     imports = re.compile(r"netprobe\._core\b|from netprobe import .*\b_core\b")
-    users = [p.relative_to(ROOT).as_posix() for p in (ROOT / "netprobe").rglob("*.py")
+    package = Path(netprobe.__file__).parent  # the checkout's, or an installed wheel's
+    users = [p.relative_to(package.parent).as_posix() for p in package.rglob("*.py")
              if imports.search(p.read_text())]
     assert users == ["netprobe/core.py"]
 

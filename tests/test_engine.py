@@ -44,7 +44,7 @@ def flow(result: Result, direction: str = "client_to_server"):  # type: ignore[n
     return summary.sender, summary.receiver
 
 
-def test_tcp_selftest_fills_both_sides(data_path: str) -> None:
+def test_tcp_selftest_fills_both_sides(data_path: str, full_tcp_info: None) -> None:
     result, rec = selftest(duration_s=2.0)
     assert result.status == "ok" and result.tool.data_path == data_path
     sender, receiver = flow(result)
