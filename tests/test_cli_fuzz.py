@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from netprobe.cli.main import main
 
+from .budget import scaled
+
 OPTIONS = ["-t", "-n", "-P", "-b", "-l", "-w", "-M", "--dscp", "-C", "-i", "-O", "-p", "-B",
            "--format", "-o", "-c"]
 FLAGS = ["-u", "-R", "--bidir", "-N", "-4", "-6", "-Z", "--skip-rx-copy", "--json", "-q"]
@@ -28,7 +30,7 @@ WORD = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None,
+@settings(max_examples=scaled(300), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(WORD, max_size=6))
 def test_generated_command_lines_fail_cleanly(capsys: pytest.CaptureFixture, words: list) -> None:

@@ -25,6 +25,7 @@ from netprobe.errors import TestFailed
 from netprobe.plugin import NullReporter
 from netprobe.schema import TestSpec
 
+from .budget import scaled
 from .servers import NETPROBE, ServerProcess, netprobe_server
 
 pytestmark = pytest.mark.slow
@@ -117,8 +118,9 @@ def test_server_survives_thousands_of_malformed_inputs() -> None:
     with netprobe_server("--handshake-timeout", "2", "--idle-timeout", "2") as server:
         assert quick_test(server) == "ok"
         threads, fds = server.settle(threads=1_000, fds=1_000, timeout=0)
-        inputs = [item for _ in range(125) for item in malformed_inputs(rng)]
-        assert len(inputs) >= 2000
+        rounds = scaled(125)
+        inputs = [item for _ in range(rounds) for item in malformed_inputs(rng)]
+        assert len(inputs) == rounds * len(malformed_inputs(rng)) >= 170
         with ThreadPoolExecutor(max_workers=8) as pool:
             answered = list(pool.map(lambda item: send_one(server.port, item[1]), inputs))
         assert all(answered), "the server stopped accepting connections"
@@ -266,11 +268,12 @@ def test_killed_client_frees_the_slot_within_two_seconds() -> None:
         _record("client killed", f"slot free {time.monotonic() - killed:.2f} s after SIGKILL")
 
 
-def test_no_leaks_over_200_tests() -> None:
+def test_no_leaks_over_repeated_tests() -> None:
     with netprobe_server() as server:
         assert quick_test(server, duration_s=0.1) == "ok"
         threads, fds = server.threads(), server.fds()
-        for n in range(200):
+        count = scaled(200, floor=40)
+        for n in range(count):
             protocol_ = "udp" if n % 4 == 3 else "tcp"
             assert (
                 quick_test(
@@ -283,7 +286,7 @@ def test_no_leaks_over_200_tests() -> None:
             )
         after = server.settle(threads, fds)
         assert after == (threads, fds) or (after[0] <= threads and after[1] <= fds)
-        _record("200 tests", f"threads {threads}->{after[0]}, fds {fds}->{after[1]}")
+        _record(f"{count} tests", f"threads {threads}->{after[0]}, fds {fds}->{after[1]}")
 
 
 # --- figures for docs/reliability.md ------------------------------------------------------

@@ -14,6 +14,8 @@ from netprobe.engine import protocol
 from netprobe.engine.protocol import DataHello, FrameReader
 from netprobe.errors import ProtocolError
 
+from .budget import scaled
+
 LIMIT = 1024
 
 json_values = st.recursive(
@@ -53,13 +55,13 @@ def feed_all(reader: FrameReader, data: bytes, chunk: int) -> None:
         assert reader.buffered <= LIMIT + chunk
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=scaled(400), deadline=None)
 @given(st.binary(max_size=4096), st.integers(1, 300))
 def test_random_bytes_raise_only_protocol_error(data: bytes, chunk: int) -> None:
     feed_all(FrameReader(LIMIT), data, chunk)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300), deadline=None)
 @given(
     st.lists(good_frames(), min_size=1, max_size=4),
     st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=6),
@@ -71,7 +73,7 @@ def test_mutated_frames_raise_only_protocol_error(
     feed_all(FrameReader(LIMIT), mutate(b"".join(frames), flips), chunk)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=scaled(100), deadline=None)
 @given(st.lists(good_frames(), min_size=1, max_size=5), st.integers(1, 50))
 def test_valid_frames_decode_whatever_the_chunking(frames: list[bytes], chunk: int) -> None:
     reader, got = FrameReader(1 << 20), []
@@ -92,7 +94,7 @@ def test_huge_length_prefix_is_refused_before_any_body() -> None:
         raise AssertionError("a 4 GiB frame was accepted")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300), deadline=None)
 @given(st.binary(max_size=40))
 def test_hello_decoders_raise_only_protocol_error(data: bytes) -> None:
     for decode in (protocol.unpack_hello, protocol.unpack_data_hello):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from importlib import resources
 
@@ -29,6 +30,7 @@ from netprobe.schema import (
 )
 from netprobe.tools.native import NativeTool
 
+from .budget import scaled
 from .test_engine import Recorder
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
@@ -168,16 +170,25 @@ results = st.builds(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=scaled(150), deadline=None)
 @given(results)
 def test_json_round_trip(result: Result) -> None:
     assert convert.from_json(convert.to_json(result)) == result
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=scaled(60), deadline=None)
 @given(results)
 def test_every_result_validates_against_the_schema(result: Result) -> None:
-    jsonschema.validate(json.loads(convert.to_json(result)), convert.result_json_schema())
+    result_validator().validate(json.loads(convert.to_json(result)))
+
+
+@functools.cache
+def result_validator() -> jsonschema.protocols.Validator:
+    """The schema checked and compiled once: jsonschema.validate does both per call."""
+    document = convert.result_json_schema()
+    validator_class = jsonschema.validators.validator_for(document)
+    validator_class.check_schema(document)
+    return validator_class(document)
 
 
 def test_shipped_schema_is_current() -> None:

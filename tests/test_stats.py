@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from netprobe.stats import mean_interval, summarize, t_cdf, t_quantile
 
+from .budget import scaled
+
 # Two-sided 95 % critical values t(0.975, df), as printed in statistics textbooks (3 decimals).
 T_975 = {
     1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
@@ -74,7 +76,7 @@ def test_bad_probability(bad: float) -> None:
         t_quantile(bad, 5)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=scaled(60), deadline=None)
 @given(df=st.integers(1, 400), p=st.floats(0.501, 0.9995))
 def test_t_quantile_inverts_the_cdf(df: int, p: float) -> None:
     assert t_cdf(t_quantile(p, df), df) == pytest.approx(p, abs=1e-12)

@@ -1,0 +1,31 @@
+"""How much work the long property and load tests do: all of it, unless told otherwise.
+
+``NETPROBE_TEST_BUDGET`` (a fraction, default 1) scales the example counts of the
+hypothesis tests and the lengths of the load loops. The ARM wheels' suite runs under
+qemu-user, where the interpreter is ten to twenty times slower: there the same tests run
+with a fraction of their examples (pyproject.toml sets it for those wheels), so each
+still runs, on the emulated architecture, but the whole suite fits a CI run.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _fraction() -> float:
+    text = os.environ.get("NETPROBE_TEST_BUDGET", "1")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"NETPROBE_TEST_BUDGET must be a number in (0, 1], not {text!r}") from None
+    if not 0 < value <= 1:
+        raise ValueError(f"NETPROBE_TEST_BUDGET must be in (0, 1], not {value}")
+    return value
+
+
+FRACTION = _fraction()
+
+
+def scaled(count: int, floor: int = 10) -> int:
+    """``count`` scaled by the budget, but never below ``floor`` (nor above ``count``)."""
+    return max(min(count, floor), round(count * FRACTION))
