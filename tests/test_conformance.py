@@ -42,12 +42,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 """Checks a built-in tool fails today, and why; strict: a fixed tool makes its entry fail."""
 
 KNOWN_FLAKY = {
-    ("iperf3", "honours_capabilities"): (
-        "netprobe/tools/iperf3.py: with --omit and a sub-second --interval, now and then "
-        "one interval after the warm-up comes out 0.2 ms long with a whole interval's bytes "
-        "(its bit rate is iperf3's, so bytes*8/seconds disagrees); the warm-up time line "
-        "itself is now shifted right (shift_after_warmup)"
-    ),
     ("nuttcp", "honours_capabilities"): (
         "nuttcp 6.1.2 -u -r (UDP, reverse) fails now and then on loopback with 'nuttcp-r: "
         "Error: not receiving data from server' (about 1 run in 4 here; also seen: "

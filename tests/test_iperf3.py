@@ -202,6 +202,33 @@ def test_truncated_document_keeps_what_was_complete() -> None:
     assert result.summaries == ()
 
 
+OWN_DATA = Path(__file__).resolve().parent / "data"
+
+
+def test_report_skipped_at_the_end_of_the_warmup_is_mended() -> None:
+    """A real 3.12 run (-t 2 -O 1 -i 0.5 -P 2 -J on loopback) where the warm-up ended just
+    before a report was due: iperf3 printed the first interval after it as 0.4998-0.5006
+    with 1.0004 seconds and half a second's bytes."""
+    name = "iperf3-3.12-omit-report-skipped.json"
+    document = json.loads((OWN_DATA / name).read_text())
+    raw_sum = document["intervals"][1]["sum"]
+    assert not raw_sum["omitted"] and raw_sum["end"] - raw_sum["start"] < 0.01  # the trap
+    result = Iperf3Tool().parse([(name, (OWN_DATA / name).read_text())])
+    after = [i for i in result.intervals if not i.omitted]
+    assert {i.stream_id for i in after} == {None, 1, 2}
+    for series in (None, 1, 2):
+        samples = sorted((i for i in after if i.stream_id == series), key=lambda i: i.start_s)
+        assert samples[0].start_s == pytest.approx(1.0)  # the warm-up's end, on the test's clock
+        for earlier, later in zip(samples, samples[1:]):
+            assert later.start_s == pytest.approx(earlier.end_s)  # no gap, no overlap
+        for sample in samples:
+            seconds = sample.end_s - sample.start_s
+            assert 0.45 < seconds < 0.55
+            assert sample.bits_per_second == pytest.approx(sample.bytes * 8 / seconds, rel=0.01)
+    first = min((i for i in after if i.stream_id is None), key=lambda i: i.start_s)
+    assert first.bytes == raw_sum["bytes"]  # the bytes iperf3 counted are kept as they are
+
+
 def test_garbage_is_a_parse_error_with_source_and_line() -> None:
     with pytest.raises(ParseError) as info:
         Iperf3Tool().parse([("bad.json", '{\n  "start": {\n  oops')])

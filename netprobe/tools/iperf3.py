@@ -273,7 +273,7 @@ def shift_after_warmup(parts: Parts, omit_s: float) -> None:
     parts.intervals = [
         sample if sample.omitted else attrs.evolve(
             sample, start_s=sample.start_s + omit_s, end_s=sample.end_s + omit_s)
-        for sample in parts.intervals
+        for sample in mend_first_after_warmup(parts.intervals)
     ]
     parts.summaries = [
         attrs.evolve(f, sender=_shifted(f.sender, omit_s), receiver=_shifted(f.receiver, omit_s))
@@ -283,6 +283,32 @@ def shift_after_warmup(parts: Parts, omit_s: float) -> None:
         attrs.evolve(s, sender=_shifted(s.sender, omit_s), receiver=_shifted(s.receiver, omit_s))
         for s in parts.streams
     ]
+
+
+def mend_first_after_warmup(intervals: Sequence[Interval]) -> list[Interval]:
+    """The first interval after the warm-up of each series, as iperf3 meant it.
+
+    At the end of -O, iperf3 resets each stream's clock and byte counts but keeps the end
+    of the last interval it reported as the next one's start, and takes the distance
+    between the two as absolute. When the warm-up ends just before an interval report is
+    due, that report is skipped and the next one comes out with a start near the interval
+    length, a duration of two intervals and the bytes of one (3.12: "0.50-0.50 sec, 1.20
+    GBytes"). Its bytes are counted from the reset: it starts at 0 on the new clock, and
+    its rate is bytes over its end.
+    """
+    seen: set[tuple[str, str, int | None]] = set()
+    mended = []
+    for sample in intervals:
+        series = (sample.direction, sample.role, sample.stream_id)
+        if not sample.omitted and series not in seen:
+            seen.add(series)
+            if sample.start_s > 0 and sample.end_s > 0:
+                bps = sample.bits_per_second
+                if sample.bytes is not None:
+                    bps = sample.bytes * 8 / sample.end_s
+                sample = attrs.evolve(sample, start_s=0.0, bits_per_second=bps)
+        mended.append(sample)
+    return mended
 
 
 def _shifted(side: SideSummary | None, omit_s: float) -> SideSummary | None:
