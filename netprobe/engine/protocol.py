@@ -190,6 +190,12 @@ class Channel:
     def __init__(self, sock: socket.socket, max_size: int = MAX_MESSAGE_BYTES) -> None:
         self.sock = sock
         self.max_size = max_size
+        # Each message goes out in one write. With Nagle's algorithm a small message
+        # waits for the ACK of the one before, and the peer delays that ACK by up to
+        # 40 ms: "start" reached the client that late, and the receiver's clock ran
+        # 40 ms before any data came (its rate 4 % low on a 1 s test).
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._reader = FrameReader(max_size)
         self._ready: list[dict[str, Any]] = []
 
