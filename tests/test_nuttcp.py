@@ -10,6 +10,7 @@ import signal
 import threading
 from pathlib import Path
 
+import attrs
 import pytest
 
 from netprobe.driven import free_port
@@ -326,6 +327,25 @@ def test_refuses_what_nuttcp_cannot_do(spec: TestSpec, needle: str) -> None:
     with pytest.raises(SpecError, match=re.escape(needle)) as info:
         NuttcpTool().check(spec)
     assert "nuttcp" in str(info.value)
+
+
+@pytest.mark.parametrize(("version", "refused"), [("6.1.2", True), ("8.2.2", False)])
+def test_sub_second_udp_reverse_reports_are_refused_on_6x(
+    tmp_path: Path, version: str, refused: bool
+) -> None:
+    # 6.1.2 -u -r -i0.5 failed 3 runs in 16 on loopback ("not receiving data from
+    # server"), -i0.8 and -i1 none: only that combination, and only on 6.x, is refused.
+    binary = tmp_path / "nuttcp"
+    binary.write_text(f"#!/bin/sh\necho 'nuttcp-{version}'\n")
+    binary.chmod(0o755)
+    tool = NuttcpTool({"path": str(binary)})
+    udp_reverse = TestSpec(tool="nuttcp", protocol="udp", direction="reverse",
+                           rate_bits_per_second=1e6)
+    found = tool.refusals(attrs.evolve(udp_reverse, interval_s=0.5))
+    assert any("--interval 0.5 with UDP and --reverse" in r for r in found) == refused
+    assert tool.refusals(attrs.evolve(udp_reverse, interval_s=1.0)) == []
+    assert tool.refusals(TestSpec(tool="nuttcp", protocol="udp", interval_s=0.5,
+                                  rate_bits_per_second=1e6)) == []
 
 
 def test_probe_explains_a_missing_binary(tmp_path: Path) -> None:
