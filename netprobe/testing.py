@@ -927,16 +927,12 @@ class Conformance:
         problems = self.refused_plain(spec)
         if problems:
             return problems
-        with subreaper() as reaping, ProcessWatch(os.getpid(), descendants(os.getpid())) as w:
-            if not reaping:
-                notes.append("not a subreaper here: detached processes may go unseen")
-            raised, sent_at, ended_at = self._interrupted_run(spec, w)
-            problems = _interrupt_problems(raised, sent_at, ended_at, "Ctrl-C")
-            left = w.left_running(_GONE_BOUND_S)
-            w.reap()
-        if left:
-            problems.append(f"Ctrl-C left processes running: {_describe(left)}")
-        return problems
+
+        def interrupted(watch: ProcessWatch) -> list[str]:
+            raised, sent_at, ended_at = self._interrupted_run(spec, watch)
+            return _interrupt_problems(raised, sent_at, ended_at, "Ctrl-C")
+
+        return _watched(notes, "Ctrl-C left processes running", interrupted)
 
     def _interrupted_run(
         self, spec: TestSpec, watch: ProcessWatch
@@ -961,7 +957,6 @@ class Conformance:
                 outcome = self.tool().run(spec, reporter)
             except BaseException as exc:  # what the tool raises, Ctrl-C included, is the finding
                 outcome = exc
-            state["running"] = False
         finally:
             state["running"] = False
             timer.join(5.0)
@@ -985,15 +980,8 @@ class Conformance:
         problems = self.refused_plain(spec)
         if problems:
             return problems
-        with subreaper() as reaping, ProcessWatch(os.getpid(), descendants(os.getpid())) as w:
-            if not reaping:
-                notes.append("not a subreaper here: detached processes may go unseen")
-            problems = self._stopped_child(spec, w, notes)
-            left = w.left_running(_GONE_BOUND_S)
-            w.reap()
-        if left:
-            problems.append(f"after SIGTERM, processes were left running: {_describe(left)}")
-        return problems
+        return _watched(notes, "after SIGTERM, processes were left running",
+                        lambda watch: self._stopped_child(spec, watch, notes))
 
     def _stopped_child(self, spec: TestSpec, watch: ProcessWatch, notes: list[str]) -> list[str]:
         child = subprocess.Popen(
@@ -1156,6 +1144,22 @@ def _wait_started(watch: ProcessWatch, reporter: RecordingReporter, bound_s: flo
     deadline = time.monotonic() + bound_s
     while time.monotonic() < deadline and not (reporter.event.is_set() or watch.seen):
         time.sleep(_POLL_S)
+
+
+def _watched(
+    notes: list[str], left_what: str, body: Callable[[ProcessWatch], list[str]]
+) -> list[str]:
+    """Run ``body`` with this process a subreaper and its descendants watched: its
+    problems, plus any process still running a while after it returned."""
+    with subreaper() as reaping, ProcessWatch(os.getpid(), descendants(os.getpid())) as watch:
+        if not reaping:
+            notes.append("not a subreaper here: detached processes may go unseen")
+        problems = body(watch)
+        left = watch.left_running(_GONE_BOUND_S)
+        watch.reap()
+    if left:
+        problems.append(f"{left_what}: {_describe(left)}")
+    return problems
 
 
 def _interrupt_problems(raised: Any, sent_at: Optional[float], ended_at: float,

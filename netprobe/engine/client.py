@@ -10,8 +10,8 @@ from typing import Any, Optional
 from netprobe import convert, core
 from netprobe.engine import auth, protocol
 from netprobe.engine.assemble import build_result
-from netprobe.engine.conduct import Conductor, Outcome, Reader, close_quietly
-from netprobe.engine.protocol import Channel, DataHello
+from netprobe.engine.conduct import Conductor, Outcome, Reader
+from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side
 from netprobe.engine.sockets import apply_options, family_for, resolve
 from netprobe.errors import NetprobeError, ProtocolError, TestFailed, TestInterrupted

@@ -9,10 +9,8 @@ Messages after ``start`` (either direction):
 
 from __future__ import annotations
 
-import contextlib
 import platform
 import queue
-import socket
 import threading
 from typing import Any, Callable, Optional
 
@@ -224,16 +222,6 @@ def system_name() -> str:
     """A short description of this host's OS and machine."""
     uname = platform.uname()
     return f"{uname.system} {uname.release} {uname.machine}"
-
-
-def close_quietly(*socks: Optional[socket.socket]) -> None:
-    """Close sockets, ignoring errors (used on every exit path)."""
-    for sock in socks:
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)  # wakes any thread still blocked on it
-            with contextlib.suppress(OSError):
-                sock.close()
 
 
 def check_report(message: dict[str, Any]) -> dict[str, Any]:

@@ -232,10 +232,7 @@ class Channel:
         bare close() would leave the connection open for as long as nothing arrives (for
         ever, on a cut link) and that thread stuck with it.
         """
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        close_quietly(self.sock)
 
 
 def field(message: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
@@ -255,3 +252,17 @@ def reason(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return str(exc)
+
+
+def close_quietly(*socks: Optional[socket.socket]) -> None:
+    """Close sockets, ignoring errors (used on every exit path).
+
+    shutdown() first: it wakes any thread still blocked reading the socket, which would
+    otherwise hold the connection open after close().
+    """
+    for sock in socks:
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()

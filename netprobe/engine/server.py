@@ -23,8 +23,8 @@ import attrs
 
 from netprobe import convert
 from netprobe.engine import auth, protocol
-from netprobe.engine.conduct import Conductor, Reader, close_quietly, system_name
-from netprobe.engine.protocol import Channel, DataHello
+from netprobe.engine.conduct import Conductor, Reader, system_name
+from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side
 from netprobe.engine.sockets import apply_options
 from netprobe.errors import NetprobeError, ProtocolError, SpecError

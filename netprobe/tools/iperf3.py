@@ -273,7 +273,7 @@ def shift_after_warmup(parts: Parts, omit_s: float) -> None:
     parts.intervals = [
         sample if sample.omitted else attrs.evolve(
             sample, start_s=sample.start_s + omit_s, end_s=sample.end_s + omit_s)
-        for sample in mend_first_after_warmup(parts.intervals)
+        for sample in _mend_first_after_warmup(parts.intervals)
     ]
     parts.summaries = [
         attrs.evolve(f, sender=_shifted(f.sender, omit_s), receiver=_shifted(f.receiver, omit_s))
@@ -285,7 +285,7 @@ def shift_after_warmup(parts: Parts, omit_s: float) -> None:
     ]
 
 
-def mend_first_after_warmup(intervals: Sequence[Interval]) -> list[Interval]:
+def _mend_first_after_warmup(intervals: Sequence[Interval]) -> list[Interval]:
     """The first interval after the warm-up of each series, as iperf3 meant it.
 
     At the end of -O, iperf3 resets each stream's clock and byte counts but keeps the end
