@@ -20,9 +20,11 @@ from attrs import field, frozen
 
 from netprobe.errors import SpecError
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 """Version of the result format; bumped on any change, minor for additions (1.1: latency
-fields documented for plugins, run_id and trial). Results of an older minor version load."""
+fields documented for plugins, run_id and trial; 1.2: latency under load: phases, one-way
+delay variation, probe loss, RPM, grade, per-interval latency). Results of an older minor
+version load."""
 
 PROTOCOLS = ("tcp", "udp")
 DIRECTIONS = ("normal", "reverse", "bidir")
@@ -30,6 +32,8 @@ FLOW_DIRECTIONS = ("client_to_server", "server_to_client")
 ROLES = ("sender", "receiver")
 STATUSES = ("ok", "failed", "interrupted")
 RETRANSMIT_SCOPES = ("connection", "host")
+GRADES = ("A+", "A", "B", "C", "D", "F")
+"""Bufferbloat grades, best first (the DSLReports / Waveform scale of the latency increase)."""
 
 
 def _one_of(choices: tuple[str, ...]) -> Any:
@@ -229,6 +233,11 @@ class Interval:
     """UDP datagrams that arrived out of order in the interval (receiver)."""
     jitter_ms: Optional[float] = None
     """UDP interarrival jitter at the end of the interval (receiver, RFC 3550)."""
+    latency_p50_us: Optional[float] = None
+    """Median round trip of the latency probes answered in the interval (sum intervals of a
+    run with latency probes; None otherwise)."""
+    latency_max_us: Optional[float] = None
+    """Slowest round trip of the latency probes answered in the interval."""
 
 
 @frozen
@@ -305,7 +314,14 @@ class FlowSummary:
 
 @frozen
 class Latency:
-    """A latency distribution in microseconds, for tools that measure round trips."""
+    """A latency distribution in microseconds, for tools that measure round trips.
+
+    On ``Result.latency`` the distribution is the round trip under load (the test itself);
+    a run with netprobe's latency probes adds the phases (idle, loaded, ...), the increase
+    over idle, RPM and the grade. Inside a :class:`LatencyPhase` the same record holds one
+    distribution (round trip, or one direction's delay variation) and leaves the run-level
+    fields (``measured_by``, ``phases``, ``increase_us``, ``rpm``, ``grade``) empty.
+    """
 
     count: int
     """Samples the distribution is made of."""
@@ -321,6 +337,62 @@ class Latency:
     """99th percentile."""
     max_us: Optional[float] = None
     """Slowest sample."""
+    lost: Optional[int] = None
+    """Probes that got no answer (or, one way, did not arrive); never part of the figures."""
+    lost_percent: Optional[float] = None
+    """``lost`` as a percentage of the probes sent."""
+    jitter_us: Optional[float] = None
+    """Mean absolute difference between consecutive samples (packet delay variation)."""
+    measured_by: Optional[str] = None
+    """Who measured it: ``netprobe-udp`` or ``netprobe-tcp`` (netprobe's own probes over
+    UDP, or over TCP where UDP is dropped), or the driven tool's name (``qperf``, ...)."""
+    phases: tuple[LatencyPhase, ...] = ()
+    """Per phase (idle before the load, loaded, idle after): round trip and each direction."""
+    increase_us: Optional[float] = None
+    """Median round trip under load minus the idle median (the queueing the load added;
+    for several loaded phases, the largest)."""
+    rpm: Optional[float] = None
+    """Responsiveness: round trips per minute under load, 60 / the trimmed mean loaded round
+    trip in seconds (the worst 5 % dropped, as the IETF responsiveness draft does)."""
+    grade: Optional[str] = field(default=None, validator=attrs.validators.optional(_one_of(GRADES)))
+    """Bufferbloat grade of ``increase_us``: A+ < 5 ms, A < 30, B < 60, C < 200, D < 400,
+    F from 400 (the DSLReports / Waveform scale)."""
+
+
+@frozen
+class LatencyPhase:
+    """Latency in one phase of a run: idle (no test traffic) or loaded (traffic flowing).
+
+    One-way figures are delay *variation*: each probe's one-way delay minus the smallest
+    seen in that direction over the whole run, so the offset between the two ends' clocks
+    cancels and what remains is the queueing each way.
+    """
+
+    name: str
+    """``idle`` (before the load), ``loaded``, ``idle_tail`` (after it); ``netprobe
+    bufferbloat`` names its loaded phases ``download``, ``upload`` and ``both``."""
+    loaded: bool
+    """True when test traffic flowed during the phase."""
+    start_s: float
+    """Start of the phase, seconds since the probes started."""
+    end_s: float
+    """End of the phase, seconds since the probes started."""
+    rtt: Optional[Latency] = None
+    """Round trip of the probes sent in the phase (the far end's turnaround taken out)."""
+    client_to_server: Optional[Latency] = None
+    """One-way delay variation from client to server."""
+    server_to_client: Optional[Latency] = None
+    """One-way delay variation from server to client."""
+    increase_us: Optional[float] = None
+    """This phase's median round trip minus the idle median (loaded phases)."""
+    rpm: Optional[float] = None
+    """Round trips per minute in this phase (trimmed mean, worst 5 % dropped)."""
+    grade: Optional[str] = field(default=None, validator=attrs.validators.optional(_one_of(GRADES)))
+    """Bufferbloat grade of ``increase_us`` (loaded phases)."""
+    client_to_server_bits_per_second: Optional[float] = None
+    """Test traffic from client to server during the phase (receiver's figure), if any."""
+    server_to_client_bits_per_second: Optional[float] = None
+    """Test traffic from server to client during the phase (receiver's figure), if any."""
 
 
 @frozen

@@ -1,6 +1,7 @@
 """Schema compatibility: a result written by schema 1.0 (before run_id, trial and latency)
-still loads, and a 1.1 result with a latency distribution round-trips through JSON and
-validates against the JSON Schema shipped in the package."""
+still loads, a 1.1 latency record (before the phases of 1.2) still loads, and a current
+result with a latency distribution and its phases round-trips through JSON and validates
+against the JSON Schema shipped in the package."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from netprobe import convert, schema
 from netprobe.errors import ParseError
-from netprobe.schema import Endpoint, Latency, Result, TestSpec, ToolInfo
+from netprobe.schema import Endpoint, Interval, Latency, LatencyPhase, Result, TestSpec, ToolInfo
 
 # Written by hand the way netprobe 1.0 wrote results: no run_id, no trial, no latency.
 SCHEMA_1_0_DOCUMENT = """
@@ -107,7 +108,7 @@ def test_result_with_latency_round_trips() -> None:
     text = convert.to_json(result)
     assert convert.from_json(text) == result
     assert json.loads(text)["latency"]["p99_us"] == 41.0
-    assert result.schema_version == schema.SCHEMA_VERSION == "1.1"
+    assert result.schema_version == schema.SCHEMA_VERSION == "1.2"
 
 
 def test_result_with_latency_validates_against_the_shipped_schema() -> None:
@@ -121,7 +122,9 @@ def test_partial_latency_keeps_unknown_percentiles_null() -> None:
     jsonschema.validate(document, _shipped_schema())
     assert document["latency"] == {
         "count": 1000, "min_us": None, "mean_us": 24.0, "p50_us": None, "p90_us": None,
-        "p99_us": None, "max_us": None,
+        "p99_us": None, "max_us": None, "lost": None, "lost_percent": None,
+        "jitter_us": None, "measured_by": None, "phases": [], "increase_us": None,
+        "rpm": None, "grade": None,
     }
 
 
@@ -133,3 +136,56 @@ def test_latency_without_count_is_rejected() -> None:
     with pytest.raises(ParseError):
         convert.structure(document, Result)
 
+
+
+def test_schema_1_1_latency_record_still_loads() -> None:
+    document = json.loads(convert.to_json(_latency_result()))
+    document["schema_version"] = "1.1"
+    document["latency"] = {"count": 41_000, "min_us": 17.5, "mean_us": 24.25, "p50_us": 23.0,
+                           "p90_us": 29.5, "p99_us": 41.0, "max_us": 88.0}
+    jsonschema.validate(document, _shipped_schema())
+    result = convert.structure(document, Result)
+    assert result.latency is not None and result.latency.phases == ()
+    assert result.latency.grade is None and result.latency.measured_by is None
+
+
+def _phased_result() -> Result:
+    idle = Latency(count=40, min_us=80.0, mean_us=95.0, p50_us=90.0, p90_us=110.0,
+                   p99_us=130.0, max_us=140.0, lost=0, lost_percent=0.0, jitter_us=6.0)
+    loaded = Latency(count=200, min_us=900.0, mean_us=150_000.0, p50_us=160_000.0,
+                     p90_us=190_000.0, p99_us=199_000.0, max_us=201_000.0, lost=3,
+                     lost_percent=1.5, jitter_us=900.0)
+    one_way = Latency(count=200, min_us=0.0, mean_us=149_000.0, p50_us=159_000.0,
+                      p90_us=189_000.0, p99_us=198_000.0, max_us=200_000.0, lost=1)
+    phases = (
+        LatencyPhase(name="idle", loaded=False, start_s=0.0, end_s=2.0, rtt=idle),
+        LatencyPhase(name="loaded", loaded=True, start_s=2.0, end_s=12.0, rtt=loaded,
+                     client_to_server=one_way, server_to_client=Latency(count=200, max_us=50.0),
+                     increase_us=159_910.0, rpm=400.0, grade="C",
+                     client_to_server_bits_per_second=19.1e6),
+    )
+    top = attrs.evolve(loaded, measured_by="netprobe-udp", phases=phases,
+                       increase_us=159_910.0, rpm=400.0, grade="C")
+    sample = Interval(direction="client_to_server", role="sender", stream_id=None, start_s=0.0,
+                      end_s=1.0, bytes=1000, bits_per_second=8000.0,
+                      latency_p50_us=150_000.0, latency_max_us=170_000.0)
+    return attrs.evolve(_latency_result(), latency=top, intervals=(sample,))
+
+
+def test_latency_phases_round_trip_and_validate() -> None:
+    result = _phased_result()
+    text = convert.to_json(result)
+    assert convert.from_json(text) == result
+    document = json.loads(text)
+    jsonschema.validate(document, _shipped_schema())
+    assert document["latency"]["phases"][1]["client_to_server"]["p99_us"] == 198_000.0
+    assert document["intervals"][0]["latency_p50_us"] == 150_000.0
+
+
+def test_unknown_grade_is_rejected() -> None:
+    document = json.loads(convert.to_json(_phased_result()))
+    document["latency"]["grade"] = "E"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(document, _shipped_schema())
+    with pytest.raises(ParseError):
+        convert.structure(document, Result)
