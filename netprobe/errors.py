@@ -1,7 +1,7 @@
 """netprobe's exception tree.
 
 Every error netprobe raises on purpose derives from :class:`NetprobeError`. The CLI maps
-each family to one exit code (see ``EXIT_CODES`` in netprobe/cli/main.py and the README).
+each family to one exit code (see ``EXIT_CODES`` in netprobe/cli/exitcodes.py and the README).
 Errors that end a test carry what was measured before the failure in ``partial`` so that
 nothing already measured is lost.
 """

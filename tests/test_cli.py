@@ -281,6 +281,18 @@ def test_version_loads_neither_rich_nor_plugins() -> None:
     assert done.stdout.splitlines()[-1] == "[]"
 
 
+def test_only_the_chosen_command_module_is_imported() -> None:
+    code = ("import sys\nfrom netprobe.cli.main import main\n"
+            "assert main(['--version']) == 0\n"
+            "print(sorted(m for m in sys.modules if m.startswith('netprobe.cli.commands.')))\n"
+            "main(['parse', '--tool', 'nosuchtool', '/nonexistent'])\n"
+            "print(sorted(m for m in sys.modules if m.startswith('netprobe.cli.commands.')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=TIMEOUT, env=child_env())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-2:] == ["[]", "['netprobe.cli.commands.parse']"]
+
+
 def test_version_in_process(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_main(capsys, "--version")
     assert code == 0 and out.startswith("netprobe ")

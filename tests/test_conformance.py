@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Optional
 
 import pytest
 
-from netprobe.cli.main import tool_rows
+from netprobe.cli.commands.tools import tool_rows
 from netprobe.errors import TestInterrupted, ToolNotFound
 from netprobe.plugin import (
     API_VERSION,

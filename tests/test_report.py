@@ -31,7 +31,7 @@ from netprobe.analysis import (
 )
 from netprobe.cli.formats import append_text
 from netprobe.cli.tabulate import number, scale, sparkline, stats_header, stats_rows
-from netprobe.cli.trialcmds import file_format
+from netprobe.cli.trialsink import file_format
 from netprobe.convert import from_json, to_json
 from netprobe.errors import ParseError, SpecError
 from netprobe.plugin import Registry

@@ -1,11 +1,11 @@
-"""The commands about many results: ``run --repeat N``, ``compare`` and ``report``.
+"""Trials shown as they finish, for ``run --repeat N`` and ``compare``.
 
-``run --repeat`` and ``compare`` run trials (netprobe.trials) and hand each result, as it
-comes, to a :class:`TrialSink`: a line per trial on stdout (human) or the result itself
-(jsonl, csv), and with ``-o`` a JSON line appended to the file straight away, so that a
-run stopped half-way keeps every finished trial. At the end: the statistics table (human),
-or one JSON document listing the results (json). ``report`` reads saved results back and
-prints the same tables, or writes them with charts as an HTML page.
+Both run trials (netprobe.trials) and hand each result, as it comes, to a
+:class:`TrialSink`: a line per trial on stdout (human) or the result itself (jsonl, csv),
+and with ``-o`` a JSON line appended to the file straight away, so that a run stopped
+half-way keeps every finished trial. At the end: the statistics table (human), or one JSON
+document listing the results (json). ``report`` (netprobe.cli.commands.report) prints the
+same tables from saved results.
 """
 from __future__ import annotations
 
@@ -15,22 +15,16 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from netprobe.analysis import (
-    Group,
-    GroupStats,
-    check_group_keys,
-    group_results,
-    group_stats,
-    mixed_fields,
-)
+from netprobe.analysis import GroupStats, group_results, group_stats
+from netprobe.cli.common import error
+from netprobe.cli.exitcodes import ExitCode
 from netprobe.cli.formats import append_text, format_csv, write_atomic
 from netprobe.convert import to_json, unstructure
-from netprobe.errors import SpecError, ToolUnavailable
-from netprobe.plugin import NullReporter, Registry, Tool
+from netprobe.plugin import NullReporter, Tool
 from netprobe.schema import Result, TestSpec
-from netprobe.trials import Skipped, Trial, TrialRun, run_trials, screen
+from netprobe.trials import Skipped, Trial, TrialRun, run_trials
 
 _FILE_FORMATS = {".jsonl": "jsonl", ".json": "json", ".csv": "csv"}
 
@@ -49,38 +43,12 @@ def file_format(fmt: str, path: Optional[str]) -> str:
 
 def cmd_repeat(args: argparse.Namespace, spec: TestSpec, tool: Tool) -> int:
     """``run --repeat N``: the one tool, N times."""
-    return _run_trials(args, spec, [tool], args.repeat, [])
+    return run_trials_shown(args, spec, [tool], args.repeat, [])
 
 
-def cmd_compare(args: argparse.Namespace, spec: TestSpec, registry: Registry,
-                make_tool: Callable[[Registry, str], Tool]) -> int:
-    """``compare``: the spec through each tool that can honour it, interleaved."""
-    names = _tool_names(args.tools, registry)
-    tools = [make_tool(registry, name) for name in names]  # an unknown name is exit 3
-    ready, skipped = screen(tools, spec)
-    skipped += [Skipped(f.name, (f"failed to load: {f.error}",)) for f in registry.failures
-                if args.tools is None]
-    if not ready:
-        reasons = "; ".join(r for s in skipped for r in s.reasons) or "no tools installed"
-        refused = any(" cannot honour " in r for s in skipped for r in s.reasons)
-        raise (SpecError if refused else ToolUnavailable)(f"no tool can run this test: "
-                                                          f"{reasons}")
-    return _run_trials(args, spec, ready, args.trials, skipped)
-
-
-def _tool_names(given: Optional[str], registry: Registry) -> list[str]:
-    if given is None:  # every installed tool, the native engine first as the reference
-        return sorted(registry.names(), key=lambda name: (name != "native", name))
-    names = [name.strip() for name in given.split(",") if name.strip()]
-    if not names:
-        raise SpecError("--tools needs at least one tool name")
-    return list(dict.fromkeys(names))  # a tool named twice runs once per round
-
-
-def _run_trials(args: argparse.Namespace, spec: TestSpec, tools: Sequence[Tool], rounds: int,
-                skipped: list[Skipped]) -> int:
-    from netprobe.cli.main import EXIT_INTERRUPTED, EXIT_OK, EXIT_TEST_FAILED, _error
-
+def run_trials_shown(args: argparse.Namespace, spec: TestSpec, tools: Sequence[Tool],
+                     rounds: int, skipped: list[Skipped]) -> int:
+    """Run the trials, each result shown and saved as it comes; the exit code at the end."""
     sink = TrialSink(args.format, args.output, quiet=args.quiet)
     sink.begin(_plan_note(spec, tools, rounds, args.pause), skipped)
     try:
@@ -91,12 +59,12 @@ def _run_trials(args: argparse.Namespace, spec: TestSpec, tools: Sequence[Tool],
         raise
     sink.close(run)
     if run.interrupted:
-        _error(f"interrupted after {len(run.results)} of {run.planned} trials")
-        return EXIT_INTERRUPTED
+        error(f"interrupted after {len(run.results)} of {run.planned} trials")
+        return ExitCode.INTERRUPTED
     if run.failed:
-        _error(f"{run.failed} of {run.planned} trials failed")
-        return EXIT_TEST_FAILED
-    return EXIT_OK
+        error(f"{run.failed} of {run.planned} trials failed")
+        return ExitCode.TEST_FAILED
+    return ExitCode.OK
 
 
 def _plan_note(spec: TestSpec, tools: Sequence[Tool], rounds: int,
@@ -166,9 +134,9 @@ class TrialSink:
 
             stdout_console().print(trial_line(result, total=self._planned), soft_wrap=True)
         elif self.fmt == "jsonl":
-            _write_stdout(to_json(result, indent=None) + "\n")
+            write_stdout(to_json(result, indent=None) + "\n")
         elif self.fmt == "csv":
-            _write_stdout(format_csv([result], header=not self._csv_started))
+            write_stdout(format_csv([result], header=not self._csv_started))
             self._csv_started = True
 
     def failed(self, trial: Trial, message: str) -> None:
@@ -193,7 +161,7 @@ class TrialSink:
 
     def _close_stdout(self, run: Optional[TrialRun]) -> None:
         if self.fmt == "json":
-            _write_stdout(self._text("json", run))
+            write_stdout(self._text("json", run))
         elif self.fmt == "human":
             from netprobe.cli.render import stdout_console
 
@@ -208,7 +176,8 @@ class TrialSink:
         return report_text(self.results, self.skipped, run)
 
 
-def _write_stdout(text: str) -> None:
+def write_stdout(text: str) -> None:
+    """Write to stdout now (a line per trial is seen as it comes)."""
     sys.stdout.write(text)
     sys.stdout.flush()
 
@@ -253,102 +222,5 @@ def report_text(results: Sequence[Result], skipped: Sequence[Skipped],
     return buffer.getvalue()
 
 
-# --- report ------------------------------------------------------------------------------
-
-
-def group_keys(text: str) -> list[str]:
-    """``--group-by tool,streams`` as a checked list of keys."""
-    keys = [key.strip() for key in text.split(",") if key.strip()]
-    check_group_keys(keys)
-    return keys
-
-
-def cmd_report(args: argparse.Namespace, read: Callable[[str], str]) -> int:
-    """``report FILE...``: saved results as trial lines and statistics, or an HTML page."""
-    from netprobe.saved import load_texts
-
-    keys = group_keys(args.group_by)
-    if args.html:
-        _require_charts()
-    loaded = load_texts([(path, read(path)) for path in args.files])
-    _warn(loaded.warnings)
-    if not loaded.results:
-        raise SpecError(f"no results in {', '.join(args.files)}")
-    groups = group_results(loaded.results, keys)
-    _warn(_mixed_warnings(groups, keys))
-    stats = group_stats(groups)
-    if args.html:
-        from netprobe.cli.html import write_page
-
-        write_page(args.html, loaded.results, groups, stats, sources=args.files, keys=keys)
-    if not args.quiet:
-        _print_report(args.format, loaded.results, stats, keys, args.summary_only)
-    return 0
-
-
-def _require_charts() -> None:
-    from netprobe.cli.html import charts_missing
-
-    problem = charts_missing()
-    if problem:
-        raise ToolUnavailable(problem)
-
-
-def _mixed_warnings(groups: Sequence[Group], keys: Sequence[str]) -> list[str]:
-    warnings = []
-    for group in groups:
-        mixed = mixed_fields(group.results, ignore=keys)
-        if mixed:
-            warnings.append(f"group {group.label!r} mixes tests with different "
-                            f"{', '.join(mixed)}: --group-by {','.join([*keys, *mixed])} "
-                            "keeps them apart")
-    return warnings
-
-
-def _warn(lines: Sequence[str]) -> None:
-    if not lines:
-        return
-    from rich.text import Text
-
-    from netprobe.cli.render import stderr_console
-
-    for line in lines:
-        stderr_console().print(Text.assemble(("warning: ", "bold yellow"), line),
-                               soft_wrap=True)
-
-
-def _print_report(fmt: str, results: Sequence[Result], stats: Sequence[GroupStats],
-                  keys: Sequence[str], summary_only: bool) -> None:
-    from netprobe.cli.tabulate import RECORD_STATS, stats_records
-
-    if fmt == "json":
-        _write_stdout(json.dumps(stats_records(stats), indent=2) + "\n")
-        return
-    if fmt == "csv":
-        _write_stdout(_records_csv(stats_records(stats), RECORD_STATS))
-        return
-    from netprobe.cli.render import stdout_console
-    from netprobe.cli.report import print_stats, print_trial_lines
-
-    console = stdout_console()
-    if not summary_only:
-        print_trial_lines(console, results)
-        console.print()
-    title = "Tool" if list(keys) == ["tool"] else "Group"
-    print_stats(console, stats, title)
-
-
-def _records_csv(records: list[dict[str, Any]], stats_names: Sequence[str]) -> str:
-    import csv
-
-    columns = ["group", "results", "ok", "direction", "figure", *stats_names, "ratio"]
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, columns, lineterminator="\n")
-    writer.writeheader()
-    for record in records:
-        writer.writerow({k: "" if v is None else v for k, v in record.items()})
-    return buffer.getvalue()
-
-
-__all__ = ["TrialSink", "cmd_compare", "cmd_repeat", "cmd_report", "file_format", "group_keys",
-           "report_text", "trial_stats"]
+__all__ = ["TrialSink", "cmd_repeat", "file_format", "report_text", "run_trials_shown",
+           "trial_stats", "write_stdout"]

@@ -6,6 +6,9 @@ import json
 from typing import Any
 
 from netprobe import convert
+from netprobe.cli import args as opts
+from netprobe.cli.common import RegistryLoader
+from netprobe.cli.exitcodes import ExitCode
 from netprobe.cli.formats import append_text, write_atomic
 from netprobe.cli.units import format_rate
 from netprobe.pathtest import PathReport, Segment, run_path
@@ -13,12 +16,32 @@ from netprobe.plugin import NullReporter, Reporter
 from netprobe.schema import Result, TestSpec
 
 
-def cmd_path(args: argparse.Namespace, spec: TestSpec, secret: bytes | None) -> int:
+def add_parser(commands: Any, summary: str, epilog: str) -> None:
+    """The ``path`` command's options."""
+    parser = opts.subparser(commands, "path", summary, epilog,
+                            "%(prog)s HOP1 HOP2 [HOP...] [--tool NAME] [options]")
+    parser.set_defaults(handler=handle, host=None, client=None)
+    parser.add_argument("hops", nargs="+", metavar="HOP",
+                        help="hosts along the path, in order; each runs `netprobe server` and "
+                             "all but the last allow third-party tests (--allow-third-party)")
+    parser.add_argument("--tool", default="native", metavar="NAME",
+                        help="tool for every segment (default: native)")
+    opts.add_test_options(parser)
+    opts.add_socket_options(parser)
+    group = parser.add_argument_group("agents")
+    group.add_argument("--agent-port", type=opts.PORT, metavar="PORT",
+                       help="port of the agents (default: 5301)")
+    opts.add_output_options(parser)
+
+
+def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
     """Run the segments through the hops' agents, then print and save the report."""
     from netprobe.agent.client import third_party
-    from netprobe.cli.main import EXIT_OK, EXIT_TEST_FAILED
+    from netprobe.engine.auth import load_secret
     from netprobe.engine.protocol import DEFAULT_PORT
 
+    spec = opts.spec_from_args(args)
+    secret = load_secret(args.secret_file)
     port = args.agent_port or DEFAULT_PORT
     reporter: Reporter = _Notes() if args.format == "human" and not args.quiet else NullReporter()
 
@@ -29,7 +52,7 @@ def cmd_path(args: argparse.Namespace, spec: TestSpec, secret: bytes | None) -> 
     _save(args, report)
     if not args.quiet:
         _show(args.format, report)
-    return EXIT_TEST_FAILED if any(s.error for s in report.segments) else EXIT_OK
+    return ExitCode.TEST_FAILED if any(s.error for s in report.segments) else ExitCode.OK
 
 
 class _Notes:

@@ -1,0 +1,253 @@
+"""Argument definitions shared by the commands: the argparse types, the option groups
+several commands take, and the TestSpec built from them.
+
+Apart from the parser mechanics (:mod:`netprobe.cli.main`) and from what each command does
+(:mod:`netprobe.cli.commands`). Cheap to import: nothing here loads rich, the schema or a
+plugin until a command runs.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+from netprobe.cli.exitcodes import UsageError
+from netprobe.cli.units import parse_bitrate, parse_bytes, parse_dscp, parse_seconds
+
+if TYPE_CHECKING:
+    from netprobe.schema import TestSpec
+
+T = TypeVar("T")
+
+DEFAULT_DURATION_S = 10.0
+"""Test length when neither ``--time`` nor ``--bytes`` is given."""
+
+UDP_DEFAULT_RATE = 1_000_000
+"""UDP's rate per stream without ``-b`` (bit/s), as in iperf3 and nuttcp."""
+
+DEFAULT_TRIALS = 5
+"""Trials per tool of ``netprobe compare`` without ``-n``."""
+
+
+# --- argument types ----------------------------------------------------------------------
+
+
+def checked(parse: Callable[[str], T], test: Callable[[T], bool], need: str
+            ) -> Callable[[str], T]:
+    """An argparse type: ``parse`` then ``test``; failures become one-line usage errors."""
+
+    def convert(text: str) -> T:
+        try:
+            value = parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if not test(value):
+            raise argparse.ArgumentTypeError(f"{need}, got {text!r}")
+        return value
+
+    return convert
+
+
+def whole_number(text: str) -> int:
+    """A base-10 integer (ValueError with the text otherwise)."""
+    try:
+        return int(text.strip(), 10)
+    except ValueError:
+        raise ValueError(f"not a whole number: {text!r}") from None
+
+
+SECONDS = checked(parse_seconds, lambda v: v > 0, "must be more than 0 seconds")
+SECONDS_OR_ZERO = checked(parse_seconds, lambda v: v >= 0, "must be 0 or more seconds")
+BYTES = checked(parse_bytes, lambda v: v > 0, "must be at least 1 byte")
+RATE = checked(parse_bitrate, lambda v: v >= 0, "must be 0 (unlimited) or more")
+COUNT = checked(whole_number, lambda v: v >= 1, "must be a whole number of 1 or more")
+PORT = checked(whole_number, lambda v: 1 <= v <= 65535, "must be a port number 1-65535")
+LISTEN_PORT = checked(whole_number, lambda v: 0 <= v <= 65535,
+                      "must be a port number 0-65535 (0: any free port)")
+DSCP = checked(parse_dscp, lambda v: True, "")
+
+
+# --- sub-parsers -------------------------------------------------------------------------
+
+
+_LAZY_DEFAULT = re.compile(r"\{server:(\w+)\}")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Plain argparse help that keeps the epilog's layout and fills in the server's
+    defaults (``{server:port}``) only when help is shown, so parsing never imports the
+    engine."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = super()._get_help_string(action)
+        return _LAZY_DEFAULT.sub(lambda m: _server_default(m.group(1)), text) if text else text
+
+
+def _server_default(name: str) -> str:
+    try:
+        import attrs
+
+        from netprobe.engine.server import ServerConfig
+
+        return str(attrs.fields_dict(ServerConfig)[name].default)
+    except Exception:  # engine not installed: help must still work
+        return "see the native engine"
+
+
+def subparser(commands: Any, name: str, summary: str, epilog: str, usage: str
+              ) -> argparse.ArgumentParser:
+    """One command's parser, with the shared epilog (the exit codes) and a short usage."""
+    # A short usage line: argparse's own lists every option, which buries a one-line error.
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=summary, description=summary, epilog=epilog, usage=usage,
+        # No abbreviations: "--secret x" must never be taken for --secret-file.
+        formatter_class=HelpFormatter, allow_abbrev=False)
+    return parser
+
+
+# --- option groups -----------------------------------------------------------------------
+
+
+def add_test_options(parser: argparse.ArgumentParser,
+                     bytes_flags: tuple[str, ...] = ("-n", "--bytes")) -> None:
+    """What the test is: length, streams, protocol, rate, direction, intervals."""
+    group = parser.add_argument_group("test")
+    group.add_argument("-t", "--time", type=SECONDS, metavar="SECONDS",
+                       help=f"seconds to send (default: {DEFAULT_DURATION_S:g}, or until "
+                            "--bytes are sent when that is given)")
+    group.add_argument(*bytes_flags, dest="bytes", type=BYTES, metavar="BYTES",
+                       help="bytes to send per stream instead of a duration; k/m/g suffixes "
+                            "are 1024-based like iperf3 (64k = 65,536)")
+    group.add_argument("-P", "--parallel", type=COUNT, default=1, metavar="N",
+                       help="parallel streams, per direction (default: 1)")
+    group.add_argument("-u", "--udp", action="store_true", help="UDP instead of TCP")
+    group.add_argument("-b", "--bitrate", type=RATE, metavar="RATE",
+                       help="rate limit per stream in bits per second; k/m/g suffixes are SI "
+                            "(1M = 1,000,000 bit/s); 0 means unlimited. UDP defaults to 1M, as "
+                            "in iperf3 and nuttcp, so that a forgotten -b floods no link")
+    way = group.add_mutually_exclusive_group()
+    way.add_argument("-R", "--reverse", dest="direction", action="store_const",
+                     const="reverse", default="normal", help="the server sends")
+    way.add_argument("--bidir", dest="direction", action="store_const", const="bidir",
+                     help="both ends send at once")
+    group.add_argument("-i", "--interval", type=SECONDS_OR_ZERO, default=1.0,
+                       metavar="SECONDS",
+                       help="seconds between interval reports (default: 1; 0 disables them)")
+    group.add_argument("-O", "--omit", type=SECONDS_OR_ZERO, default=0.0, metavar="SECONDS",
+                       help="leave the first SECONDS out of the summary (warm-up)")
+
+
+def add_socket_options(parser: argparse.ArgumentParser) -> None:
+    """How the sockets are set up: buffers, MSS, DSCP, congestion, family, port, bind."""
+    group = parser.add_argument_group("sockets")
+    group.add_argument("-l", "--length", type=BYTES, metavar="BYTES",
+                       help="buffer (TCP) or datagram payload (UDP) length; k/m suffixes are "
+                            "1024-based")
+    group.add_argument("-w", "--window", type=BYTES, metavar="BYTES",
+                       help="socket buffer size to ask for; k/m suffixes are 1024-based")
+    group.add_argument("-M", "--mss", type=BYTES, metavar="BYTES", help="TCP maximum segment size")
+    group.add_argument("-N", "--nodelay", action="store_true", help="disable Nagle (TCP_NODELAY)")
+    group.add_argument("--dscp", type=DSCP, metavar="VALUE",
+                       help="DSCP for the traffic: 0-63, or a name (EF, AF11-AF43, CS0-CS7, "
+                            "VA, LE, DF)")
+    group.add_argument("-C", "--congestion", metavar="ALGO",
+                       help="TCP congestion control algorithm (e.g. cubic, bbr)")
+    family = group.add_mutually_exclusive_group()
+    family.add_argument("-4", dest="ip_version", action="store_const", const=4,
+                        help="IPv4 only")
+    family.add_argument("-6", dest="ip_version", action="store_const", const=6,
+                        help="IPv6 only")
+    group.add_argument("-p", "--port", type=PORT, metavar="PORT",
+                       help="server port (default: the tool's own)")
+    group.add_argument("-B", "--bind", metavar="ADDRESS", help="local address to bind to")
+    group.add_argument("-Z", "--zerocopy", action="store_true",
+                       help="zero-copy send (sendfile), like iperf3 -Z")
+    group.add_argument("--secret-file", metavar="FILE",
+                       help="shared secret for a netprobe server that requires one (or set "
+                            "$NETPROBE_SECRET)")
+    group.add_argument("--skip-rx-copy", action="store_true",
+                       help="discard received data in the kernel (MSG_TRUNC)")
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """Where and how results are written."""
+    group = parser.add_argument_group("output")
+    group.add_argument("--format", choices=("human", "json", "jsonl", "csv"), default="human",
+                       help="result format (default: human). json: one document; jsonl: one "
+                            "line per result; csv: a header and one row per direction")
+    group.add_argument("--json", dest="format", action="store_const", const="json",
+                       help="same as --format json")
+    group.add_argument("-o", "--output", metavar="FILE",
+                       help="also write the result, in the chosen format, to FILE (replaced "
+                            "atomically; jsonl appends a line)")
+    group.add_argument("-q", "--quiet", action="store_true",
+                       help="nothing on stdout (use with -o); errors still go to stderr")
+    group.add_argument("--per-stream", action="store_true",
+                       help="with -P, show every stream, not only the sums")
+
+
+def add_agent_options(parser: argparse.ArgumentParser) -> None:
+    """The agents on the far hosts: third-party tests (--from/--to), --no-agent."""
+    group = parser.add_argument_group("agents (netprobe server on the far hosts)")
+    group.add_argument("--from", dest="from_host", metavar="HOST",
+                       help="third-party test: the agent on HOST runs the test against "
+                            "--to (that agent must allow it: --allow-third-party)")
+    group.add_argument("--to", dest="to_host", metavar="HOST",
+                       help="the target of a third-party test (same as HOST)")
+    group.add_argument("--no-agent", action="store_true",
+                       help="do not ask an agent on HOST to start the tool's server: use "
+                            "one already running there")
+    group.add_argument("--agent-port", type=PORT, metavar="PORT",
+                       help="port of the agents (default: 5301)")
+
+
+def add_trial_options(parser: argparse.ArgumentParser, flags: tuple[str, ...],
+                      default: int | None, help_text: str) -> None:
+    """How many trials (``--repeat`` or ``-n``) and the pause between them."""
+    group = parser.add_argument_group("trials")
+    group.add_argument(*flags, dest="repeat" if flags[0] == "--repeat" else "trials",
+                       type=COUNT, default=default, metavar="N", help=help_text)
+    group.add_argument("--pause", type=SECONDS_OR_ZERO, metavar="SECONDS",
+                       help="seconds to wait between trials (default: 0)")
+
+
+# --- from arguments to a spec ------------------------------------------------------------
+
+
+def spec_from_args(args: argparse.Namespace) -> TestSpec:
+    """The TestSpec for ``netprobe run`` arguments (SpecError if the values do not fit)."""
+    from netprobe.schema import TestSpec
+
+    return TestSpec(
+        tool=args.tool, host=_host(args), protocol="udp" if args.udp else "tcp",
+        direction=args.direction, streams=args.parallel, duration_s=_duration(args),
+        bytes_total=args.bytes, interval_s=args.interval or None, omit_s=args.omit,
+        length_bytes=args.length, window_bytes=args.window,
+        rate_bits_per_second=_rate(args), mss_bytes=args.mss, nodelay=args.nodelay,
+        dscp=args.dscp, congestion=args.congestion, ip_version=args.ip_version,
+        port=args.port, bind_address=args.bind, zerocopy=args.zerocopy,
+        skip_rx_copy=args.skip_rx_copy,
+    )
+
+
+def _rate(args: argparse.Namespace) -> float | None:
+    """The spec's rate: -b as given (0 is unlimited, None in the spec); UDP defaults to 1M."""
+    if args.bitrate is None:
+        return UDP_DEFAULT_RATE if args.udp else None
+    return args.bitrate or None
+
+
+def _host(args: argparse.Namespace) -> str | None:
+    given = {h for h in (args.host, args.client, getattr(args, "to_host", None)) if h}
+    if len(given) > 1:
+        raise UsageError(f"two hosts given: {' and '.join(sorted(given))}")
+    if getattr(args, "from_host", None) and not given:
+        raise UsageError("--from needs the target host: --to HOST")
+    return given.pop() if given else None
+
+
+def _duration(args: argparse.Namespace) -> float | None:
+    # A byte count bounds the test by itself (as in iperf3 -n) unless -t is also given.
+    if args.time is not None:
+        return float(args.time)
+    return None if args.bytes is not None else DEFAULT_DURATION_S

@@ -1,0 +1,142 @@
+"""``netprobe report FILE...``: saved results as trial lines and statistics, or an HTML page."""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from netprobe.cli import args as opts
+from netprobe.cli.common import RegistryLoader, read_input
+from netprobe.cli.exitcodes import ExitCode
+from netprobe.errors import SpecError, ToolUnavailable
+
+if TYPE_CHECKING:
+    from netprobe.analysis import Group, GroupStats
+    from netprobe.schema import Result
+
+
+def add_parser(commands: Any, summary: str, epilog: str) -> None:
+    """The ``report`` command's options."""
+    parser = opts.subparser(commands, "report", summary, epilog,
+                            "%(prog)s FILE... [--group-by KEYS] [--html OUT.html]")
+    parser.set_defaults(handler=handle)
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="saved results: JSON documents (--json, `netprobe parse "
+                             "--json`), JSON lines (-o results.jsonl), or both; - reads stdin")
+    parser.add_argument("--group-by", default="tool", metavar="KEYS",
+                        help="comma-separated: tool, hosts (client and server), run (run id) "
+                             "or any spec field, e.g. protocol, streams, direction "
+                             "(default: tool). The first group is the reference for ratios")
+    parser.add_argument("--format", choices=("human", "json", "csv"), default="human",
+                        help="human: a line per result and the statistics table; json, csv: "
+                             "the statistics as records (unscaled: bit/s, us, percent)")
+    parser.add_argument("--json", dest="format", action="store_const", const="json",
+                        help="same as --format json")
+    parser.add_argument("--summary-only", action="store_true",
+                        help="only the statistics table, no line per result")
+    parser.add_argument("--html", metavar="OUT.html",
+                        help="also write a self-contained page with the table and charts "
+                             "(needs matplotlib: pip install 'netprobe[charts]')")
+    parser.add_argument("-q", "--quiet", action="store_true", help="nothing on stdout")
+
+
+def group_keys(text: str) -> list[str]:
+    """``--group-by tool,streams`` as a checked list of keys."""
+    from netprobe.analysis import check_group_keys
+
+    keys = [key.strip() for key in text.split(",") if key.strip()]
+    check_group_keys(keys)
+    return keys
+
+
+def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
+    """Read the saved results, group them, print the tables (and write the page)."""
+    from netprobe.analysis import group_results, group_stats
+    from netprobe.saved import load_texts
+
+    keys = group_keys(args.group_by)
+    if args.html:
+        _require_charts()
+    loaded = load_texts([(path, read_input(path)) for path in args.files])
+    _warn(loaded.warnings)
+    if not loaded.results:
+        raise SpecError(f"no results in {', '.join(args.files)}")
+    groups = group_results(loaded.results, keys)
+    _warn(_mixed_warnings(groups, keys))
+    stats = group_stats(groups)
+    if args.html:
+        from netprobe.cli.html import write_page
+
+        write_page(args.html, loaded.results, groups, stats, sources=args.files, keys=keys)
+    if not args.quiet:
+        _print_report(args.format, loaded.results, stats, keys, args.summary_only)
+    return ExitCode.OK
+
+
+def _require_charts() -> None:
+    from netprobe.cli.html import charts_missing
+
+    problem = charts_missing()
+    if problem:
+        raise ToolUnavailable(problem)
+
+
+def _mixed_warnings(groups: Sequence[Group], keys: Sequence[str]) -> list[str]:
+    from netprobe.analysis import mixed_fields
+
+    warnings = []
+    for group in groups:
+        mixed = mixed_fields(group.results, ignore=keys)
+        if mixed:
+            warnings.append(f"group {group.label!r} mixes tests with different "
+                            f"{', '.join(mixed)}: --group-by {','.join([*keys, *mixed])} "
+                            "keeps them apart")
+    return warnings
+
+
+def _warn(lines: Sequence[str]) -> None:
+    if not lines:
+        return
+    from rich.text import Text
+
+    from netprobe.cli.render import stderr_console
+
+    for line in lines:
+        stderr_console().print(Text.assemble(("warning: ", "bold yellow"), line),
+                               soft_wrap=True)
+
+
+def _print_report(fmt: str, results: Sequence[Result], stats: Sequence[GroupStats],
+                  keys: Sequence[str], summary_only: bool) -> None:
+    from netprobe.cli.tabulate import RECORD_STATS, stats_records
+    from netprobe.cli.trialsink import write_stdout
+
+    if fmt == "json":
+        write_stdout(json.dumps(stats_records(stats), indent=2) + "\n")
+        return
+    if fmt == "csv":
+        write_stdout(_records_csv(stats_records(stats), RECORD_STATS))
+        return
+    from netprobe.cli.render import stdout_console
+    from netprobe.cli.report import print_stats, print_trial_lines
+
+    console = stdout_console()
+    if not summary_only:
+        print_trial_lines(console, results)
+        console.print()
+    title = "Tool" if list(keys) == ["tool"] else "Group"
+    print_stats(console, stats, title)
+
+
+def _records_csv(records: list[dict[str, Any]], stats_names: Sequence[str]) -> str:
+    import csv
+
+    columns = ["group", "results", "ok", "direction", "figure", *stats_names, "ratio"]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, columns, lineterminator="\n")
+    writer.writeheader()
+    for record in records:
+        writer.writerow({k: "" if v is None else v for k, v in record.items()})
+    return buffer.getvalue()

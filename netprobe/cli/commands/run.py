@@ -1,0 +1,65 @@
+"""``netprobe run [HOST]``: one test (``--repeat N``: N trials and their statistics)."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from netprobe.cli import args as opts
+from netprobe.cli.common import (
+    RegistryLoader,
+    emit_partial,
+    lines_shown,
+    make_tool,
+    output,
+    registry_for,
+    require_available,
+    run_tool,
+    secret_options,
+    status_code,
+)
+from netprobe.cli.exitcodes import UsageError
+from netprobe.errors import TestFailed
+
+
+def add_parser(commands: Any, summary: str, epilog: str) -> None:
+    """The ``run`` command's options."""
+    parser = opts.subparser(commands, "run", summary, epilog,
+                            "%(prog)s [HOST] [--tool NAME] [options]")
+    parser.set_defaults(handler=handle)
+    parser.add_argument("host", nargs="?", metavar="HOST",
+                        help="the far end (a `netprobe server`, or the tool's own server); "
+                             "omit it to run both ends on this machine over loopback")
+    parser.add_argument("-c", "--client", metavar="HOST", help="same as HOST (iperf3 habit)")
+    parser.add_argument("--tool", default="native", metavar="NAME",
+                        help="tool plugin that runs the test (default: native; see "
+                             "`netprobe tools`)")
+    opts.add_test_options(parser)
+    opts.add_socket_options(parser)
+    opts.add_agent_options(parser)
+    opts.add_output_options(parser)
+    opts.add_trial_options(parser, ("--repeat",), None,
+                           "run the test N times and summarise the trials (mean, median, sd, "
+                           "min, max, 95%% confidence interval of the mean)")
+
+
+def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
+    """Run the test and write its result (a partial one too, when it fails)."""
+    spec = opts.spec_from_args(args)
+    if args.pause is not None and args.repeat is None:
+        raise UsageError("--pause needs --repeat")
+    tool = make_tool(registry_for(load, spec.tool), spec.tool, secret_options(args))
+    tool.check(spec)
+    require_available(tool)
+    if args.repeat is not None:
+        from netprobe.cli.trialsink import cmd_repeat
+
+        return cmd_repeat(args, spec, tool)
+    out = output(args)
+    reporter = out.reporter(spec)
+    try:
+        result = run_tool(tool, spec, reporter, args)
+    except TestFailed as exc:
+        emit_partial(out, exc.partial, reporter)
+        raise
+    out.emit(result, intervals_shown=lines_shown(reporter))
+    return status_code(result)

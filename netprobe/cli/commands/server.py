@@ -1,0 +1,110 @@
+"""``netprobe server``: the native engine's far end and the agent."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+from typing import Any
+
+from netprobe.cli import args as opts
+from netprobe.cli.common import RegistryLoader
+from netprobe.cli.exitcodes import ExitCode
+from netprobe.errors import ToolUnavailable
+
+
+def add_parser(commands: Any, summary: str, epilog: str) -> None:
+    """The ``server`` command's options."""
+    parser = opts.subparser(commands, "server", summary, epilog,
+                            "%(prog)s [-p PORT] [-B ADDRESS] [--max-tests N] [-1]")
+    parser.set_defaults(handler=handle)
+    parser.add_argument("-p", "--port", type=opts.LISTEN_PORT, metavar="PORT",
+                        help="TCP and UDP port to listen on; 0 picks a free one, shown when "
+                             "ready (default: {server:port})")
+    parser.add_argument("-B", "--bind", metavar="ADDRESS",
+                        help="address to listen on (default: all)")
+    parser.add_argument("--max-tests", type=opts.COUNT, metavar="N",
+                        help="most tests served at once (default: {server:max_tests})")
+    parser.add_argument("-1", "--one-off", action="store_true",
+                        help="serve one test, then exit")
+    _add_server_limits(parser)
+
+
+def _add_server_limits(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("access and limits")
+    group.add_argument("--allow-third-party", action="store_true",
+                       help="run tests that clients ask this agent to send to another host "
+                            "(off by default: it would make the agent a traffic amplifier)")
+    group.add_argument("--allow", action="append", metavar="CIDR",
+                       help="client network allowed to connect (repeatable; default: any); "
+                            "checked before anything else")
+    group.add_argument("--secret-file", metavar="FILE",
+                       help="require clients to prove they know the shared secret in FILE "
+                            "(HMAC challenge); or set $NETPROBE_SECRET. Never on the command "
+                            "line, where others could read it")
+    group.add_argument("--max-duration", type=opts.SECONDS, metavar="SECONDS",
+                       help="longest test accepted (default: {server:max_duration_s})")
+    group.add_argument("--max-streams", type=opts.COUNT, metavar="N",
+                       help="most parallel streams per test (default: {server:max_streams})")
+    group.add_argument("--max-rate", type=opts.RATE, metavar="RATE",
+                       help="highest rate per stream accepted; unlimited tests are then "
+                            "refused (default: no limit)")
+    group.add_argument("--max-connections-per-address", type=opts.COUNT, metavar="N",
+                       help="control connections and handshakes at once from one address "
+                            "(default: {server:max_connections_per_address})")
+    group.add_argument("--max-message-bytes", type=opts.COUNT, metavar="N",
+                       help="largest control message accepted "
+                            "(default: {server:max_message_bytes})")
+    group.add_argument("--handshake-timeout", type=opts.SECONDS, metavar="SECONDS",
+                       help="time a new connection has to say hello "
+                            "(default: {server:handshake_timeout_s})")
+    group.add_argument("--idle-timeout", type=opts.SECONDS, metavar="SECONDS",
+                       help="time a control connection may stay silent before asking for a "
+                            "test (default: {server:idle_timeout_s})")
+
+
+_SERVER_FIELDS = {
+    "port": "port", "max_tests": "max_tests", "max_duration": "max_duration_s",
+    "max_streams": "max_streams", "max_rate": "max_rate_bps",
+    "max_connections_per_address": "max_connections_per_address",
+    "max_message_bytes": "max_message_bytes", "handshake_timeout": "handshake_timeout_s",
+    "idle_timeout": "idle_timeout_s",
+}
+
+
+def _server_options(args: argparse.Namespace) -> dict[str, Any]:
+    """ServerConfig keywords from the command line (only what was given)."""
+    from netprobe.engine.auth import load_secret
+
+    options: dict[str, Any] = {"bind_address": args.bind, "one_off": args.one_off,
+                               "allow_third_party": args.allow_third_party,
+                               "allow": tuple(args.allow or ()),
+                               "secret": load_secret(args.secret_file)}
+    for name, field in _SERVER_FIELDS.items():
+        if getattr(args, name) is not None:
+            options[field] = getattr(args, name)
+    return options
+
+
+def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
+    """Serve until Ctrl-C/SIGTERM (or one test with ``-1``)."""
+    try:
+        from netprobe.engine.server import ServerConfig, serve
+    except ImportError as exc:
+        raise ToolUnavailable(f"the native server is not in this install: {exc}") from None
+    from netprobe.cli.render import print_line, print_note
+
+    config = ServerConfig(**_server_options(args))
+    where = args.bind or "all addresses"
+
+    def log(line: str) -> None:
+        # Called from the server's threads: a closed log pipe must not stop the serving.
+        with contextlib.suppress(OSError):
+            print_line(line)
+
+    from netprobe.agent.service import handlers
+
+    try:
+        serve(config, log=log, handlers=handlers(),
+              ready=lambda port: log(f"netprobe server listening on {where} port {port}"))
+    except KeyboardInterrupt:
+        print_note("netprobe server: stopped")
+    return ExitCode.OK

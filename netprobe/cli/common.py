@@ -1,0 +1,148 @@
+"""What several commands share once their arguments are parsed: the one-line error, the
+registry, making and checking a tool, running it, and writing its result.
+
+Cheap to import: the plugins, the schema and rich load inside the functions that need them.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any, Callable
+
+from netprobe.cli.exitcodes import ExitCode, UsageError
+from netprobe.errors import NetprobeError, SpecError, TestFailed, ToolUnavailable
+
+if TYPE_CHECKING:
+    from netprobe.cli.formats import Output
+    from netprobe.plugin import Registry, Reporter, Tool
+    from netprobe.schema import Result, TestSpec
+
+RegistryLoader = Callable[[], "Registry"]
+"""What a command is handed to get the installed tools (tests pass their own)."""
+
+
+def error(message: str) -> None:
+    """``netprobe: error: MESSAGE`` on stderr, on one line (even without rich)."""
+    try:
+        from netprobe.cli.render import print_error
+    except Exception:  # rich missing or broken: the error must still reach the user
+        sys.stderr.write(f"netprobe: error: {' '.join(message.split())}\n")
+        return
+    print_error(message)
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line, for errors that were not expected."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def load_registry(only: str | None = None) -> Registry:
+    """The installed tool plugins (just ``only`` when it is given)."""
+    from netprobe.plugin import load_registry as load
+
+    return load(only=only)
+
+
+def registry_for(load: RegistryLoader, name: str) -> Registry:
+    """The registry a command that needs one tool gets."""
+    # The default loader can import just the one tool a command needs; a loader a test
+    # passes in builds its whole registry.
+    return load_registry(only=name) if load is load_registry else load()
+
+
+def make_tool(registry: Registry, name: str, options: dict[str, Any] | None = None) -> Tool:
+    """An instance of the tool ``name`` (ToolNotFound, or ToolUnavailable if it breaks)."""
+    cls = registry.get(name)
+    try:
+        return cls(options) if options else cls()
+    except Exception as exc:  # a plugin's own bug: say which plugin, do not crash
+        raise ToolUnavailable(f"tool {name!r} failed to start: {one_line(exc)}") from exc
+
+
+def secret_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The tool options a ``--secret-file`` gives (None without one)."""
+    return {"secret_file": args.secret_file} if args.secret_file else None
+
+
+def require_available(tool: Tool) -> None:
+    """ToolUnavailable, with the tool's reasons, unless it can run here."""
+    try:
+        availability = tool.probe()
+    except Exception as exc:  # probe() must not raise; a plugin that does is unavailable
+        raise ToolUnavailable(f"{tool.name}: probe failed: {one_line(exc)}") from exc
+    if not availability.available:
+        reasons = "; ".join(availability.reasons) or "no reason given"
+        raise ToolUnavailable(f"{tool.name} cannot run here: {reasons}")
+
+
+def run_tool(tool: Tool, spec: TestSpec, reporter: Reporter,
+             args: argparse.Namespace | None = None) -> Result:
+    """The test, through the agents when there are any; every failure as TestFailed."""
+    try:
+        return _run_with_agents(tool, spec, reporter, args)
+    except (TestFailed, SpecError, ToolUnavailable, BrokenPipeError):
+        raise  # a closed stdout is not the test's failure: exit 6 (see main)
+    except (NetprobeError, OSError) as exc:  # the test did not complete: exit 5, not 1
+        raise TestFailed(f"{tool.name}: {exc}") from exc
+
+
+def _run_with_agents(tool: Tool, spec: TestSpec, reporter: Reporter,
+                     args: argparse.Namespace | None) -> Result:
+    """Through the agents: a third-party test (--from), or with the far host's agent
+    starting the tool's server; plain tool.run when there is no agent to ask."""
+    from netprobe.agent import client
+    from netprobe.engine.auth import load_secret
+
+    secret = load_secret(getattr(args, "secret_file", None))
+    if getattr(args, "from_host", None):
+        assert args is not None
+        port = args.agent_port or client.protocol.DEFAULT_PORT
+        return client.third_party(args.from_host, spec, reporter, secret, port)
+    use_agent = not getattr(args, "no_agent", False)
+    return client.run(tool, spec, reporter, secret, use_agent=use_agent)
+
+
+def output(args: argparse.Namespace) -> Output:
+    """Where the command's result goes (``--format``, ``-o``, ``-q``, ``--per-stream``)."""
+    from netprobe.cli.formats import Output
+
+    return Output(args.format, args.output, quiet=args.quiet, per_stream=args.per_stream)
+
+
+def emit_partial(out: Output, partial: Any, reporter: Reporter) -> None:
+    """Write what a failed test measured, as a full result would be written."""
+    # Nothing measured is lost. The test failure stays the error that decides the exit code.
+    from netprobe.cli.formats import OutputError
+    from netprobe.schema import Result
+
+    if not isinstance(partial, Result):
+        return
+    try:
+        out.emit(partial, intervals_shown=lines_shown(reporter))
+    except OutputError as exc:
+        error(str(exc))
+
+
+def lines_shown(reporter: Reporter) -> bool:
+    """Whether the reporter drew interval lines already (the table then leaves them out)."""
+    return getattr(reporter, "lines", 0) > 0
+
+
+def status_code(result: Result) -> ExitCode:
+    """The exit code a finished result stands for (its first error said on stderr)."""
+    if result.status == "ok":
+        return ExitCode.OK
+    error(result.errors[0] if result.errors else f"test {result.status}")
+    return ExitCode.INTERRUPTED if result.status == "interrupted" else ExitCode.TEST_FAILED
+
+
+def read_input(path: str) -> str:
+    """A file's text (``-`` is stdin); UsageError when it cannot be read."""
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
