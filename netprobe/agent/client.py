@@ -3,7 +3,7 @@
 ``run`` asks the agent on the target host (if one answers) to start the tool's server side,
 runs the client side here, and merges what the far end printed into the result.
 ``third_party`` asks an agent to run a test against another host; ``remote_tools`` asks
-an agent what it can run.
+an agent what it can run; ``agent_status`` what it is doing now.
 """
 from __future__ import annotations
 
@@ -176,6 +176,24 @@ def _final(agent: AgentConnection, message: dict[str, Any]) -> Result:
     if result is None:
         raise TestFailed(f"agent at {agent.host} sent no result")
     return result
+
+
+def agent_status(host: str, secret: Optional[bytes] = None, port: int = protocol.DEFAULT_PORT,
+                 timeout: float = CONNECT_TIMEOUT_S) -> dict[str, Any]:
+    """What the agent at ``host`` is doing now: state (idle or busy), running (one dict per
+    held slot: kind, tool, peer, target, started), slots, served. TestFailed when no agent
+    answers or it is too old to know the request."""
+    agent = AgentConnection.open(host, port, secret)
+    if agent is None:
+        raise TestFailed(f"no netprobe agent answers at {host} port {port}")
+    try:
+        agent.channel.send({"type": "status"})
+        reply = agent._expect("status", timeout=timeout)
+    finally:
+        agent.close()
+    if reply.get("state") not in ("idle", "busy") or not isinstance(reply.get("running"), list):
+        raise TestFailed(f"agent at {host} sent a malformed status")
+    return reply
 
 
 def remote_tools(host: str, secret: Optional[bytes] = None,

@@ -4,6 +4,7 @@
 client the port once it listens, and stops it (by PID) when the client is done, gone or
 late, then sends its output back. ``third_party`` runs a whole test from this host to
 another one and streams the result back. ``tools`` lists what this host can run.
+``status`` says what the agent is doing now (idle or busy, and with what).
 """
 from __future__ import annotations
 
@@ -35,7 +36,23 @@ def handlers(loader: RegistryLoader = load_registry) -> dict[str, Callable[[Any,
         "tools": lambda session, msg: _tools(session, loader),
         "far_end": lambda session, msg: _far_end(session, msg, loader),
         "third_party": lambda session, msg: _third_party(session, msg, loader),
+        "status": lambda session, msg: _status(session),
     }
+
+
+# --- status -------------------------------------------------------------------------------
+
+
+def _status(session: Session) -> None:
+    # Answered without a slot, so a busy agent can still say what keeps it busy. The agent
+    # refuses a test beyond its slots ("busy") rather than queueing it: the queue of a
+    # fleet lives in its runner, not here.
+    server = session.server
+    running = server.activity()
+    session.channel.send({"type": "status", "state": "busy" if running else "idle",
+                          "running": running, "slots": server.config.max_tests,
+                          "served": server.served,
+                          "third_party": server.config.allow_third_party})
 
 
 # --- tools ------------------------------------------------------------------------------
@@ -84,7 +101,7 @@ def _tool(session: Session, message: dict, loader: RegistryLoader) -> Tool:
 def _far_end(session: Session, message: dict, loader: RegistryLoader) -> None:
     tool = _tool(session, message, loader)
     spec = session.checked_spec(message)
-    with session.slot():
+    with session.slot(spec, "far_end"):
         family = socket.AF_INET6 if ":" in session.local_address else socket.AF_INET
         port = _free_block(spec.streams, family)
         argv = tool.far_end_argv(spec, session.local_address, port)
@@ -168,7 +185,7 @@ def _third_party(session: Session, message: dict, loader: RegistryLoader) -> Non
         session.refuse("a third-party test needs a target host")
     from netprobe.agent.client import run as run_with_agent
 
-    with session.slot():
+    with session.slot(spec, "third_party"):
         session.server.log(f"{session.peer[0]}: third-party {tool.name} test to {spec.host}")
         reply: dict[str, Any] = {"type": "result"}
         try:

@@ -28,6 +28,7 @@ from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side
 from netprobe.engine.sockets import apply_options
 from netprobe.errors import NetprobeError, ProtocolError, SpecError
+from netprobe.plugin import utc_now_iso
 from netprobe.schema import Interval, TestSpec
 
 Log = Callable[[str], None]
@@ -94,6 +95,7 @@ class Server:
         self._networks = _networks(config.allow)
         self._wake_r, self._wake_w = socket.socketpair()
         self._per_address: dict[str, int] = {}
+        self._running: dict[int, dict] = {}  # what each held slot is doing (status request)
 
     # -- listening --------------------------------------------------------------------
 
@@ -247,16 +249,18 @@ class Server:
         finally:
             channel.close()
 
-    def _take_slot(self) -> bool:
+    def _take_slot(self, key: int, doing: dict) -> bool:
         with self._lock:
             if self._active >= self.config.max_tests or self._closed.is_set():
                 return False
             self._active += 1
+            self._running[key] = doing
             return True
 
-    def _free_slot(self) -> None:
+    def _free_slot(self, key: int) -> None:
         with self._lock:
             self._active -= 1
+            self._running.pop(key, None)
             self._served += 1
             if self.config.one_off:
                 self._closed.set()
@@ -270,6 +274,17 @@ class Server:
         """Forget a finished session."""
         with self._lock:
             self._sessions.pop(cookie, None)
+
+    def activity(self) -> list[dict]:
+        """What each held slot is doing: kind, tool, peer, target, started (for ``status``)."""
+        with self._lock:
+            return [dict(doing) for doing in self._running.values()]
+
+    @property
+    def served(self) -> int:
+        """Tests served since the server started."""
+        with self._lock:
+            return self._served
 
     @property
     def active_tests(self) -> int:
@@ -331,21 +346,22 @@ class Session:
         if request["type"] != "test":
             self.refuse(f"unknown request {request['type']!r}", code="unknown")
         spec = self.checked_spec(request)
-        with self.slot():
+        with self.slot(spec):
             self._serve(spec)
 
     @contextlib.contextmanager
-    def slot(self) -> Iterator[None]:
-        """Hold one of the server's test slots (SpecError 'busy' if none is free).
+    def slot(self, spec: Optional[TestSpec] = None, kind: str = "test") -> Iterator[None]:
+        """Hold one of the server's test slots (SpecError 'busy' if none is free); ``spec``
+        and ``kind`` say what it is used for, as the ``status`` request reports it.
 
         A slot is taken only by a valid test, and held until its connection ends; a
         refused, idle or unauthenticated client never holds one."""
-        if not self.server._take_slot():
+        if not self.server._take_slot(id(self), _doing(kind, self.peer, spec)):
             self.refuse(f"server busy: {self.server.config.max_tests} test(s) running", "busy")
         try:
             yield
         finally:
-            self.server._free_slot()
+            self.server._free_slot(id(self))
 
     def _serve(self, spec: TestSpec) -> None:
         self.spec = spec
@@ -499,6 +515,14 @@ class _Forwarder:
     def __call__(self, sample: Interval) -> None:
         if self.conductor is not None:
             self.conductor.send_interval(sample)
+
+
+def _doing(kind: str, peer: tuple, spec: Optional[TestSpec]) -> dict:
+    doing = {"kind": kind, "peer": peer[0], "started": utc_now_iso()}
+    if spec is not None:
+        doing.update(tool=spec.tool, target=spec.host if kind == "third_party" else None,
+                     protocol=spec.protocol, streams=spec.streams, duration_s=spec.duration_s)
+    return doing
 
 
 def _peer_closed(sock: socket.socket) -> bool:
