@@ -14,7 +14,7 @@ import attrs
 import jsonschema
 import pytest
 
-from netprobe.cli import formats
+from netprobe.cli import outfile
 from netprobe.cli.formats import CSV_COLUMNS, Output, OutputError, format_result
 from netprobe.convert import from_json, result_json_schema
 from netprobe.plugin import NullReporter
@@ -216,7 +216,7 @@ def test_atomic_write_keeps_the_mode_of_the_file_it_replaces(tmp_path: Path) -> 
     target = tmp_path / "result.csv"
     target.write_text("old")
     target.chmod(0o640)
-    formats.write_atomic(str(target), "new\n")
+    outfile.write_text(str(target), "new\n")
     assert target.read_text() == "new\n"
     assert target.stat().st_mode & 0o777 == 0o640
 
@@ -233,9 +233,9 @@ def test_serialization_error_leaves_previous_file(tmp_path: Path) -> None:
 
 def test_missing_directory_is_an_output_error(tmp_path: Path) -> None:
     with pytest.raises(OutputError, match=r"cannot write .*nodir"):
-        formats.write_atomic(str(tmp_path / "nodir" / "x.json"), "{}")
+        outfile.write_text(str(tmp_path / "nodir" / "x.json"), "{}")
     with pytest.raises(OutputError):
-        formats.append_text(str(tmp_path / "nodir" / "x.jsonl"), "{}\n")
+        outfile.append_text(str(tmp_path / "nodir" / "x.jsonl"), "{}\n")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
@@ -245,7 +245,7 @@ def test_unwritable_directory_leaves_previous_file(tmp_path: Path) -> None:
     tmp_path.chmod(0o500)
     try:
         with pytest.raises(OutputError):
-            formats.write_atomic(str(target), "new")
+            outfile.write_text(str(target), "new")
     finally:
         tmp_path.chmod(0o700)
     assert target.read_text() == "previous"
@@ -254,7 +254,7 @@ def test_unwritable_directory_leaves_previous_file(tmp_path: Path) -> None:
 
 _FULL_DISK = textwrap.dedent("""
     import resource, signal, sys
-    from netprobe.cli import formats
+    from netprobe.cli import outfile as formats
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG instead of being killed
     resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
     try:
@@ -265,7 +265,7 @@ _FULL_DISK = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("writer", ["write_atomic", "append_text"])
+@pytest.mark.parametrize("writer", ["write_text", "append_text"])
 def test_failing_write_midway_leaves_previous_file(tmp_path: Path, writer: str) -> None:
     # A real short write: the file-size limit stands in for a full disk, in a child
     # process so that the limit does not touch the test run.

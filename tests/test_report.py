@@ -29,9 +29,8 @@ from netprobe.analysis import (
     stream_series,
     throughput_series,
 )
-from netprobe.cli.formats import append_text
+from netprobe.cli.outfile import append_text, choose_formats
 from netprobe.cli.tabulate import number, scale, sparkline, stats_header, stats_rows
-from netprobe.cli.trialsink import file_format
 from netprobe.convert import from_json, to_json
 from netprobe.errors import ParseError, SpecError
 from netprobe.plugin import Registry
@@ -257,11 +256,11 @@ def test_stats_rows_one_group_and_several() -> None:
                                                                                    "0.25"]
 
 
-def test_file_format_follows_the_name_with_the_default_format() -> None:
-    assert file_format("human", "r.jsonl") == "jsonl"
-    assert file_format("human", "r.JSON") == "json"
-    assert file_format("human", "r.txt") == "human"
-    assert file_format("csv", "r.jsonl") == "csv"
+def test_file_format_follows_the_name_unless_format_is_given() -> None:
+    assert choose_formats(None, "r.jsonl").file == "jsonl"
+    assert choose_formats(None, "r.JSON").file == "json"
+    assert choose_formats(None, "r.txt").file == "human"
+    assert choose_formats("csv", "r.jsonl").file == "csv"
 
 
 # --- run --repeat, compare, report (in-process, test plugins) ----------------------------

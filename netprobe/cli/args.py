@@ -172,14 +172,19 @@ def add_socket_options(parser: argparse.ArgumentParser) -> None:
 def add_output_options(parser: argparse.ArgumentParser) -> None:
     """Where and how results are written."""
     group = parser.add_argument_group("output")
-    group.add_argument("--format", choices=("human", "json", "jsonl", "csv"), default="human",
-                       help="result format (default: human). json: one document; jsonl: one "
-                            "line per result; csv: a header and one row per direction")
+    group.add_argument("--format", choices=("human", "json", "jsonl", "csv"), default=None,
+                       help="result format on stdout and in -o FILE (default: human on "
+                            "stdout, and the FILE's extension for FILE). json: one "
+                            "document; jsonl: one line per result; csv: a header and one "
+                            "row per direction")
     group.add_argument("--json", dest="format", action="store_const", const="json",
                        help="same as --format json")
     group.add_argument("-o", "--output", metavar="FILE",
-                       help="also write the result, in the chosen format, to FILE (replaced "
-                            "atomically; jsonl appends a line)")
+                       help="also write the result to FILE, in the format its extension "
+                            "names (.json, .jsonl, .csv, .txt; other names get JSON) unless "
+                            "--format says; a file is replaced atomically (jsonl appends a "
+                            "line), a device or FIFO written in place. Checked before the "
+                            "test starts")
     group.add_argument("-q", "--quiet", action="store_true",
                        help="nothing on stdout (use with -o); errors still go to stderr")
     group.add_argument("--per-stream", action="store_true",

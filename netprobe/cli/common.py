@@ -106,14 +106,26 @@ def _run_with_agents(tool: Tool, spec: TestSpec, reporter: Reporter,
 def output(args: argparse.Namespace) -> Output:
     """Where the command's result goes (``--format``, ``-o``, ``-q``, ``--per-stream``)."""
     from netprobe.cli.formats import Output
+    from netprobe.cli.outfile import choose_formats
 
-    return Output(args.format, args.output, quiet=args.quiet, per_stream=args.per_stream)
+    chosen = choose_formats(args.format, args.output)
+    if chosen.warning:
+        warning(chosen.warning)
+    return Output(chosen.stdout, args.output, quiet=args.quiet, per_stream=args.per_stream,
+                  file_fmt=chosen.file)
+
+
+def warning(message: str) -> None:
+    """``warning: MESSAGE`` on stderr, on one line."""
+    from netprobe.cli.render import print_warning
+
+    print_warning(message)
 
 
 def emit_partial(out: Output, partial: Any, reporter: Reporter) -> None:
     """Write what a failed test measured, as a full result would be written."""
     # Nothing measured is lost. The test failure stays the error that decides the exit code.
-    from netprobe.cli.formats import OutputError
+    from netprobe.cli.outfile import OutputError
     from netprobe.schema import Result
 
     if not isinstance(partial, Result):

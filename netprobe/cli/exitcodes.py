@@ -61,9 +61,9 @@ def exit_code_for(exc: BaseException) -> ExitCode:
         (ToolNotFound, ExitCode.TOOL_NOT_FOUND),
         (ToolUnavailable, ExitCode.TOOL_UNAVAILABLE),
     ]
-    formats = sys.modules.get("netprobe.cli.formats")  # loaded if it could have raised
-    if formats is not None:
-        from_types.append((formats.OutputError, ExitCode.OUTPUT))
+    outfile = sys.modules.get("netprobe.cli.outfile")  # loaded if it could have raised
+    if outfile is not None:
+        from_types.append((outfile.OutputError, ExitCode.OUTPUT))
     for kind, code in from_types:
         if isinstance(exc, kind):
             return code

@@ -7,22 +7,23 @@ Formats:
 * ``jsonl``: one line of JSON per result; ``-o FILE`` appends a line.
 * ``csv``: a header and one row per flow direction; columns are :data:`CSV_COLUMNS`.
 
-Files other than JSON lines are written atomically: a temporary file in the same
-directory, flushed and synced, then renamed over the target with ``os.replace``, so a
-reader never sees a half-written file and a failed write leaves the old one intact.
+Where and how a file is written (atomically, in place for a device or FIFO, the format
+from the extension) is :mod:`netprobe.cli.outfile`'s business.
 """
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
-import os
-import sys
-import tempfile
 from typing import Any
 
+from netprobe.cli.outfile import (
+    OutputError,
+    append_text,
+    check_target,
+    write_stdout,
+    write_text,
+)
 from netprobe.convert import to_json
-from netprobe.errors import NetprobeError
 from netprobe.plugin import NullReporter, Reporter
 from netprobe.schema import FlowSummary, Result, SideSummary
 
@@ -58,10 +59,6 @@ CSV_COLUMNS = (
     "out_of_order_packets",
 )
 """CSV columns, one row per flow direction of the spec; an unknown figure is an empty cell."""
-
-
-class OutputError(NetprobeError):
-    """The result could not be written (exit code 6)."""
 
 
 def format_result(result: Result, fmt: str, per_stream: bool = False) -> str:
@@ -126,83 +123,22 @@ def _cpu(side: SideSummary | None, which: str) -> float | None:
     return usage.total_percent if usage is not None else None
 
 
-# --- writing -----------------------------------------------------------------------------
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically; OutputError if it cannot be done, in which
-    case any previous file is untouched and no temporary file is left behind."""
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.",
-                                    suffix=".tmp")
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, _file_mode(path))
-        os.replace(temp, path)
-    except BaseException as exc:  # also Ctrl-C: never leave the temporary file behind
-        _remove_quietly(temp)
-        if isinstance(exc, OSError):
-            raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
-        raise
-
-
-def append_text(path: str, text: str) -> None:
-    """Append ``text`` (a JSON line) to ``path`` in one write; if that write fails part-way,
-    cut the file back to its old length so that it never ends in half a line."""
-    data = text.encode("utf-8")
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        size = os.fstat(fd).st_size
-        try:
-            written = os.write(fd, data)
-            if written != len(data):
-                raise OSError(28, "short write (disk full?)")
-            os.fsync(fd)
-        except OSError as exc:
-            os.ftruncate(fd, size)
-            raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-
-
-def _file_mode(path: str) -> int:
-    # mkstemp makes 0600 files; give the result the mode a plain open() would (or the
-    # mode of the file it replaces).
-    try:
-        return os.stat(path).st_mode & 0o7777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
-def _remove_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-
-
 class Output:
     """Where a result goes.
 
     * stdout gets it in ``fmt``: for ``human`` the live interval lines, then the summary;
       a machine format is alone there (one JSON document, one JSON line, or CSV).
-    * ``path``, if given, gets it too (JSON lines appended, others replaced atomically).
+    * ``path``, if given, gets it too, in ``file_fmt`` (default: ``fmt``; the CLI takes it
+      from :func:`netprobe.cli.outfile.choose_formats`): JSON lines appended, the others
+      written by :func:`netprobe.cli.outfile.write_text`.
     * ``quiet`` leaves stdout empty (errors still go to stderr), e.g. for cron with ``-o``.
     """
 
     def __init__(self, fmt: str = "human", path: str | None = None, quiet: bool = False,
-                 per_stream: bool = False) -> None:
+                 per_stream: bool = False, file_fmt: str | None = None) -> None:
         self.fmt = fmt
         self.path = path
+        self.file_fmt = file_fmt or fmt
         self.quiet = quiet
         self.per_stream = per_stream
 
@@ -210,6 +146,11 @@ class Output:
     def live(self) -> bool:
         """True if interval lines are printed while the test runs."""
         return self.fmt == "human" and not self.quiet
+
+    def check(self) -> None:
+        """OutputError now if the file cannot be written (before a test is run for it)."""
+        if self.path is not None:
+            check_target(self.path)
 
     def reporter(self, spec: Any) -> Reporter:
         """A LiveReporter when interval lines are shown, else a NullReporter."""
@@ -227,27 +168,30 @@ class Output:
         does not repeat them; otherwise (``parse``, or a tool that reported nothing live)
         the result's own intervals are drawn.
         """
-        text = None if self.fmt == "human" else format_result(result, self.fmt)
         try:
             if self.path is not None:
-                self._to_file(text or format_result(result, self.fmt, self.per_stream))
+                self._to_file(format_result(result, self.file_fmt, self.per_stream))
         finally:
             if not self.quiet:
-                self._to_stdout(result, text, intervals_shown)
+                self._to_stdout(result, intervals_shown)
 
     def _to_file(self, text: str) -> None:
         assert self.path is not None
-        if self.fmt == "jsonl":
+        if self.file_fmt == "jsonl":
             append_text(self.path, text)
         else:
-            write_atomic(self.path, text)
+            write_text(self.path, text)
 
-    def _to_stdout(self, result: Result, text: str | None, intervals_shown: bool) -> None:
-        if text is not None:
-            sys.stdout.write(text)
-            sys.stdout.flush()
+    def _to_stdout(self, result: Result, intervals_shown: bool) -> None:
+        if self.fmt != "human":
+            write_stdout(format_result(result, self.fmt))
             return
         from netprobe.cli.render import print_result, stdout_console
 
-        print_result(stdout_console(), result, intervals=not intervals_shown,
-                     per_stream=self.per_stream)
+        try:
+            print_result(stdout_console(), result, intervals=not intervals_shown,
+                         per_stream=self.per_stream)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:  # a full disk or a failing device behind stdout: exit 6
+            raise OutputError(f"cannot write stdout: {exc.strerror or exc}") from None

@@ -31,7 +31,7 @@ from netprobe.analysis import (
     stream_series,
     throughput_series,
 )
-from netprobe.cli.formats import write_atomic
+from netprobe.cli.outfile import write_text
 from netprobe.cli.tabulate import DIRECTION_LABELS, scale, stats_header, stats_rows
 from netprobe.schema import Result
 
@@ -59,8 +59,8 @@ def charts_missing() -> Optional[str]:
 def write_page(path: str, results: Sequence[Result], groups: Sequence[Group],
                stats: Sequence[GroupStats], *, sources: Sequence[str] = (),
                keys: Sequence[str] = ("tool",)) -> None:
-    """Write the report page to ``path`` atomically (OutputError if it cannot be)."""
-    write_atomic(path, render_page(results, groups, stats, sources=sources, keys=keys))
+    """Write the report page to ``path`` (OutputError if it cannot be)."""
+    write_text(path, render_page(results, groups, stats, sources=sources, keys=keys))
 
 
 def render_page(results: Sequence[Result], groups: Sequence[Group],

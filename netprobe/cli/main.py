@@ -75,6 +75,7 @@ def main(argv: Sequence[str] | None = None, *,
                                                            else ExitCode.USAGE)
     try:
         code: int = args.handler(args, registry_loader or load_registry)
+        _flush_stdout()
         return code
     except KeyboardInterrupt:
         error("interrupted")
@@ -109,6 +110,20 @@ def _report(exc: Exception) -> int:
     else:
         error(f"internal error: {one_line(exc)} (NETPROBE_DEBUG=1 shows the traceback)")
     return code
+
+
+def _flush_stdout() -> None:
+    # What is still buffered must reach stdout now, while a failure (`--json > /dev/full`)
+    # can still be an exit code: at the interpreter's exit it would only be a warning.
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        _silence_stdout()
+        from netprobe.cli.outfile import OutputError
+
+        raise OutputError(f"cannot write stdout: {exc.strerror or exc}") from None
 
 
 def _silence_stdout() -> None:

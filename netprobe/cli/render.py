@@ -67,6 +67,12 @@ def print_error(message: str) -> None:
     stderr_console().print(line, soft_wrap=True)
 
 
+def print_warning(message: str) -> None:
+    """``warning: message`` on stderr, one line."""
+    stderr_console().print(Text.assemble(("warning: ", "bold yellow"), message),
+                           soft_wrap=True)
+
+
 def print_note(message: str) -> None:
     """A progress or status line on stderr, dimmed."""
     stderr_console().print(Text(message, style="dim"), soft_wrap=True)

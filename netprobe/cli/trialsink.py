@@ -12,31 +12,18 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
-import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
 from netprobe.analysis import GroupStats, group_results, group_stats
-from netprobe.cli.common import error
+from netprobe.cli.common import error, warning
 from netprobe.cli.exitcodes import ExitCode
-from netprobe.cli.formats import append_text, format_csv, write_atomic
+from netprobe.cli.formats import format_csv
+from netprobe.cli.outfile import append_text, check_target, choose_formats, write_stdout, write_text
 from netprobe.convert import to_json, unstructure
 from netprobe.plugin import NullReporter, Tool
 from netprobe.schema import Result, TestSpec
 from netprobe.trials import Skipped, Trial, TrialRun, run_trials
-
-_FILE_FORMATS = {".jsonl": "jsonl", ".json": "json", ".csv": "csv"}
-
-
-def file_format(fmt: str, path: Optional[str]) -> str:
-    """The format ``-o FILE`` gets: ``--format`` as given, except that with the default
-    human format a FILE named ``*.jsonl``, ``*.json`` or ``*.csv`` gets that format (no one
-    wants a table in ``results.jsonl``)."""
-    if fmt != "human" or path is None:
-        return fmt
-    return _FILE_FORMATS.get(os.path.splitext(path)[1].lower(), "human")
-
 
 # --- run --repeat and compare ------------------------------------------------------------
 
@@ -49,7 +36,10 @@ def cmd_repeat(args: argparse.Namespace, spec: TestSpec, tool: Tool) -> int:
 def run_trials_shown(args: argparse.Namespace, spec: TestSpec, tools: Sequence[Tool],
                      rounds: int, skipped: list[Skipped]) -> int:
     """Run the trials, each result shown and saved as it comes; the exit code at the end."""
-    sink = TrialSink(args.format, args.output, quiet=args.quiet)
+    chosen = choose_formats(args.format, args.output)
+    if chosen.warning:
+        warning(chosen.warning)
+    sink = TrialSink(chosen.stdout, args.output, quiet=args.quiet, file_fmt=chosen.file)
     sink.begin(_plan_note(spec, tools, rounds, args.pause), skipped)
     try:
         run = run_trials(spec, tools, rounds, NullReporter(), events=sink,
@@ -86,10 +76,11 @@ def _duration_words(seconds: float) -> str:
 class TrialSink:
     """Where the trials' results go as they come (the TrialEvents of a CLI run)."""
 
-    def __init__(self, fmt: str, path: Optional[str], quiet: bool = False) -> None:
+    def __init__(self, fmt: str, path: Optional[str], quiet: bool = False,
+                 file_fmt: Optional[str] = None) -> None:
         self.fmt = fmt
         self.path = path
-        self.file_fmt = file_format(fmt, path)
+        self.file_fmt = file_fmt or choose_formats(None, path).file or fmt
         self.quiet = quiet
         self.results: list[Result] = []
         """Every trial's result so far, in the order run."""
@@ -102,7 +93,10 @@ class TrialSink:
         return self.fmt == "human" and not self.quiet
 
     def begin(self, plan: str, skipped: list[Skipped]) -> None:
-        """Before the first trial: the tools left out (stdout) and the plan (stderr)."""
+        """Before the first trial (OutputError first if ``-o`` cannot be written): the
+        tools left out (stdout) and the plan (stderr)."""
+        if self.path is not None:
+            check_target(self.path)
         self.skipped = skipped
         if not self._human:
             return
@@ -157,7 +151,7 @@ class TrialSink:
     def _write_file(self, run: Optional[TrialRun]) -> None:
         if self.path is None or self.file_fmt == "jsonl":
             return
-        write_atomic(self.path, self._text(self.file_fmt, run))
+        write_text(self.path, self._text(self.file_fmt, run))
 
     def _close_stdout(self, run: Optional[TrialRun]) -> None:
         if self.fmt == "json":
@@ -174,12 +168,6 @@ class TrialSink:
         if fmt == "csv":
             return format_csv(self.results)
         return report_text(self.results, self.skipped, run)
-
-
-def write_stdout(text: str) -> None:
-    """Write to stdout now (a line per trial is seen as it comes)."""
-    sys.stdout.write(text)
-    sys.stdout.flush()
 
 
 def trial_stats(results: Sequence[Result]) -> list[GroupStats]:
@@ -222,5 +210,5 @@ def report_text(results: Sequence[Result], skipped: Sequence[Skipped],
     return buffer.getvalue()
 
 
-__all__ = ["TrialSink", "cmd_repeat", "file_format", "report_text", "run_trials_shown",
-           "trial_stats", "write_stdout"]
+__all__ = ["TrialSink", "cmd_repeat", "report_text", "run_trials_shown",
+           "trial_stats"]

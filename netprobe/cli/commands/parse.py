@@ -31,7 +31,9 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
 def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     """Parse the files with the tool's parser and write the result."""
     tool = make_tool(registry_for(load, args.tool), args.tool)
+    out = output(args)
+    out.check()
     sources = [(path, read_input(path)) for path in args.files]
     result = tool.parse(sources)
-    output(args).emit(result)
+    out.emit(result)
     return status_code(result)

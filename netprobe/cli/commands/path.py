@@ -9,7 +9,8 @@ from netprobe import convert
 from netprobe.cli import args as opts
 from netprobe.cli.common import RegistryLoader
 from netprobe.cli.exitcodes import ExitCode
-from netprobe.cli.formats import append_text, write_atomic
+from netprobe.cli.formats import format_csv
+from netprobe.cli.outfile import append_text, check_target, choose_formats, write_stdout, write_text
 from netprobe.cli.units import format_rate
 from netprobe.pathtest import PathReport, Segment, run_path
 from netprobe.plugin import NullReporter, Reporter
@@ -43,15 +44,19 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
     spec = opts.spec_from_args(args)
     secret = load_secret(args.secret_file)
     port = args.agent_port or DEFAULT_PORT
-    reporter: Reporter = _Notes() if args.format == "human" and not args.quiet else NullReporter()
+    formats = choose_formats(args.format, args.output)
+    if args.output:
+        check_target(args.output)
+    shown = formats.stdout == "human" and not args.quiet
+    reporter: Reporter = _Notes() if shown else NullReporter()
 
     def ask(source: str, segment_spec: TestSpec, rep: Reporter) -> Result:
         return third_party(source, segment_spec, rep, secret, port)
 
     report = run_path(args.hops, spec, reporter, ask)
-    _save(args, report)
+    _save(args.output, formats.file, report)
     if not args.quiet:
-        _show(args.format, report)
+        _show(formats.stdout, report)
     return ExitCode.TEST_FAILED if any(s.error for s in report.segments) else ExitCode.OK
 
 
@@ -82,22 +87,24 @@ def as_document(report: PathReport) -> dict[str, Any]:
     }
 
 
-def _save(args: argparse.Namespace, report: PathReport) -> None:
-    if not args.output:
+def _save(path: str | None, fmt: str | None, report: PathReport) -> None:
+    # jsonl and csv get the segments' results (what `report` reads back); json (and
+    # human, which has no file form of its own here) the whole path document.
+    if not path:
         return
-    if args.format == "jsonl" or args.output.endswith(".jsonl"):
-        lines = [convert.to_json(s.result, indent=None) for s in report.segments if s.result]
-        append_text(args.output, "".join(line + "\n" for line in lines))
+    results = [s.result for s in report.segments if s.result]
+    if fmt == "jsonl":
+        append_text(path, "".join(convert.to_json(r, indent=None) + "\n" for r in results))
+    elif fmt == "csv":
+        write_text(path, format_csv(results))
     else:
-        write_atomic(args.output, json.dumps(as_document(report), indent=2) + "\n")
+        write_text(path, json.dumps(as_document(report), indent=2) + "\n")
 
 
 def _show(fmt: str, report: PathReport) -> None:
     if fmt in ("json", "jsonl"):
-        import sys
-
-        sys.stdout.write(json.dumps(as_document(report), indent=2 if fmt == "json" else None)
-                         + "\n")
+        write_stdout(json.dumps(as_document(report), indent=2 if fmt == "json" else None)
+                     + "\n")
         return
     from rich.table import Table
 

@@ -59,6 +59,9 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
     keys = group_keys(args.group_by)
     if args.html:
         _require_charts()
+        from netprobe.cli.outfile import check_target
+
+        check_target(args.html)
     loaded = load_texts([(path, read_input(path)) for path in args.files])
     _warn(loaded.warnings)
     if not loaded.results:
@@ -97,21 +100,16 @@ def _mixed_warnings(groups: Sequence[Group], keys: Sequence[str]) -> list[str]:
 
 
 def _warn(lines: Sequence[str]) -> None:
-    if not lines:
-        return
-    from rich.text import Text
-
-    from netprobe.cli.render import stderr_console
+    from netprobe.cli.common import warning
 
     for line in lines:
-        stderr_console().print(Text.assemble(("warning: ", "bold yellow"), line),
-                               soft_wrap=True)
+        warning(line)
 
 
 def _print_report(fmt: str, results: Sequence[Result], stats: Sequence[GroupStats],
                   keys: Sequence[str], summary_only: bool) -> None:
+    from netprobe.cli.outfile import write_stdout
     from netprobe.cli.tabulate import RECORD_STATS, stats_records
-    from netprobe.cli.trialsink import write_stdout
 
     if fmt == "json":
         write_stdout(json.dumps(stats_records(stats), indent=2) + "\n")

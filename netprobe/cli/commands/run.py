@@ -55,6 +55,7 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
 
         return cmd_repeat(args, spec, tool)
     out = output(args)
+    out.check()  # an unwritable -o costs no test
     reporter = out.reporter(spec)
     try:
         result = run_tool(tool, spec, reporter, args)
