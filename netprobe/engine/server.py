@@ -17,12 +17,12 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Callable, NoReturn, Optional
+from typing import Callable, NoReturn, Optional, Protocol
 
 import attrs
 
 from netprobe import convert
-from netprobe.engine import auth, protocol
+from netprobe.engine import auth, probes, protocol
 from netprobe.engine.conduct import Conductor, Reader, system_name
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side
@@ -72,6 +72,17 @@ class ServerConfig:
     """Shared secret clients must prove they know (HMAC challenge); None: no authentication."""
 
 
+class Attachable(Protocol):
+    """What data connections and UDP hellos are handed to, by cookie: a test's session, or
+    a latency probe session's echo."""
+
+    def attach(self, hello: DataHello, sock: socket.socket) -> bool:
+        """Take a TCP data connection; False if it does not belong."""
+
+    def attach_udp(self, hello: DataHello, peer: tuple, datagram: bytes) -> None:
+        """Take a UDP stream's hello."""
+
+
 class Server:
     """A running netprobe server (start() it; close() it)."""
 
@@ -80,12 +91,14 @@ class Server:
         handlers: Optional[dict[str, Handler]] = None,
     ) -> None:
         self.config = config
-        self.handlers: dict[str, Handler] = dict(handlers or {})
-        """Extra request types a session can start with (the agent's), by message type."""
+        self.handlers: dict[str, Handler] = {probes.REQUEST: probes.ProbeService(),
+                                             **(handlers or {})}
+        """Request types a session can start with besides a test (latency probes, the
+        agent's), by message type."""
         self.log: Log = log or (lambda _msg: None)
         self.port = config.port
         self._listeners: list[socket.socket] = []
-        self._sessions: dict[bytes, Session] = {}
+        self._sessions: dict[bytes, Attachable] = {}
         self._lock = threading.Lock()
         self._active = 0
         self._pending = threading.BoundedSemaphore(config.max_pending)
@@ -265,7 +278,7 @@ class Server:
             if self.config.one_off:
                 self._closed.set()
 
-    def register(self, cookie: bytes, session: Session) -> None:
+    def register(self, cookie: bytes, session: Attachable) -> None:
         """Make a session findable by its data connections."""
         with self._lock:
             self._sessions[cookie] = session

@@ -1,0 +1,258 @@
+"""Latency under load, the arithmetic: what the probes' raw samples become in the result.
+
+Pure functions over :class:`ProbeLog` (what :mod:`netprobe.engine.probes` records), with
+nothing of sockets or threads, so that every figure can be checked by hand:
+
+* round trip = time at the client between sending a probe and its echo arriving, minus
+  the time the echo spent inside the server (its two timestamps);
+* one-way delay variation = each direction's delay (far clock minus near clock) minus the
+  smallest seen that way over the whole run: the clocks' offset cancels, the queueing
+  remains (the offset is constant; a drifting clock would show up as a slow slope);
+* percentiles by linear interpolation between closest ranks;
+* RPM = 60 / the trimmed mean loaded round trip in seconds, the worst 5 % dropped (the
+  trimming the IETF "Responsiveness under Working Conditions" draft uses);
+* the grade of the increase over idle on the DSLReports / Waveform scale.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Optional
+
+import attrs
+
+from netprobe.schema import Interval, Latency, LatencyPhase
+
+GRADE_LIMITS_MS = ((5.0, "A+"), (30.0, "A"), (60.0, "B"), (200.0, "C"), (400.0, "D"))
+"""Upper bounds (exclusive) of the latency increase for each grade; F from 400 ms."""
+TRIM_FRACTION = 0.05
+"""Share of the slowest loaded round trips the RPM figure leaves out."""
+
+
+@attrs.frozen
+class ProbeSample:
+    """One probe as the client saw it (times in seconds since the probes started)."""
+
+    seq: int
+    """Probe number, from 0."""
+    phase: int
+    """Index of the phase the probe was sent in."""
+    sent_s: float
+    """When it was sent (client's monotonic clock, seconds since the start)."""
+    rtt_us: Optional[float] = None
+    """Round trip, the server's turnaround taken out; None if no echo came back."""
+    up_ns: Optional[int] = None
+    """Raw one-way delay client to server: server receive stamp minus client send stamp
+    (includes the clocks' offset)."""
+    down_ns: Optional[int] = None
+    """Raw one-way delay server to client (includes the clocks' offset, negated)."""
+
+    @property
+    def answered_s(self) -> Optional[float]:
+        """When the echo arrived (seconds since the start), or None."""
+        return None if self.rtt_us is None else self.sent_s + self.rtt_us / 1e6
+
+
+@attrs.frozen
+class Phase:
+    """A span of the run named by the caller: idle, loaded, ..."""
+
+    name: str
+    loaded: bool
+    start_s: float
+    end_s: Optional[float] = None
+
+
+@attrs.frozen
+class ProbeLog:
+    """Everything one probe session recorded: the samples, the phases, what the server saw."""
+
+    samples: tuple[ProbeSample, ...]
+    """Every probe sent, answered or not, in order of ``seq``."""
+    phases: tuple[Phase, ...]
+    """The phases in time order (each probe names its phase by index)."""
+    transport: str
+    """``udp`` or ``tcp``."""
+    server_received: Optional[frozenset[int]] = None
+    """Sequence numbers the server received (None when it did not say): splits the loss
+    between the two directions."""
+    bad: tuple[tuple[str, int], ...] = ()
+    """Probes ignored as bad, by reason (both ends): foreign, replayed, truncated, ..."""
+
+    @property
+    def measured_by(self) -> str:
+        """The ``measured_by`` name of these probes."""
+        return f"netprobe-{self.transport}"
+
+
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of ascending values, linear between closest ranks."""
+    if not ordered:
+        raise ValueError("percentile of no values")
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def trimmed_mean(values: Sequence[float], drop: float = TRIM_FRACTION) -> float:
+    """Mean of the values without the largest ``drop`` share (at least one value kept)."""
+    ordered = sorted(values)
+    keep = max(1, len(ordered) - math.floor(len(ordered) * drop))
+    return statistics.fmean(ordered[:keep])
+
+
+def rpm(rtts_us: Sequence[float]) -> Optional[float]:
+    """Round trips per minute: 60 s / the trimmed mean round trip (None without samples)."""
+    if not rtts_us:
+        return None
+    mean_us = trimmed_mean(rtts_us)
+    return 60e6 / mean_us if mean_us > 0 else None
+
+
+def grade(increase_us: float) -> str:
+    """The bufferbloat grade of a latency increase (negative counts as none)."""
+    for limit_ms, name in GRADE_LIMITS_MS:
+        if increase_us < limit_ms * 1000:
+            return name
+    return "F"
+
+
+def jitter(values: Sequence[float]) -> Optional[float]:
+    """Mean absolute difference between consecutive values, in their order."""
+    if len(values) < 2:
+        return None
+    return statistics.fmean(abs(b - a) for a, b in zip(values, values[1:]))
+
+
+def distribution(values: Sequence[float], lost: Optional[int] = None,
+                 sent: Optional[int] = None) -> Latency:
+    """A Latency record of the values (in their time order), with loss if known."""
+    ordered = sorted(values)
+    lost_percent = None if lost is None or not sent else 100.0 * lost / sent
+    if not ordered:
+        return Latency(count=0, lost=lost, lost_percent=lost_percent)
+    return Latency(
+        count=len(ordered),
+        min_us=ordered[0],
+        mean_us=statistics.fmean(ordered),
+        p50_us=percentile(ordered, 50),
+        p90_us=percentile(ordered, 90),
+        p99_us=percentile(ordered, 99),
+        max_us=ordered[-1],
+        lost=lost,
+        lost_percent=lost_percent,
+        jitter_us=jitter(values),
+    )
+
+
+def _answered(samples: Sequence[ProbeSample]) -> list[ProbeSample]:
+    return [s for s in samples if s.rtt_us is not None]
+
+
+def _one_way(samples: Sequence[ProbeSample], name: str, base: Optional[int],
+             lost: Optional[int]) -> Optional[Latency]:
+    raw = [getattr(s, name) for s in samples]
+    known = [v for v in raw if v is not None]
+    if base is None or not known:
+        return None if lost is None else Latency(count=0, lost=lost)
+    return distribution([(v - base) / 1000.0 for v in known], lost=lost, sent=len(samples))
+
+
+def _baseline(samples: Sequence[ProbeSample], name: str) -> Optional[int]:
+    known = [getattr(s, name) for s in samples if getattr(s, name) is not None]
+    return min(known) if known else None
+
+
+def _direction_loss(samples: Sequence[ProbeSample],
+                    received: Optional[frozenset[int]]) -> tuple[Optional[int], Optional[int]]:
+    """Probes lost on the way out and echoes lost on the way back (None: unknown)."""
+    if received is None:
+        return None, None
+    up = sum(1 for s in samples if s.seq not in received)
+    down = sum(1 for s in samples if s.seq in received and s.rtt_us is None)
+    return up, down
+
+
+def phase_record(log: ProbeLog, index: int, idle_p50_us: Optional[float],
+                 bases: tuple[Optional[int], Optional[int]]) -> LatencyPhase:
+    """One phase's figures: round trip, both directions, loss, and against idle."""
+    phase = log.phases[index]
+    samples = [s for s in log.samples if s.phase == index]
+    answered = _answered(samples)
+    rtts = [s.rtt_us for s in answered if s.rtt_us is not None]
+    up_lost, down_lost = _direction_loss(samples, log.server_received)
+    rtt = distribution(rtts, lost=len(samples) - len(answered), sent=len(samples))
+    end = phase.end_s if phase.end_s is not None else max((s.sent_s for s in samples),
+                                                          default=phase.start_s)
+    increase = None
+    if phase.loaded and idle_p50_us is not None and rtt.p50_us is not None:
+        increase = rtt.p50_us - idle_p50_us
+    return LatencyPhase(
+        name=phase.name,
+        loaded=phase.loaded,
+        start_s=round(phase.start_s, 6),
+        end_s=round(end, 6),
+        rtt=rtt,
+        client_to_server=_one_way(answered, "up_ns", bases[0], up_lost),
+        server_to_client=_one_way(answered, "down_ns", bases[1], down_lost),
+        increase_us=increase,
+        rpm=rpm(rtts) if phase.loaded else None,
+        grade=grade(increase) if increase is not None else None,
+    )
+
+
+def idle_p50(log: ProbeLog) -> Optional[float]:
+    """Median round trip of the idle phases before the first loaded one (else of all idle)."""
+    first_loaded = next((i for i, p in enumerate(log.phases) if p.loaded), len(log.phases))
+    for last in (first_loaded, len(log.phases)):
+        idle = {i for i, p in enumerate(log.phases[:last]) if not p.loaded}
+        rtts = sorted(s.rtt_us for s in log.samples if s.phase in idle and s.rtt_us is not None)
+        if rtts:
+            return percentile(rtts, 50)
+    return None
+
+
+def summarize(log: ProbeLog) -> Latency:
+    """The run's Latency: the loaded round trips (all loaded phases), the phases, RPM, grade.
+
+    Without a loaded phase the distribution is the idle one and there is no grade."""
+    bases = (_baseline(log.samples, "up_ns"), _baseline(log.samples, "down_ns"))
+    baseline = idle_p50(log)
+    phases = tuple(phase_record(log, i, baseline, bases) for i in range(len(log.phases)))
+    loaded = {i for i, p in enumerate(log.phases) if p.loaded}
+    chosen = [s for s in log.samples if s.phase in loaded] if loaded else list(log.samples)
+    rtts = [s.rtt_us for s in chosen if s.rtt_us is not None]
+    top = distribution(rtts, lost=len(chosen) - len(rtts), sent=len(chosen))
+    increases = [p.increase_us for p in phases if p.increase_us is not None]
+    increase = max(increases) if increases else None
+    return attrs.evolve(
+        top,
+        measured_by=log.measured_by,
+        phases=phases,
+        increase_us=increase,
+        rpm=rpm(rtts) if loaded else None,
+        grade=grade(increase) if increase is not None else None,
+    )
+
+
+def answered_between(samples: Sequence[ProbeSample], start_s: float,
+                     end_s: float) -> list[float]:
+    """Round trips of the probes whose echo arrived in [start_s, end_s)."""
+    found = []
+    for sample in samples:
+        at = sample.answered_s
+        if at is not None and sample.rtt_us is not None and start_s <= at < end_s:
+            found.append(sample.rtt_us)
+    return found
+
+
+def with_interval_latency(sample: Interval, rtts_us: Sequence[float]) -> Interval:
+    """The interval with the p50 and max round trip of ``rtts_us`` (unchanged if none)."""
+    if not rtts_us:
+        return sample
+    ordered = sorted(rtts_us)
+    return attrs.evolve(sample, latency_p50_us=percentile(ordered, 50),
+                        latency_max_us=ordered[-1])

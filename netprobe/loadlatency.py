@@ -1,0 +1,175 @@
+"""Latency under load: any test (native or driven) with netprobe's latency probes beside it.
+
+The probes start before the test and run through it: an idle baseline first (default 2 s),
+then the test itself (the loaded phase), then an optional idle tail. They need a netprobe
+server at the far end (the native tool's server, or ``netprobe server`` as the agent next
+to a driven tool's server); with no host, a server of their own runs on loopback.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Callable, Optional
+
+import attrs
+
+from netprobe.engine import latency, protocol
+from netprobe.engine.probes import DEFAULT_RATE_HZ, Prober
+from netprobe.errors import TestFailed
+from netprobe.plugin import Reporter
+from netprobe.schema import Interval, Result, TestSpec
+
+DEFAULT_IDLE_S = 2.0
+"""Idle baseline before the load: 40 probes at the default rate, enough for a median."""
+SESSION_MARGIN_S = 60.0
+"""How much longer than planned the server keeps a probe session (set-up, slow ends)."""
+
+
+@attrs.frozen
+class ProbeOptions:
+    """How the probes run beside a test."""
+
+    idle_s: float = DEFAULT_IDLE_S
+    """Idle baseline before the load."""
+    tail_s: float = 0.0
+    """Idle time after the load (0: none)."""
+    rate_hz: float = DEFAULT_RATE_HZ
+    """Probes per second."""
+    transport: str = "auto"
+    """``udp``, ``tcp`` or ``auto`` (UDP, TCP where UDP gets no answer)."""
+    port: Optional[int] = None
+    """The netprobe server's port (default: the test's port for native, else 5301)."""
+
+
+def probe_port(spec: TestSpec, options: ProbeOptions) -> int:
+    """Where the probes go: the option, the native test's own port, or netprobe's."""
+    if options.port:
+        return options.port
+    if spec.tool == "native" and spec.port:
+        return spec.port
+    return protocol.DEFAULT_PORT
+
+
+@contextmanager
+def _far_end(spec: TestSpec, options: ProbeOptions) -> Iterator[tuple[str, int]]:
+    """The (host, port) of a netprobe server for the probes; one of our own on loopback
+    when the test has no host."""
+    if spec.host:
+        yield spec.host, probe_port(spec, options)
+        return
+    from netprobe.engine.server import Server, ServerConfig
+
+    loopback = "::1" if spec.ip_version == 6 else "127.0.0.1"
+    server = Server(ServerConfig(bind_address=loopback, port=0))
+    try:
+        port = server.start()
+    except OSError as exc:
+        raise TestFailed(f"latency probes: cannot start a server on {loopback}: {exc}") from None
+    try:
+        yield loopback, port
+    finally:
+        server.close()
+
+
+def open_prober(host: str, port: int, secret: Optional[bytes], options: ProbeOptions,
+                session_s: float, phase: str = "idle") -> Prober:
+    """A started prober against the netprobe server at host:port (TestFailed if none)."""
+    from netprobe.agent.client import AgentConnection
+
+    agent = AgentConnection.open(host, port, secret)
+    if agent is None:
+        raise TestFailed(f"latency probes: no netprobe server answers at {host} port {port} "
+                         "(run `netprobe server` there)")
+    prober = Prober(options.rate_hz, options.transport)
+    prober.start(agent.channel, session_s, phase)
+    return prober
+
+
+class LatencyReporter:
+    """Passes a test's events on, adding the probes' latency to each sum interval.
+
+    Intervals carry test time (seconds since the test's start); the probes their own.
+    The first samples tell the offset: a native side's sampler hands its interval on the
+    moment it ends, so the smallest (now - end_s) seen is the test's start in probe time.
+    """
+
+    def __init__(self, inner: Reporter, prober: Prober) -> None:
+        self.inner = inner
+        self.prober = prober
+        self.zero_s: Optional[float] = None
+
+    def interval(self, sample: Interval) -> None:
+        """Add latency to a sum interval, then pass it on."""
+        if sample.stream_id is None:
+            estimate = self.prober.now_s() - sample.end_s
+            if self.zero_s is None or estimate < self.zero_s:
+                self.zero_s = estimate
+            sample = self.add(sample, self.prober.answered())
+        self.inner.interval(sample)
+
+    def note(self, message: str) -> None:
+        """Pass the note on."""
+        self.inner.note(message)
+
+    def add(self, sample: Interval, samples: list[latency.ProbeSample]) -> Interval:
+        """``sample`` with the round trips of the probes answered within it."""
+        zero = self.zero_s or 0.0
+        rtts = latency.answered_between(samples, zero + sample.start_s, zero + sample.end_s)
+        return latency.with_interval_latency(sample, rtts)
+
+
+def attach(result: Result, log: latency.ProbeLog, live: LatencyReporter) -> Result:
+    """The result with the probes' Latency and per-interval latency."""
+    if live.zero_s is None:  # no live intervals: the test started with the loaded phase
+        loaded = [p.start_s for p in log.phases if p.loaded]
+        live.zero_s = loaded[0] if loaded else 0.0
+    samples = list(log.samples)
+    intervals = tuple(live.add(i, samples) if i.stream_id is None else i
+                      for i in result.intervals)
+    warnings = list(result.warnings)
+    if result.latency is not None and result.latency.measured_by != log.measured_by:
+        own = result.latency
+        warnings.append(f"{result.tool.name}'s own latency figure (mean {own.mean_us} us over "
+                        f"{own.count} samples) replaced by netprobe's probes under load")
+    bad = ", ".join(f"{count} {why}" for why, count in log.bad)
+    if bad:
+        warnings.append(f"latency probes ignored as bad: {bad}")
+    return attrs.evolve(result, latency=latency.summarize(log), intervals=intervals,
+                        warnings=tuple(warnings))
+
+
+def _pause(prober: Prober, seconds: float) -> None:
+    end = prober.now_s() + seconds
+    while prober.now_s() < end:
+        time.sleep(min(0.05, max(0.0, end - prober.now_s())))
+
+
+def run_with_latency(run: Callable[[Reporter], Result], spec: TestSpec, reporter: Reporter,
+                     options: ProbeOptions = ProbeOptions(),
+                     secret: Optional[bytes] = None) -> Result:
+    """Run ``run`` (the test, given a reporter) with the probes beside it.
+
+    A failed or interrupted test keeps its probes' figures in its partial result."""
+    planned = (spec.duration_s or 0.0) + options.idle_s + options.tail_s + SESSION_MARGIN_S
+    with _far_end(spec, options) as (host, port):
+        prober = open_prober(host, port, secret, options, planned)
+        live = LatencyReporter(reporter, prober)
+        try:
+            reporter.note(f"latency probes: {options.idle_s:g} s idle baseline")
+            _pause(prober, options.idle_s)
+            prober.mark("loaded", True)
+            try:
+                result = run(live)
+            except TestFailed as exc:
+                prober.mark("idle_tail", False)
+                if isinstance(exc.partial, Result):
+                    exc.partial = attach(exc.partial, prober.stop(), live)
+                raise
+            if options.tail_s > 0:
+                prober.mark("idle_tail", False)
+                _pause(prober, options.tail_s)
+            return attach(result, prober.stop(), live)
+        finally:
+            prober.close()
