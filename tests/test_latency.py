@@ -244,9 +244,11 @@ def test_native_run_with_latency_fills_phases_and_intervals() -> None:
     assert [p.loaded for p in lat.phases] == [False, True, False]
     assert lat.grade is not None and lat.rpm is not None and lat.increase_us is not None
     assert lat.count >= 15  # 1 s loaded at 20 probes/s
-    sums = [i for i in result.intervals if i.stream_id is None]
-    assert sums and all(i.latency_p50_us is not None for i in sums)
+    # Every sum interval of half a second holds ~10 echoes (a last short tail may hold none).
+    sums = [i for i in result.intervals if i.stream_id is None and i.end_s - i.start_s >= 0.4]
+    missing = [(i.role, i.start_s, i.end_s) for i in sums if i.latency_p50_us is None]
+    assert sums and not missing
     assert all(i.latency_max_us >= i.latency_p50_us for i in sums)  # type: ignore[operator]
-    live = [i for i in seen if i.stream_id is None]
+    live = [i for i in seen if i.stream_id is None and i.end_s - i.start_s >= 0.4]
     assert live and all(i.latency_p50_us is not None for i in live)
     assert all(i.latency_p50_us is None for i in result.intervals if i.stream_id is not None)
