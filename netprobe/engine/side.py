@@ -17,6 +17,7 @@ from typing import Callable, Optional
 import attrs
 
 from netprobe import core
+from netprobe._corerecords import UDP_HEADER_BYTES, UDP_MAX_PAYLOAD
 from netprobe.engine import summary
 from netprobe.engine.sockets import socket_info
 from netprobe.errors import CoreError
@@ -35,6 +36,22 @@ def default_length(spec: TestSpec) -> int:
     if spec.length_bytes:
         return spec.length_bytes
     return UDP_DEFAULT_LENGTH if spec.protocol == "udp" else TCP_DEFAULT_LENGTH
+
+
+def udp_datagrams(total: int, length: int) -> tuple[int, tuple[int, ...]]:
+    """A UDP byte count as ``(n, tail)``: ``n`` datagrams of ``length`` bytes, then the
+    ``tail`` datagrams' sizes, so that exactly ``total`` bytes go out. A remainder too
+    short to carry the datagram header is folded into the last full datagram (split in
+    two when that would not fit one datagram)."""
+    full, rest = divmod(total, length)
+    if rest == 0:
+        return full, ()
+    if rest >= UDP_HEADER_BYTES or full == 0:
+        return full, (rest,)
+    merged = length + rest
+    if merged <= UDP_MAX_PAYLOAD:
+        return full - 1, (merged,)
+    return full - 1, (merged // 2, merged - merged // 2)
 
 
 @attrs.define(eq=False)
@@ -161,20 +178,27 @@ class Side:
                 )
                 _shutdown_write(stream.sock)
             else:
-                core.udp_send(
-                    fd,
-                    c,
-                    length=length,
-                    deadline=deadline,
-                    max_bytes=spec.bytes_total,
-                    rate_bps=rate,
-                )
+                self._udp_send(fd, c, length, deadline, rate)
             return
         limit = None if deadline is None else deadline + RECEIVER_GRACE_S
         if stream.is_tcp:
             core.tcp_recv(fd, c, length=length, deadline=limit, skip_copy=spec.skip_rx_copy)
         else:
             core.udp_recv(fd, c, length=65507, deadline=limit)  # any datagram fits
+
+    def _udp_send(self, fd: int, c: core.Counters, length: int, deadline: Optional[float],
+                  rate: Optional[float]) -> None:
+        # The core sends whole datagrams only; a byte count is made exact by a short
+        # last datagram (or two), sent by the same counters so sequence numbers go on.
+        total = self.spec.bytes_total
+        full, tail = udp_datagrams(total, length) if total else (None, ())
+        if full != 0:
+            core.udp_send(fd, c, length=length, deadline=deadline, max_packets=full,
+                          rate_bps=rate)
+        for size in tail:
+            if c.stopped:
+                return
+            core.udp_send(fd, c, length=size, max_packets=1, rate_bps=rate)
 
     def _stream_finished(self) -> None:
         with self._lock:

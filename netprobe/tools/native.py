@@ -7,6 +7,7 @@ the self-test that works on any machine with nothing else installed or running.
 from __future__ import annotations
 
 from netprobe import __version__
+from netprobe._corerecords import UDP_HEADER_BYTES
 from netprobe.errors import TestFailed
 from netprobe.plugin import Availability, Capabilities, Reporter, Tool
 from netprobe.schema import Result, TestSpec
@@ -50,6 +51,16 @@ class NativeTool(Tool):
             else ("data path: pure Python (compiled core not available; slower)")
         )
         return Availability(True, __version__, details=(detail,))
+
+    def refusals(self, spec: TestSpec) -> list[str]:
+        """The capability refusals, and a UDP byte count too small for one datagram."""
+        found = super().refusals(spec)
+        if spec.protocol == "udp" and spec.bytes_total is not None \
+                and spec.bytes_total < UDP_HEADER_BYTES:
+            found.append(f"{self.name} cannot honour --bytes {spec.bytes_total}: a UDP test "
+                         f"sends at least one datagram of {UDP_HEADER_BYTES} bytes (its "
+                         "header)")
+        return found
 
     def run(self, spec: TestSpec, reporter: Reporter) -> Result:
         """Run against ``spec.host``'s netprobe server, or an embedded one on loopback."""
