@@ -1,0 +1,78 @@
+"""The PostgreSQL archive (psycopg 3: ``pip install 'netprobe[postgres]'``).
+
+``postgresql://user:password@host:5432/dbname`` or any libpq connection string
+(``postgresql:///netprobe?host=/run/postgresql`` for a unix socket). The tables are the
+SQLite archive's, with real timestamps (``timestamptz``, UTC) and the Result as ``jsonb``;
+they are created on first use. psycopg is imported only when this archive is opened, so
+installs without the extra never load it.
+"""
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from netprobe.archives import ArchiveError
+from netprobe.archives.sql import Dialect, SqlArchive
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise ArchiveError("the PostgreSQL archive needs psycopg 3: "
+                           "pip install 'netprobe[postgres]'") from None
+    return psycopg
+
+
+class PostgresArchive(SqlArchive):
+    """Runs and results in a PostgreSQL database."""
+
+    scheme = "postgresql"
+    dialect = Dialect(placeholder="%s", id_column="id BIGSERIAL PRIMARY KEY",
+                      real="DOUBLE PRECISION", integer="BIGINT", time="TIMESTAMPTZ",
+                      json="JSONB")
+
+    def connect(self, url: str) -> Any:
+        """Connect, with the session's time zone UTC so times read back as they went in."""
+        psycopg = _psycopg()
+        conninfo = "postgresql" + url[len("postgres"):] if url.startswith("postgres:") else url
+        try:
+            connection = psycopg.connect(conninfo, connect_timeout=10)
+            connection.execute("SET TIME ZONE 'UTC'")
+            connection.commit()
+        except psycopg.Error as exc:
+            raise ArchiveError(f"archive {_safe(url)}: {' '.join(str(exc).split())}") from None
+        return connection
+
+    def shown(self, url: str) -> str:
+        """The URL without its password."""
+        return _safe(url)
+
+    def errors(self) -> tuple[type[BaseException], ...]:
+        """psycopg's errors."""
+        return (_psycopg().Error,)
+
+    def encode_json(self, data: Any) -> Any:
+        """A jsonb parameter."""
+        from psycopg.types.json import Jsonb
+
+        return Jsonb(data)
+
+    def time_in(self, text: str) -> Any:
+        """An aware datetime for a timestamptz column."""
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    def time_out(self, value: Any) -> str:
+        """ISO 8601 text, as netprobe writes times elsewhere."""
+        if isinstance(value, datetime.datetime):
+            return value.astimezone(datetime.timezone.utc).isoformat(timespec="milliseconds")
+        return str(value)
+
+
+def _safe(url: str) -> str:
+    """The URL without its password, for error messages."""
+    head, at, tail = url.rpartition("@")
+    if not at or ":" not in head.split("//", 1)[-1]:
+        return url
+    scheme, _, user_password = head.partition("//")
+    return f"{scheme}//{user_password.split(':', 1)[0]}:***@{tail}"
