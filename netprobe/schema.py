@@ -78,7 +78,8 @@ class TestSpec:
     interval_s: Optional[float] = field(default=1.0, validator=_positive_or_none)
     """Interval between live reports; None for no interval reports."""
     omit_s: float = field(default=0.0, validator=_non_negative_or_none)
-    """Warm-up seconds excluded from the summary (kept in the intervals, marked omitted)."""
+    """Warm-up seconds before ``duration_s`` (as iperf3 -O), excluded from the summary
+    (kept in the intervals, marked omitted)."""
     length_bytes: Optional[int] = field(default=None, validator=_positive_or_none)
     """Buffer (TCP) or datagram payload (UDP) length; None for the tool's default."""
     window_bytes: Optional[int] = field(default=None, validator=_positive_or_none)
@@ -113,6 +114,13 @@ class TestSpec:
             raise SpecError("a test needs a duration or a byte count")
         if self.protocol == "udp" and self.length_bytes is not None and self.length_bytes < 16:
             raise SpecError("UDP payload length must be at least 16 bytes")
+
+    def planned_s(self) -> Optional[float]:
+        """Seconds the test runs: the warm-up (``omit_s``), then ``duration_s``, as iperf3
+        adds ``-O`` to ``-t``; None when a byte count ends the test."""
+        if self.bytes_total is not None or self.duration_s is None:
+            return None
+        return self.omit_s + self.duration_s
 
     def flow_directions(self) -> tuple[str, ...]:
         """The flow directions this spec produces, client's point of view."""

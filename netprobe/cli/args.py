@@ -134,7 +134,8 @@ def add_test_options(parser: argparse.ArgumentParser,
                        metavar="SECONDS",
                        help="seconds between interval reports (default: 1; 0 disables them)")
     group.add_argument("-O", "--omit", type=SECONDS_OR_ZERO, default=0.0, metavar="SECONDS",
-                       help="leave the first SECONDS out of the summary (warm-up)")
+                       help="warm up for SECONDS first, left out of the summary; added to -t, "
+                            "as in iperf3 (-t 10 -O 2 runs 12 s)")
 
 
 def add_socket_options(parser: argparse.ArgumentParser) -> None:

@@ -63,8 +63,9 @@ def _plan_note(spec: TestSpec, tools: Sequence[Tool], rounds: int,
     trials = len(tools) * rounds
     text = (f"{trials} trials: {names} interleaved, {rounds} rounds" if len(tools) > 1
             else f"{trials} trials of {names}")
-    if spec.duration_s is not None:
-        seconds = trials * spec.duration_s + (trials - 1) * (pause or 0.0)
+    planned = spec.planned_s()
+    if planned is not None:
+        seconds = trials * planned + (trials - 1) * (pause or 0.0)
         text += f", about {_duration_words(seconds)}"
     return text
 

@@ -59,7 +59,7 @@ class Client:
         self.channel.expect("start", timeout=10.0)
         reader = Reader(self.channel)
         self.side = Side(self.spec, self.streams, self._local_interval)
-        planned = self.spec.duration_s if self.spec.bytes_total is None else None
+        planned = self.spec.planned_s()
         conductor = Conductor(self.channel, reader, self.side, self.reporter.interval, planned)
         self.side.start()
         self.reporter.note("test started")
@@ -83,6 +83,7 @@ class Client:
             raise TestFailed(outcome.error, self._result(outcome, "failed", errors))
         conductor.send({"type": "bye"})
         errors = self.side.errors() + list((outcome.peer_report or {}).get("errors", []))
+        errors += _warm_up_error(self.spec, self.side)
         result = self._result(outcome, "failed" if errors else "ok", errors)
         if errors:
             raise TestFailed(errors[0], result)
@@ -230,6 +231,16 @@ class Client:
             errors=errors,
             data_path=core.DATA_PATH,
         )
+
+
+def _warm_up_error(spec: TestSpec, side: Side) -> list[str]:
+    """An error when the data ended inside the warm-up: no figure is left to summarise."""
+    ended = side.data_ended_s()
+    if spec.omit_s <= 0 or ended > spec.omit_s:
+        return []
+    return [f"the test ended {ended:.2f} s after the start, inside the {spec.omit_s:g} s "
+            "warm-up (-O): nothing is left to summarise; make -O shorter or the byte count "
+            "larger"]
 
 
 def _addr(getname: Any) -> Optional[str]:

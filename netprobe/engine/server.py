@@ -552,7 +552,7 @@ def _peer_closed(sock: socket.socket) -> bool:
 
 
 def _planned(spec: TestSpec) -> Optional[float]:
-    return spec.duration_s if spec.bytes_total is None else None
+    return spec.planned_s()
 
 
 def _networks(allow: tuple) -> list:

@@ -163,7 +163,8 @@ class Side:
     def _loop(self, stream: LocalStream) -> None:
         spec, fd, c = self.spec, stream.sock.fileno(), stream.counters
         length = default_length(spec)
-        deadline = None if spec.bytes_total else self.t0 + (spec.duration_s or 0)
+        planned = spec.planned_s()
+        deadline = None if planned is None else self.t0 + planned
         if stream.role == "sender":
             rate = spec.rate_bits_per_second
             if stream.is_tcp:
@@ -325,6 +326,10 @@ class Side:
         for stream in self.streams:
             if stream.role == "receiver" and stream.peer_done_at is None:
                 stream.peer_done_at = now
+
+    def data_ended_s(self) -> float:
+        """Seconds from the start until the last stream's data ended."""
+        return max((self._data_end(s) - self.t0 for s in self.streams), default=0.0)
 
     def sending_elapsed(self) -> Optional[float]:
         """Seconds from the start until the last sending loop returned."""

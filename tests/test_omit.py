@@ -1,0 +1,47 @@
+"""``-O`` as iperf3 has it: the warm-up comes before ``-t``, not out of it, and the summary
+covers the ``-t`` seconds after it; a warm-up that leaves nothing to summarise is an error,
+never a summary of a few milliseconds. Real native tests on loopback, in-process."""
+from __future__ import annotations
+
+import pytest
+
+from netprobe.convert import from_json
+from netprobe.schema import TestSpec
+from tests.test_cli import assert_one_error_line, builtin_registry, needs_native, run_main
+
+
+def test_planned_time_is_warm_up_plus_duration() -> None:
+    assert TestSpec(duration_s=2.0, omit_s=1.0).planned_s() == 3.0
+    assert TestSpec(duration_s=None, bytes_total=1000, omit_s=1.0).planned_s() is None
+
+
+@needs_native
+@pytest.mark.parametrize("protocol", [[], ["-u", "-b", "50M"]])
+def test_omit_is_added_to_the_duration(capsys: pytest.CaptureFixture[str],
+                                       protocol: list[str]) -> None:
+    code, out, err = run_main(capsys, "run", "-t", "1", "-O", "1", "-i", "0.5", *protocol,
+                              "--json", registry=builtin_registry())
+    assert code == 0, err
+    result = from_json(out)
+    [flow] = result.summaries
+    for side in (flow.sender, flow.receiver):
+        assert side is not None
+        assert side.start_s == pytest.approx(1.0, abs=0.05)
+        assert side.end_s - side.start_s == pytest.approx(1.0, abs=0.15)  # was ~0
+        assert side.bits_per_second == pytest.approx(side.bytes * 8 / (side.end_s -
+                                                                        side.start_s))
+    warm = [i for i in result.intervals if i.omitted and i.stream_id is None]
+    measured = [i for i in result.intervals if not i.omitted]
+    assert warm and all(i.end_s <= 1.0 + 1e-6 for i in warm)
+    assert max(i.end_s for i in measured) == pytest.approx(2.0, abs=0.15)
+
+
+@needs_native
+def test_warm_up_longer_than_a_byte_count_is_an_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_main(capsys, "run", "-n", "64k", "-O", "2", "--json",
+                              registry=builtin_registry())
+    assert code == 5
+    assert_one_error_line(err)
+    assert "warm-up" in err
+    assert from_json(out).status == "failed"
