@@ -11,6 +11,8 @@ rounds per direction; any other set of pairs is packed first-fit.
 """
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Iterable, Sequence
 from typing import Optional
 
@@ -129,3 +131,16 @@ def conflicts(rounds: Iterable[Round]) -> list[str]:
                 found.append(f"round {n}: {host}")
             seen.add(host)
     return found
+
+
+def next_start(slot: float, every: float, slip: float, now: float, rng: random.Random
+               ) -> tuple[float, float]:
+    """After a run of the slot starting at ``slot`` ends at ``now``: the next slot, and
+    when to start it (the slot plus a random 0..slip). A run that overran its period starts
+    the latest slot already past at once, and skips those before it: one catch-up, never
+    a pile of them, and the schedule stays on its grid instead of drifting."""
+    passed = max(1, math.floor((now - slot) / every))
+    following = slot + passed * every
+    if following <= now:
+        return following, now
+    return following, following + rng.uniform(0, slip)

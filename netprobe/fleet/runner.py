@@ -1,0 +1,279 @@
+"""Run a fleet: round after round, each round's pairs at the same time, through the agents.
+
+Before a round, every host in it is asked for its status (a short, bounded request): a
+host that does not answer is unreachable for that round, its pairs are archived as such
+and the others go on; a host busy with someone else's test is waited for, a bounded
+while, then tried (its agent refuses with "busy" if it still has no free slot). Each pair
+is a third-party test asked of the source's agent; its record goes to the archive the
+moment it ends, so a runner that is killed loses at most the tests in flight. A round
+ends when its last test does or when its deadline passes (the tests still running are
+archived as timed out): no round waits forever. Nothing here prints; the CLI is handed
+progress events.
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Callable, Optional, Protocol
+
+import attrs
+
+from netprobe.archives import Archive, ArchiveError, Record, Run
+from netprobe.engine.protocol import DEFAULT_PORT
+from netprobe.errors import NetprobeError, TestFailed
+from netprobe.fleet.config import Agent, Fleet, Group
+from netprobe.fleet.schedule import PlannedRound, next_start, plan
+from netprobe.plugin import NullReporter, utc_now_iso
+from netprobe.schema import Result, TestSpec
+
+ROUND_MARGIN_S = 30.0
+"""Past a test's planned length, how long its round waits: the agents' own start-up and
+reply limits (the far end's server start, the result's trip back) fit inside it."""
+BUSY_WAIT_S = 30.0
+"""How long a round waits for a host busy with a test that is not the fleet's."""
+STATUS_TIMEOUT_S = 3.0
+"""How long a host has to answer the status request before it counts as unreachable."""
+
+ThirdParty = Callable[[Agent, TestSpec], Result]
+Status = Callable[[Agent], dict]
+
+
+class Progress(Protocol):
+    """What a fleet run tells the one watching it (the CLI draws a bar from it)."""
+
+    def round_started(self, number: int, total: int, planned: PlannedRound) -> None:
+        """Round ``number`` of ``total`` begins."""
+
+    def pair_done(self, record: Record) -> None:
+        """One pair's record has been archived."""
+
+    def note(self, message: str) -> None:
+        """Something worth a line (an unreachable host, a wait)."""
+
+
+class QuietProgress:
+    """Progress that nobody watches."""
+
+    def round_started(self, number: int, total: int, planned: PlannedRound) -> None:
+        """Ignore it."""
+
+    def pair_done(self, record: Record) -> None:
+        """Ignore it."""
+
+    def note(self, message: str) -> None:
+        """Ignore it."""
+
+
+@attrs.frozen
+class RunSummary:
+    """What one fleet run did."""
+
+    run_id: str
+    """The run's id (the archive's and the results' ``run_id``)."""
+    records: tuple[Record, ...]
+    """Every pair's record, in the order they ended."""
+    status: str
+    """done or interrupted."""
+
+    def count(self, outcome: str) -> int:
+        """How many records have ``outcome``."""
+        return sum(r.outcome == outcome for r in self.records)
+
+
+def agent_third_party(source: Agent, spec: TestSpec) -> Result:
+    """Ask ``source``'s agent to run ``spec`` (the real thing: netprobe.agent.client)."""
+    from netprobe.agent.client import third_party
+    from netprobe.engine.auth import load_secret
+
+    return third_party(source.address, spec, NullReporter(), load_secret(source.secret_file),
+                       source.port)
+
+
+def agent_status(agent: Agent) -> dict:
+    """The agent's status reply (TestFailed when it does not answer in time)."""
+    from netprobe.agent.client import agent_status as status
+    from netprobe.engine.auth import load_secret
+
+    return status(agent.address, load_secret(agent.secret_file), agent.port, STATUS_TIMEOUT_S)
+
+
+def pair_spec(group: Group, target: Agent) -> TestSpec:
+    """The group's spec aimed at ``target``: the native engine is the target's agent itself,
+    so it goes to the agent's port; a driven tool's far end is started by that agent."""
+    port = target.port if group.spec.tool == "native" and target.port != DEFAULT_PORT else None
+    return attrs.evolve(group.spec, host=target.address, port=port)
+
+
+@attrs.define
+class FleetRunner:
+    """Runs a fleet's rounds; archive, progress and the agent calls can be substituted."""
+
+    fleet: Fleet
+    archive: Optional[Archive] = None
+    progress: Progress = attrs.field(factory=QuietProgress)
+    third_party: ThirdParty = agent_third_party
+    status: Status = agent_status
+    busy_wait_s: float = BUSY_WAIT_S
+    clock: Callable[[], float] = time.monotonic
+
+    def run_once(self, groups: Optional[Sequence[str]] = None) -> RunSummary:
+        """Every round of the chosen groups once; KeyboardInterrupt ends the run cleanly
+        (what has ended is archived, the run is marked interrupted) and propagates."""
+        rounds = plan(self.fleet, groups)
+        run_id = uuid.uuid4().hex
+        records: list[Record] = []
+        if self.archive is not None:
+            self.archive.start_run(Run(run_id, self.fleet.path, utc_now_iso(), len(rounds),
+                                       sum(len(r.pairs) for r in rounds)))
+        status = "interrupted"
+        try:
+            for number, planned in enumerate(rounds, start=1):
+                self.progress.round_started(number, len(rounds), planned)
+                records += RoundRun(self, run_id, planned).run()
+            status = "done"
+        finally:
+            if self.archive is not None:
+                self.archive.finish_run(run_id, utc_now_iso(), status)
+        return RunSummary(run_id, tuple(records), status)
+
+    def run_forever(self, stop: threading.Event, rng: Optional[random.Random] = None) -> None:
+        """Keep every group's schedule (``every``, with a random ``slip``) until ``stop``.
+        Groups never overlap: one that falls due while another runs starts right after it;
+        starts missed while a run overran are skipped, not piled up."""
+        rng = rng or random.Random()
+        now = self.clock()
+        due = {g.name: now + rng.uniform(0, g.slip_s) for g in self.fleet.groups}
+        slot = dict.fromkeys(due, now)
+        while not stop.is_set():
+            name = min(due, key=lambda n: due[n])
+            if stop.wait(max(0.0, due[name] - self.clock())):
+                return
+            self.run_once([name])
+            group = next(g for g in self.fleet.groups if g.name == name)
+            slot[name], due[name] = next_start(slot[name], group.every_s, group.slip_s,
+                                               self.clock(), rng)
+
+    def agent(self, name: str) -> Agent:
+        """The fleet's agent called ``name``."""
+        return self.fleet.agents[name]
+
+    def group(self, name: str) -> Group:
+        """The fleet's group called ``name``."""
+        return next(g for g in self.fleet.groups if g.name == name)
+
+
+class RoundRun:
+    """One round: check the hosts, start every pair, archive each as it ends, stop waiting
+    at the deadline."""
+
+    def __init__(self, runner: FleetRunner, run_id: str, planned: PlannedRound) -> None:
+        self.runner = runner
+        self.run_id = run_id
+        self.planned = planned
+        self.group = runner.group(planned.group)
+        self.records: list[Record] = []
+        self._written: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self._failure: Optional[ArchiveError] = None  # an archive write a pair thread lost
+
+    def run(self) -> list[Record]:
+        """Run the round; every pair's record, in the order they ended."""
+        down = self._unreachable()
+        threads = []
+        for source, target in self.planned.pairs:
+            if source in down or target in down:
+                host = source if source in down else target
+                self._keep(source, target, utc_now_iso(), "unreachable", down[host])
+                continue
+            thread = threading.Thread(target=self._pair, args=(source, target), daemon=True,
+                                      name=f"np-fleet-{source}-{target}")
+            thread.start()
+            threads.append(thread)
+        deadline = self.runner.clock() + self._timeout()
+        for thread in threads:
+            thread.join(max(0.0, deadline - self.runner.clock()))
+        for source, target in self.planned.pairs:  # still running at the deadline
+            self._keep(source, target, utc_now_iso(), "timeout",
+                       f"the round ended after {self._timeout():g} s with the test still running")
+        if self._failure is not None:
+            raise self._failure
+        return self.records
+
+    def _timeout(self) -> float:
+        if self.group.round_timeout_s is not None:
+            return self.group.round_timeout_s
+        spec = self.group.spec
+        return (spec.duration_s or 0.0) + spec.omit_s + ROUND_MARGIN_S
+
+    def _unreachable(self) -> dict[str, str]:
+        """Hosts of the round that do not answer (name -> why), asked all at once; hosts
+        busy with another test are waited for, up to busy_wait_s."""
+        hosts = sorted({h for pair in self.planned.pairs for h in pair})
+        answers: dict[str, object] = {}
+        threads = [threading.Thread(target=self._ask, args=(h, answers), daemon=True)
+                   for h in hosts]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(STATUS_TIMEOUT_S * 2 + self.runner.busy_wait_s)
+        down = {}
+        for host in hosts:
+            answer = answers.get(host, "did not answer the status request in time")
+            if isinstance(answer, str):
+                agent = self.runner.agent(host)
+                down[host] = f"agent {host} ({agent.address}) is unreachable: {answer}"
+                self.runner.progress.note(down[host])
+        return down
+
+    def _ask(self, host: str, answers: dict[str, object]) -> None:
+        agent = self.runner.agent(host)
+        end = self.runner.clock() + self.runner.busy_wait_s
+        try:
+            status = self.runner.status(agent)
+            while status.get("state") == "busy" and self.runner.clock() < end:
+                time.sleep(0.5)
+                status = self.runner.status(agent)
+        except (NetprobeError, OSError) as exc:
+            answers[host] = str(exc)
+            return
+        answers[host] = status
+
+    def _pair(self, source: str, target: str) -> None:
+        started = utc_now_iso()
+        spec = pair_spec(self.group, self.runner.agent(target))
+        try:
+            result: Optional[Result] = self.runner.third_party(self.runner.agent(source), spec)
+            outcome, error = "ok", None
+            if result is not None and result.status != "ok":
+                outcome = "failed"
+                error = result.errors[0] if result.errors else f"test {result.status}"
+        except TestFailed as exc:
+            result = exc.partial if isinstance(exc.partial, Result) else None
+            outcome, error = "failed", str(exc)
+        except (NetprobeError, OSError) as exc:
+            result, outcome, error = None, "failed", str(exc) or type(exc).__name__
+        try:
+            self._keep(source, target, started, outcome, error, result)
+        except ArchiveError as exc:  # raised in the round's own thread once all have ended
+            self._failure = exc
+
+    def _keep(self, source: str, target: str, started: str, outcome: str,
+              error: Optional[str], result: Optional[Result] = None) -> None:
+        """Archive the pair's record, once: whoever comes first (the test's end, or the
+        deadline) writes it."""
+        with self._lock:
+            if (source, target) in self._written:
+                return
+            self._written.add((source, target))
+        if result is not None:
+            result = attrs.evolve(result, run_id=self.run_id)
+        record = Record(self.run_id, self.planned.group, self.planned.index, source, target,
+                        started, outcome, error, result)
+        if self.runner.archive is not None:
+            self.runner.archive.add(record)
+        with self._lock:
+            self.records.append(record)
+        self.runner.progress.pair_done(record)

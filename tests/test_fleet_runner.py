@@ -1,0 +1,147 @@
+"""The fleet runner on loopback: real agents (``netprobe server --allow-third-party`` on
+their own ports), a mesh run archived as each test ends, an agent that is not there marked
+unreachable while the others run, a round that cannot wait forever; and the schedule's
+next start (pure)."""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from netprobe.archives import open_archive
+from netprobe.fleet import config
+from netprobe.fleet.runner import FleetRunner
+from netprobe.fleet.schedule import PlannedRound, next_start
+
+from .servers import free_port, netprobe_server
+
+
+def _fleet(ports: dict[str, int], duration: float = 0.5, **group: str) -> config.Fleet:
+    agents = "".join(f'[agents.{n}]\naddress = "127.0.0.1"\nport = {p}\n'
+                     for n, p in ports.items())
+    extra = "".join(f"{k} = {v}\n" for k, v in group.items())
+    text = (f"{agents}[groups.mesh]\ntype = \"mesh\"\n{extra}"
+            f"spec = {{ duration = {duration} }}\n")
+    return config.parse(config.tomllib.loads(text), "loop.toml")
+
+
+@pytest.fixture(scope="module")
+def agents() -> Iterator[dict[str, int]]:
+    with ExitStack() as stack:
+        ports = {name: stack.enter_context(netprobe_server("--allow-third-party",
+                                                           "--max-tests", "4")).port
+                 for name in ("a", "b", "c")}
+        yield ports
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.rounds: list[tuple[int, int]] = []
+        self.notes: list[str] = []
+        self.done = 0
+
+    def round_started(self, number: int, total: int, planned: PlannedRound) -> None:
+        self.rounds.append((number, total))
+
+    def pair_done(self, record: object) -> None:
+        self.done += 1
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+
+def test_mesh_on_loopback_archives_every_pair(agents: dict[str, int], tmp_path: Path) -> None:
+    seen = Seen()
+    with open_archive(str(tmp_path / "f.db")) as archive:
+        summary = FleetRunner(_fleet(agents), archive, seen).run_once()
+        records = archive.records(summary.run_id)
+        (run,) = archive.runs()
+    assert summary.status == "done" and run.status == "done" and run.finished
+    assert seen.rounds == [(k, 6) for k in range(1, 7)]  # 3 hosts: a bye, 3 rounds each way
+    assert sorted((r.source, r.target) for r in records) == sorted(
+        (s, t) for s in agents for t in agents if s != t)
+    assert all(r.outcome == "ok" for r in records), [r.error for r in records]
+    for record in records:
+        assert record.result is not None and record.result.run_id == summary.run_id
+        flow = record.result.summary()
+        assert flow is not None and flow.receiver is not None and flow.receiver.bytes > 0
+        assert record.result.remote.port == agents[record.target]
+    assert seen.done == 6
+
+
+def test_an_absent_agent_is_unreachable_and_the_rest_run(agents: dict[str, int],
+                                                         tmp_path: Path) -> None:
+    ports = {**agents, "gone": free_port()}
+    seen = Seen()
+    started = time.monotonic()
+    with open_archive(str(tmp_path / "f.db")) as archive:
+        summary = FleetRunner(_fleet(ports), archive, seen).run_once()
+        records = archive.records()
+    took = time.monotonic() - started
+    gone = [r for r in records if "gone" in (r.source, r.target)]
+    rest = [r for r in records if "gone" not in (r.source, r.target)]
+    assert len(gone) == 6 and {r.outcome for r in gone} == {"unreachable"}
+    assert all("agent gone (127.0.0.1) is unreachable" in str(r.error) for r in gone)
+    assert len(rest) == 6 and {r.outcome for r in rest} == {"ok"}
+    assert summary.count("unreachable") == 6 and any("gone" in n for n in seen.notes)
+    assert took < 60, "the run must end on its own"
+
+
+def test_interrupted_run_is_marked(agents: dict[str, int], tmp_path: Path) -> None:
+    class CtrlCInRoundTwo(Seen):
+        def round_started(self, number: int, total: int, planned: PlannedRound) -> None:
+            if number == 2:
+                raise KeyboardInterrupt
+
+    fleet = _fleet({"a": agents["a"], "b": agents["b"]})
+    with open_archive(str(tmp_path / "f.db")) as archive:
+        with pytest.raises(KeyboardInterrupt):
+            FleetRunner(fleet, archive, CtrlCInRoundTwo()).run_once()
+        (run,) = archive.runs()
+        assert run.status == "interrupted" and run.finished
+        assert [r.outcome for r in archive.records()] == ["ok"]  # round 1 is kept
+
+
+def test_next_start_keeps_the_grid_and_skips_missed_slots() -> None:
+    rng = random.Random(7)
+    slot, start = next_start(1000.0, 60.0, 10.0, 1020.0, rng)  # ran 20 s of a 60 s period
+    assert slot == 1060.0 and 1060.0 <= start <= 1070.0
+    slot, start = next_start(1000.0, 60.0, 10.0, 1130.0, rng)  # overran two periods
+    assert (slot, start) == (1120.0, 1130.0)  # the latest past slot, at once; 1060 skipped
+    starts = [next_start(0.0, 60.0, 30.0, 1.0, rng)[1] for _ in range(200)]
+    assert min(starts) >= 60.0 and max(starts) <= 90.0 and max(starts) - min(starts) > 20
+
+
+def test_forever_runs_again_on_schedule(agents: dict[str, int], tmp_path: Path) -> None:
+    fleet = _fleet({"a": agents["a"], "b": agents["b"]}, duration=0.3, every='"1s"')
+    stop = threading.Event()
+    with open_archive(str(tmp_path / "f.db")) as archive:
+        runner = FleetRunner(fleet, archive)
+        thread = threading.Thread(target=runner.run_forever, args=(stop,), daemon=True)
+        thread.start()
+        end = time.monotonic() + 20
+        while len(archive.runs()) < 3 and time.monotonic() < end:
+            time.sleep(0.2)
+        stop.set()
+        thread.join(15)
+        runs = archive.runs()
+    assert not thread.is_alive() and len(runs) >= 3
+    assert all(len(r.started) > 0 and r.status in ("done", "running") for r in runs)
+
+
+def test_a_round_never_waits_past_its_deadline(agents: dict[str, int], tmp_path: Path) -> None:
+    # 6 s tests in rounds allowed 2 s: archived as timed out, the run goes on and ends.
+    # (Last in the module: its tests go on in the agents for a few seconds.)
+    fleet = _fleet({"a": agents["a"], "b": agents["b"]}, duration=6, round_timeout="2")
+    started = time.monotonic()
+    with open_archive(str(tmp_path / "f.db")) as archive:
+        summary = FleetRunner(fleet, archive, busy_wait_s=0.5).run_once()
+        records = archive.records()
+    assert time.monotonic() - started < 5.5
+    assert [r.outcome for r in records] == ["timeout", "timeout"]
+    assert all("after 2 s" in str(r.error) for r in records) and summary.status == "done"
