@@ -88,7 +88,7 @@ def open_prober(host: str, port: int, secret: Optional[bytes], options: ProbeOpt
 
 
 class LatencyReporter:
-    """Passes a test's events on, adding the probes' latency to each sum interval.
+    """Passes a test's events on, adding the probes' latency to each interval.
 
     Intervals carry test time (seconds since the test's start); the probes their own.
     The first samples tell the offset: a native side's sampler hands its interval on the
@@ -101,13 +101,11 @@ class LatencyReporter:
         self.zero_s: Optional[float] = None
 
     def interval(self, sample: Interval) -> None:
-        """Add latency to a sum interval, then pass it on."""
-        if sample.stream_id is None:
-            estimate = self.prober.now_s() - sample.end_s
-            if self.zero_s is None or estimate < self.zero_s:
-                self.zero_s = estimate
-            sample = self.add(sample, self.prober.answered())
-        self.inner.interval(sample)
+        """Add the probes' latency to the interval, then pass it on."""
+        estimate = self.prober.now_s() - sample.end_s
+        if self.zero_s is None or estimate < self.zero_s:
+            self.zero_s = estimate
+        self.inner.interval(self.add(sample, self.prober.answered()))
 
     def note(self, message: str) -> None:
         """Pass the note on."""
@@ -126,8 +124,7 @@ def attach(result: Result, log: latency.ProbeLog, live: LatencyReporter) -> Resu
         loaded = [p.start_s for p in log.phases if p.loaded]
         live.zero_s = loaded[0] if loaded else 0.0
     samples = list(log.samples)
-    intervals = tuple(live.add(i, samples) if i.stream_id is None else i
-                      for i in result.intervals)
+    intervals = tuple(live.add(i, samples) for i in result.intervals)
     warnings = list(result.warnings)
     if result.latency is not None and result.latency.measured_by != log.measured_by:
         own = result.latency
@@ -136,8 +133,8 @@ def attach(result: Result, log: latency.ProbeLog, live: LatencyReporter) -> Resu
     bad = ", ".join(f"{count} {why}" for why, count in log.bad)
     if bad:
         warnings.append(f"latency probes ignored as bad: {bad}")
-    return attrs.evolve(result, latency=latency.summarize(log), intervals=intervals,
-                        warnings=tuple(warnings))
+    summary = attrs.evolve(latency.summarize(log), test_start_s=round(live.zero_s, 4))
+    return attrs.evolve(result, latency=summary, intervals=intervals, warnings=tuple(warnings))
 
 
 def _pause(prober: Prober, seconds: float) -> None:

@@ -20,11 +20,11 @@ from attrs import field, frozen
 
 from netprobe.errors import SpecError
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 """Version of the result format; bumped on any change, minor for additions (1.1: latency
 fields documented for plugins, run_id and trial; 1.2: latency under load: phases, one-way
-delay variation, probe loss, RPM, grade, per-interval latency). Results of an older minor
-version load."""
+delay variation, probe loss, RPM, grade, per-interval latency; 1.3: the probes' own samples
+and the test's start on their clock). Results of an older minor version load."""
 
 PROTOCOLS = ("tcp", "udp")
 DIRECTIONS = ("normal", "reverse", "bidir")
@@ -242,8 +242,8 @@ class Interval:
     jitter_ms: Optional[float] = None
     """UDP interarrival jitter at the end of the interval (receiver, RFC 3550)."""
     latency_p50_us: Optional[float] = None
-    """Median round trip of the latency probes answered in the interval (sum intervals of a
-    run with latency probes; None otherwise)."""
+    """Median round trip of the latency probes answered in the interval (a run with latency
+    probes; the path's figure, the same on every stream of the span; None otherwise)."""
     latency_max_us: Optional[float] = None
     """Slowest round trip of the latency probes answered in the interval."""
 
@@ -365,6 +365,24 @@ class Latency:
     grade: Optional[str] = field(default=None, validator=attrs.validators.optional(_one_of(GRADES)))
     """Bufferbloat grade of ``increase_us``: A+ < 5 ms, A < 30, B < 60, C < 200, D < 400,
     F from 400 (the DSLReports / Waveform scale)."""
+    samples: tuple[LatencySample, ...] = ()
+    """Every probe of the run in time order (the charts are drawn from these)."""
+    test_start_s: Optional[float] = None
+    """When the test's own clock (``Interval.start_s``) began, on the probes' clock."""
+
+
+@frozen
+class LatencySample:
+    """One latency probe: when it was sent and what it measured (None: it was lost)."""
+
+    t_s: float
+    """When it was sent, seconds since the probes started."""
+    rtt_us: Optional[float] = None
+    """Its round trip."""
+    client_to_server_us: Optional[float] = None
+    """Its one-way delay variation from client to server."""
+    server_to_client_us: Optional[float] = None
+    """Its one-way delay variation from server to client."""
 
 
 @frozen

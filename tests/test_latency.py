@@ -99,6 +99,10 @@ def test_summary_of_a_deep_queue_worked_by_hand() -> None:
     # Loss split by the server's received list: 2 probes out, 1 echo back.
     assert (up.lost, down.lost) == (2, 1)
     assert idle.increase_us is None and idle.grade is None and idle.rpm is None
+    assert latency.bloated_direction(summary) == "client_to_server"
+    assert len(summary.samples) == 63 and summary.samples[-1].rtt_us is None
+    assert summary.samples[30].client_to_server_us == pytest.approx(150_000.0)
+    assert summary.samples[30].server_to_client_us == 0.0
 
 
 def test_summary_without_a_loaded_phase_has_no_grade() -> None:
@@ -251,4 +255,8 @@ def test_native_run_with_latency_fills_phases_and_intervals() -> None:
     assert all(i.latency_max_us >= i.latency_p50_us for i in sums)  # type: ignore[operator]
     live = [i for i in seen if i.stream_id is None and i.end_s - i.start_s >= 0.4]
     assert live and all(i.latency_p50_us is not None for i in live)
-    assert all(i.latency_p50_us is None for i in result.intervals if i.stream_id is not None)
+    # The path's figure is on every stream's interval of the span, as on the sum.
+    streams = [i for i in result.intervals if i.stream_id == 1 and i.end_s - i.start_s >= 0.4]
+    assert streams and all(i.latency_p50_us is not None for i in streams)
+    assert len(lat.samples) == sum(p.rtt.count + (p.rtt.lost or 0) for p in lat.phases if p.rtt)
+    assert lat.test_start_s is not None and lat.test_start_s >= 0.5

@@ -192,6 +192,35 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
                        help="with -P, show every stream, not only the sums")
 
 
+RATE_HZ = checked(float, lambda v: 0 < v <= 100, "must be above 0 and at most 100 per second")
+
+
+def add_latency_options(parser: argparse.ArgumentParser) -> None:
+    """netprobe's latency probes beside a test (--latency and its settings)."""
+    group = parser.add_argument_group("latency under load (needs netprobe server on HOST)")
+    group.add_argument("--latency", action="store_true",
+                       help="send small timestamped probes beside the test: idle baseline, "
+                            "then latency under load, its increase, RPM and grade")
+    group.add_argument("--latency-idle", type=SECONDS_OR_ZERO, default=2.0, metavar="SECONDS",
+                       help="idle baseline before the load (default: 2)")
+    group.add_argument("--latency-tail", type=SECONDS_OR_ZERO, default=0.0, metavar="SECONDS",
+                       help="idle time after the load (default: 0)")
+    group.add_argument("--latency-rate", type=RATE_HZ, default=20.0, metavar="PER_S",
+                       help="probes per second (default: 20)")
+    group.add_argument("--latency-transport", choices=("auto", "udp", "tcp"), default="auto",
+                       help="probe over UDP, TCP, or UDP with TCP where UDP is dropped "
+                            "(default: auto)")
+
+
+def probe_options(args: argparse.Namespace) -> Any:
+    """The ProbeOptions of --latency-idle, -tail, -rate and -transport."""
+    from netprobe.loadlatency import ProbeOptions
+
+    return ProbeOptions(idle_s=args.latency_idle, tail_s=args.latency_tail,
+                        rate_hz=args.latency_rate, transport=args.latency_transport,
+                        port=getattr(args, "agent_port", None))
+
+
 def add_agent_options(parser: argparse.ArgumentParser) -> None:
     """The agents on the far hosts: third-party tests (--from/--to), --no-agent."""
     group = parser.add_argument_group("agents (netprobe server on the far hosts)")

@@ -153,6 +153,9 @@ def _interval_extras(sample: Interval) -> list[str]:
         extras.append(f"jitter {sample.jitter_ms:.3f} ms")
     if sample.out_of_order_packets:
         extras.append(f"ooo {sample.out_of_order_packets}")
+    if sample.latency_p50_us is not None:  # netprobe's latency probes (--latency)
+        extras.append(f"latency {format_ms_from_us(sample.latency_p50_us)} "
+                      f"(max {format_ms_from_us(sample.latency_max_us)})")
     return extras
 
 
@@ -212,7 +215,11 @@ def print_result(console: Console, result: Result, *, intervals: bool = False,
     if result.summaries or result.streams:
         console.print(summary_table(result, per_stream))
     _print_sparkline(console, result)
-    if result.latency is not None:
+    if result.latency is not None and result.latency.phases:
+        from netprobe.cli.latencyview import print_latency
+
+        print_latency(console, result)
+    elif result.latency is not None:
         console.print(latency_text(result), soft_wrap=True)
     for warning in result.warnings:
         console.print(Text.assemble(("warning: ", "bold yellow"), warning), soft_wrap=True)

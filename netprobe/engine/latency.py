@@ -23,7 +23,7 @@ from typing import Optional
 
 import attrs
 
-from netprobe.schema import Interval, Latency, LatencyPhase
+from netprobe.schema import Interval, Latency, LatencyPhase, LatencySample
 
 GRADE_LIMITS_MS = ((5.0, "A+"), (30.0, "A"), (60.0, "B"), (200.0, "C"), (400.0, "D"))
 """Upper bounds (exclusive) of the latency increase for each grade; F from 400 ms."""
@@ -235,7 +235,45 @@ def summarize(log: ProbeLog) -> Latency:
         increase_us=increase,
         rpm=rpm(rtts) if loaded else None,
         grade=grade(increase) if increase is not None else None,
+        samples=series(log.samples, bases),
     )
+
+
+def _above(raw: Optional[int], base: Optional[int]) -> Optional[float]:
+    return None if raw is None or base is None else round((raw - base) / 1000.0, 1)
+
+
+def series(samples: Sequence[ProbeSample],
+           bases: tuple[Optional[int], Optional[int]]) -> tuple[LatencySample, ...]:
+    """Every probe as a LatencySample (0.1 us and 0.1 ms resolution keep the JSON small)."""
+    return tuple(
+        LatencySample(
+            t_s=round(s.sent_s, 4),
+            rtt_us=None if s.rtt_us is None else round(s.rtt_us, 1),
+            client_to_server_us=_above(s.up_ns, bases[0]),
+            server_to_client_us=_above(s.down_ns, bases[1]),
+        )
+        for s in samples
+    )
+
+
+def bloated_direction(record: Latency, threshold_us: float = 5000.0) -> Optional[str]:
+    """Which direction's queue grew under load: ``client_to_server``, ``server_to_client``,
+    ``both``, or None (neither grew by ``threshold_us`` at the median, or unknown).
+
+    Taken from the loaded phase where each direction's median delay variation is largest:
+    the one-way figures say where the queue is, which the round trip alone cannot."""
+    grown = set()
+    for phase in record.phases:
+        if not phase.loaded:
+            continue
+        for name in ("client_to_server", "server_to_client"):
+            one_way = getattr(phase, name)
+            if one_way is not None and (one_way.p50_us or 0.0) >= threshold_us:
+                grown.add(name)
+    if len(grown) == 2:
+        return "both"
+    return grown.pop() if grown else None
 
 
 def answered_between(samples: Sequence[ProbeSample], start_s: float,

@@ -36,6 +36,7 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
     opts.add_test_options(parser)
     opts.add_socket_options(parser)
     opts.add_agent_options(parser)
+    opts.add_latency_options(parser)
     opts.add_output_options(parser)
     opts.add_trial_options(parser, ("--repeat",), None,
                            "run the test N times and summarise the trials (mean, median, sd, "
@@ -50,6 +51,8 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     tool = make_tool(registry_for(load, spec.tool), spec.tool, secret_options(args))
     tool.check(spec)
     require_available(tool)
+    if args.latency and (args.repeat is not None or args.from_host):
+        raise UsageError("--latency cannot be combined with --repeat or --from")
     if args.repeat is not None:
         from netprobe.cli.trialsink import cmd_repeat
 
@@ -58,9 +61,21 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     out.check()  # an unwritable -o costs no test
     reporter = out.reporter(spec)
     try:
-        result = run_tool(tool, spec, reporter, args)
+        if args.latency:
+            result = _with_latency(tool, spec, reporter, args)
+        else:
+            result = run_tool(tool, spec, reporter, args)
     except TestFailed as exc:
         emit_partial(out, exc.partial, reporter)
         raise
     out.emit(result, intervals_shown=lines_shown(reporter))
     return status_code(result)
+
+
+def _with_latency(tool: Any, spec: Any, reporter: Any, args: argparse.Namespace) -> Any:
+    """The test with netprobe's latency probes beside it (--latency)."""
+    from netprobe.engine.auth import load_secret
+    from netprobe.loadlatency import run_with_latency
+
+    return run_with_latency(lambda live: run_tool(tool, spec, live, args), spec, reporter,
+                            opts.probe_options(args), load_secret(args.secret_file))

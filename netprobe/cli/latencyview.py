@@ -1,0 +1,161 @@
+"""Latency under load for people: a table per phase, the verdict, and a terminal chart of
+the round trip over time with the phases marked under it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Optional
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from netprobe.cli.tabulate import BLOCKS
+from netprobe.cli.units import format_ms_from_us, format_rate
+from netprobe.engine.latency import bloated_direction
+from netprobe.schema import Latency, LatencyPhase, LatencySample, Result
+
+CHART_WIDTH = 64
+CHART_ROWS = 5
+_WHERE = {
+    "client_to_server": "the queue builds from client to server (upload): shape or fix "
+                        "the client side's egress",
+    "server_to_client": "the queue builds from server to client (download): shape or fix "
+                        "the server side's egress",
+    "both": "queues build in both directions",
+}
+
+
+def has_phases(result: Result) -> bool:
+    """True if the result carries netprobe's phased latency figures."""
+    return result.latency is not None and bool(result.latency.phases)
+
+
+def print_latency(console: Console, result: Result) -> None:
+    """The phase table, the verdict and the chart of a phased latency result."""
+    latency = result.latency
+    assert latency is not None
+    console.print(phase_table(latency.phases))
+    console.print(verdict(latency), soft_wrap=True)
+    chart = latency_chart(latency.samples, latency.phases)
+    if chart:
+        console.print(chart, soft_wrap=True)
+
+
+def _ms(value: Optional[float]) -> str:
+    return format_ms_from_us(value)
+
+
+def _one_way(record: Optional[Latency]) -> str:
+    return "-" if record is None else _ms(record.p50_us)
+
+
+def _signed_ms(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    return ("+" if value >= 0 else "-") + _ms(abs(value))
+
+
+def phase_table(phases: Sequence[LatencyPhase]) -> Table:
+    """One row per phase: probes, loss, round trip percentiles, each way, against idle."""
+    table = Table(title="Latency: probe round trip; each way, the median delay above that "
+                        "direction's minimum (its queue)", title_justify="left")
+    for name in ("Phase", "Probes", "Lost", "RTT p50", "p90", "p99", "max",
+                 "c->s", "s->c", "vs idle", "Grade"):
+        table.add_column(name, justify="left" if name == "Phase" else "right")
+    with_rates = any(p.client_to_server_bits_per_second or p.server_to_client_bits_per_second
+                     for p in phases)
+    if with_rates:
+        table.add_column("Throughput", justify="right")
+    for phase in phases:
+        rtt = phase.rtt or Latency(count=0)
+        lost = "-" if rtt.lost is None else f"{rtt.lost} ({rtt.lost_percent or 0:.1f}%)"
+        increase = _signed_ms(phase.increase_us)
+        row = [phase.name, str(rtt.count + (rtt.lost or 0)), lost, _ms(rtt.p50_us),
+               _ms(rtt.p90_us), _ms(rtt.p99_us), _ms(rtt.max_us),
+               _one_way(phase.client_to_server), _one_way(phase.server_to_client),
+               increase, phase.grade or "-"]
+        if with_rates:
+            row.append(_rates(phase))
+        table.add_row(*row)
+    return table
+
+
+def _rates(phase: LatencyPhase) -> str:
+    parts = []
+    if phase.server_to_client_bits_per_second:
+        parts.append(f"down {format_rate(phase.server_to_client_bits_per_second)}")
+    if phase.client_to_server_bits_per_second:
+        parts.append(f"up {format_rate(phase.client_to_server_bits_per_second)}")
+    return ", ".join(parts) or "-"
+
+
+def verdict(latency: Latency) -> Text:
+    """``latency under load: +151 ms over idle, RPM 396, grade C; the queue builds ...``."""
+    text = Text.assemble(("latency under load: ", "bold"))
+    if latency.grade is None or latency.increase_us is None:
+        text.append(f"no loaded phase; idle p50 {_ms(latency.p50_us)}")
+        return text
+    text.append(f"{_signed_ms(latency.increase_us)} over idle "
+                f"(loaded p50 {_ms(latency.p50_us)}), ")
+    if latency.rpm is not None:
+        text.append(f"RPM {latency.rpm:,.0f}, ")
+    text.append("grade ")
+    text.append(latency.grade, style="bold green" if latency.grade in ("A+", "A") else "bold red")
+    where = bloated_direction(latency)
+    text.append(f"; {_WHERE[where]}" if where else "; no queue builds in either direction")
+    text.append(f" (measured by {latency.measured_by})", style="dim")
+    return text
+
+
+def latency_chart(samples: Sequence[LatencySample], phases: Sequence[LatencyPhase],
+                  width: int = CHART_WIDTH, rows: int = CHART_ROWS) -> Optional[Text]:
+    """Round trip over time, the slowest probe of each column, ``rows`` lines high, with
+    the phases' names under their start and lost probes marked ``x``."""
+    if not samples:
+        return None
+    end = max(max(s.t_s for s in samples), max((p.end_s for p in phases), default=0.0))
+    span = end or 1.0
+    columns: list[Optional[float]] = [None] * width
+    lost = [False] * width
+    for sample in samples:
+        col = min(width - 1, int(sample.t_s / span * width))
+        if sample.rtt_us is None:
+            lost[col] = True
+        else:
+            columns[col] = max(columns[col] or 0.0, sample.rtt_us)
+    top = max((c for c in columns if c is not None), default=0.0)
+    if top <= 0:
+        return None
+    text = Text()
+    for row in range(rows, 0, -1):
+        label = {rows: f"{_ms(top):>9} |", 1: f"{'0':>9} |"}.get(row, f"{'':>9} |")
+        text.append(label, style="dim")
+        text.append("".join(_cell(c, top, row, rows) for c in columns) + "\n", style="cyan")
+    text.append(f"{'':>9} |", style="dim")
+    text.append("".join("x" if gone else " " for gone in lost) + "\n", style="red")
+    text.append(f"{'':>10}" + _phase_ruler(phases, span, width), style="dim")
+    return text
+
+
+def _cell(value: Optional[float], top: float, row: int, rows: int) -> str:
+    if value is None:
+        return " "
+    height = value / top * rows  # in rows, e.g. 2.4: rows 1-2 full, row 3 four tenths
+    if height >= row:
+        return BLOCKS[-1]
+    if height <= row - 1:
+        return " "
+    fraction = height - (row - 1)
+    return BLOCKS[max(0, min(len(BLOCKS) - 1, round(fraction * len(BLOCKS)) - 1))]
+
+
+def _phase_ruler(phases: Sequence[LatencyPhase], span: float, width: int) -> str:
+    ruler = [" "] * width
+    for phase in phases:
+        start = min(width - 1, int(phase.start_s / span * width))
+        ruler[start] = "|"
+        for i, char in enumerate(phase.name[: max(0, width - start - 1)]):
+            if ruler[start + 1 + i] == " ":
+                ruler[start + 1 + i] = char
+    return "".join(ruler)
