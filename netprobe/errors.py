@@ -68,3 +68,9 @@ class CoreError(NetprobeError, OSError):
     def __init__(self, syscall: str, errno_: int) -> None:
         super().__init__(errno_, f"{syscall}: {os.strerror(errno_)}")
         self.syscall = syscall
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line: how an error nobody expected is shown to a user."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -21,6 +21,7 @@ from attrs import frozen
 from netprobe.errors import NetprobeError, TestFailed, TestInterrupted
 from netprobe.plugin import Reporter, Tool
 from netprobe.schema import Result, TestSpec
+from netprobe.session import NO_SECRET, AgentAccess, run_spec, unavailable_reasons
 
 
 @frozen
@@ -74,23 +75,12 @@ def screen(tools: Sequence[Tool], spec: TestSpec) -> tuple[list[Tool], list[Skip
     ready: list[Tool] = []
     skipped: list[Skipped] = []
     for tool in tools:
-        reasons = tool.refusals(spec_for(spec, tool)) or _unavailable(tool)
+        reasons = tool.refusals(spec_for(spec, tool)) or unavailable_reasons(tool)
         if reasons:
             skipped.append(Skipped(tool.name, tuple(reasons)))
         else:
             ready.append(tool)
     return ready, skipped
-
-
-def _unavailable(tool: Tool) -> list[str]:
-    try:
-        found = tool.probe()
-    except Exception as exc:  # probe() must not raise; a plugin that does cannot run
-        return [f"{tool.name}: probe failed: {type(exc).__name__}: {exc}"]
-    if found.available:
-        return []
-    return [f"{tool.name} cannot run here: {why}" for why in found.reasons] or [
-        f"{tool.name} cannot run here"]
 
 
 # --- running -----------------------------------------------------------------------------
@@ -146,17 +136,26 @@ class TrialRun:
 def run_trials(spec: TestSpec, tools: Sequence[Tool], rounds: int, reporter: Reporter, *,
                events: Optional[TrialEvents] = None, pause_s: float = 0.0,
                run_id: Optional[str] = None,
-               sleep: Callable[[float], None] = time.sleep) -> TrialRun:
+               sleep: Callable[[float], None] = time.sleep,
+               from_host: Optional[str] = None, agent: AgentAccess = NO_SECRET) -> TrialRun:
     """Run ``spec`` through ``tools`` for ``rounds`` rounds, interleaved, ``pause_s``
-    seconds apart; every result carries the run id and its trial index."""
+    seconds apart; every result carries the run id and its trial index.
+
+    Each trial runs as :func:`netprobe.session.run_spec` runs a test: from the agent at
+    ``from_host`` when given, with the target's agent starting the far end when it has one.
+    """
     by_name = {tool.name: tool for tool in tools}
     plan = interleave(list(by_name), rounds)
     run = TrialRun(run_id or new_run_id(), len(plan))
     events = events or NullEvents()
+
+    def one(tool: Tool, trial_spec: TestSpec) -> Result:
+        return run_spec(tool, trial_spec, reporter, from_host=from_host, agent=agent)
+
     for trial in plan:
         try:  # Ctrl-C anywhere in a step (a note, the test, the pause) ends the run cleanly
             events.started(trial, len(plan))
-            _one_trial(by_name[trial.tool], spec, trial, reporter, run, events)
+            _one_trial(by_name[trial.tool], spec, trial, one, run, events)
             if pause_s > 0 and trial is not plan[-1] and not run.interrupted:
                 sleep(pause_s)
         except KeyboardInterrupt:
@@ -166,10 +165,11 @@ def run_trials(spec: TestSpec, tools: Sequence[Tool], rounds: int, reporter: Rep
     return run
 
 
-def _one_trial(tool: Tool, spec: TestSpec, trial: Trial, reporter: Reporter, run: TrialRun,
+def _one_trial(tool: Tool, spec: TestSpec, trial: Trial,
+               run_one: Callable[[Tool, TestSpec], Result], run: TrialRun,
                events: TrialEvents) -> None:
     try:
-        result: Optional[Result] = tool.run(spec_for(spec, tool), reporter)
+        result: Optional[Result] = run_one(tool, spec_for(spec, tool))
     except TestFailed as exc:  # TestInterrupted too: keep what it measured
         result = exc.partial if isinstance(exc.partial, Result) else None
         run.interrupted = isinstance(exc, TestInterrupted)

@@ -97,6 +97,37 @@ def test_third_party_refused_unless_allowed(trio: Trio) -> None:
     assert "third-party tests are off" in run.stderr
 
 
+def test_repeat_keeps_from(trio: Trio) -> None:
+    # --repeat used to run the trials from this host, dropping --from without a word.
+    run = trio.run_from_c("run", "--repeat", "1", "--from", trio.address("a"), "--to",
+                          trio.address("b"), "-t", "1", "--json")
+    assert run.returncode == 0, run.stderr
+    [result] = json.loads(run.stdout)
+    assert result["local"]["address"] == trio.address("a")
+    assert result["remote"]["address"] == trio.address("b")
+
+
+def test_repeat_from_an_agent_that_refuses_third_party(trio: Trio) -> None:
+    run = trio.run_from_c("run", "--repeat", "1", "--from", trio.address("b"), "--to",
+                          trio.address("a"), "-t", "1", "--json")
+    assert run.returncode == 5
+    assert "third-party tests are off" in run.stderr
+
+
+@pytest.mark.skipif(not shutil.which("iperf3"), reason="iperf3 is not installed")
+@pytest.mark.parametrize("command", [["run", "--tool", "iperf3", "--repeat", "2"],
+                                     ["compare", "--tools", "iperf3", "-n", "2"]])
+def test_trials_ask_the_agent_for_the_far_end(trio: Trio, command: list[str]) -> None:
+    # Trials used to call tool.run directly: nothing started iperf3 -s on the far host.
+    run = trio.run_from_c(*command, trio.address("a"), "-t", "1", "--json")
+    assert run.returncode == 0, run.stderr
+    results = json.loads(run.stdout)
+    assert len(results) == 2
+    for result in results:
+        assert result["status"] == "ok"
+        assert "server" in {raw["name"] for raw in result["raw"]}
+
+
 @pytest.mark.skipif(not shutil.which("iperf"), reason="iperf is not installed")
 def test_agent_stops_the_far_end_when_the_client_dies(trio: Trio) -> None:
     agent = trio.agents["a"]

@@ -71,6 +71,14 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def run_code(code: str) -> subprocess.CompletedProcess[str]:
+    """``python -c CODE`` with this netprobe; its output, checked to have exited 0."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=TIMEOUT, env=child_env())
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def assert_one_error_line(stderr: str) -> None:
     """Exactly one ``error:`` line, and no traceback."""
     assert "Traceback" not in stderr
@@ -275,9 +283,7 @@ def test_version_loads_neither_rich_nor_plugins() -> None:
     code = ("import sys\nfrom netprobe.cli.main import main\nassert main(['--version']) == 0\n"
             "heavy = [m for m in sys.modules if m.split('.')[0] in ('rich', 'stevedore') "
             "or m in ('netprobe.plugin', 'netprobe.cli.render')]\nprint(heavy)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=TIMEOUT, env=child_env())
-    assert done.returncode == 0, done.stderr
+    done = run_code(code)
     assert done.stdout.splitlines()[-1] == "[]"
 
 
@@ -287,9 +293,7 @@ def test_only_the_chosen_command_module_is_imported() -> None:
             "print(sorted(m for m in sys.modules if m.startswith('netprobe.cli.commands.')))\n"
             "main(['parse', '--tool', 'nosuchtool', '/nonexistent'])\n"
             "print(sorted(m for m in sys.modules if m.startswith('netprobe.cli.commands.')))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=TIMEOUT, env=child_env())
-    assert done.returncode == 0, done.stderr
+    done = run_code(code)
     assert done.stdout.splitlines()[-2:] == ["[]", "['netprobe.cli.commands.parse']"]
 
 

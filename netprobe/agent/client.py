@@ -98,13 +98,14 @@ def agent_port(tool: Tool) -> int:
 
 
 def run(tool: Tool, spec: TestSpec, reporter: Reporter, secret: Optional[bytes] = None,
-        use_agent: bool = True) -> Result:
-    """Run ``spec`` with ``tool``; when the target host runs an agent (and no port was
-    given, which would mean a server the user started), the agent runs the far end."""
+        use_agent: bool = True, port: Optional[int] = None) -> Result:
+    """Run ``spec`` with ``tool``; when the target host runs an agent (on ``port``, or
+    :func:`agent_port`) and no test port was given, which would mean a server the user
+    started, the agent runs the far end."""
     if not _wants_agent(tool, spec, use_agent):
         return tool.run(spec, reporter)
     assert spec.host is not None
-    agent = AgentConnection.open(spec.host, agent_port(tool), secret)
+    agent = AgentConnection.open(spec.host, port or agent_port(tool), secret)
     if agent is None:
         reporter.note(f"no netprobe agent at {spec.host}: using the {tool.name} server there")
         return tool.run(spec, reporter)

@@ -22,6 +22,7 @@ from netprobe.engine.server import Session
 from netprobe.errors import NetprobeError, TestFailed
 from netprobe.plugin import Registry, Tool, load_registry
 from netprobe.schema import Interval, TestSpec
+from netprobe.session import AgentAccess, availability, run_spec
 
 READY_TIMEOUT_S = 10.0  # how long a tool's server may take to start listening
 EXIT_WAIT_S = 5.0  # how long a one-shot server may take to exit after the client is done
@@ -92,9 +93,9 @@ def _tool(session: Session, message: dict, loader: RegistryLoader) -> Tool:
         tool = loader(only=name).get(name)()
     except NetprobeError as exc:
         session.refuse(str(exc))
-    availability = tool.probe()
-    if not availability.available:
-        session.refuse(f"{name} cannot run on this agent: " + "; ".join(availability.reasons))
+    found = availability(tool)
+    if not found.available:
+        session.refuse(f"{name} cannot run on this agent: " + "; ".join(found.reasons))
     return tool
 
 
@@ -183,14 +184,12 @@ def _third_party(session: Session, message: dict, loader: RegistryLoader) -> Non
     spec = session.checked_spec(message)
     if not spec.host:
         session.refuse("a third-party test needs a target host")
-    from netprobe.agent.client import run as run_with_agent
-
     with session.slot(spec, "third_party"):
         session.server.log(f"{session.peer[0]}: third-party {tool.name} test to {spec.host}")
         reply: dict[str, Any] = {"type": "result"}
         try:
             reply["result"] = convert.unstructure(
-                run_with_agent(tool, spec, _Forward(session), secret=config.secret))
+                run_spec(tool, spec, _Forward(session), agent=AgentAccess(secret=config.secret)))
         except TestFailed as exc:
             reply["error"] = str(exc)
             reply["result"] = convert.unstructure(exc.partial) if exc.partial else None

@@ -1,5 +1,6 @@
 """What several commands share once their arguments are parsed: the one-line error, the
-registry, making and checking a tool, running it, and writing its result.
+registry, making a tool, reaching the agents, and writing a result (running a test is
+:func:`netprobe.session.run_spec`).
 
 Cheap to import: the plugins, the schema and rich load inside the functions that need them.
 """
@@ -10,12 +11,13 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 from netprobe.cli.exitcodes import ExitCode, UsageError
-from netprobe.errors import NetprobeError, SpecError, TestFailed, ToolUnavailable
+from netprobe.errors import ToolUnavailable, one_line
 
 if TYPE_CHECKING:
     from netprobe.cli.formats import Output
     from netprobe.plugin import Registry, Reporter, Tool
-    from netprobe.schema import Result, TestSpec
+    from netprobe.schema import Result
+    from netprobe.session import AgentAccess
 
 RegistryLoader = Callable[[], "Registry"]
 """What a command is handed to get the installed tools (tests pass their own)."""
@@ -29,12 +31,6 @@ def error(message: str) -> None:
         sys.stderr.write(f"netprobe: error: {' '.join(message.split())}\n")
         return
     print_error(message)
-
-
-def one_line(exc: BaseException) -> str:
-    """``Type: message`` on one line, for errors that were not expected."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def load_registry(only: str | None = None) -> Registry:
@@ -65,42 +61,15 @@ def secret_options(args: argparse.Namespace) -> dict[str, Any] | None:
     return {"secret_file": args.secret_file} if args.secret_file else None
 
 
-def require_available(tool: Tool) -> None:
-    """ToolUnavailable, with the tool's reasons, unless it can run here."""
-    try:
-        availability = tool.probe()
-    except Exception as exc:  # probe() must not raise; a plugin that does is unavailable
-        raise ToolUnavailable(f"{tool.name}: probe failed: {one_line(exc)}") from exc
-    if not availability.available:
-        reasons = "; ".join(availability.reasons) or "no reason given"
-        raise ToolUnavailable(f"{tool.name} cannot run here: {reasons}")
-
-
-def run_tool(tool: Tool, spec: TestSpec, reporter: Reporter,
-             args: argparse.Namespace | None = None) -> Result:
-    """The test, through the agents when there are any; every failure as TestFailed."""
-    try:
-        return _run_with_agents(tool, spec, reporter, args)
-    except (TestFailed, SpecError, ToolUnavailable, BrokenPipeError):
-        raise  # a closed stdout is not the test's failure: exit 6 (see main)
-    except (NetprobeError, OSError) as exc:  # the test did not complete: exit 5, not 1
-        raise TestFailed(f"{tool.name}: {exc}") from exc
-
-
-def _run_with_agents(tool: Tool, spec: TestSpec, reporter: Reporter,
-                     args: argparse.Namespace | None) -> Result:
-    """Through the agents: a third-party test (--from), or with the far host's agent
-    starting the tool's server; plain tool.run when there is no agent to ask."""
-    from netprobe.agent import client
+def agent_access(args: argparse.Namespace) -> AgentAccess:
+    """How this command reaches the agents: ``--secret-file``, ``--agent-port``,
+    ``--no-agent``."""
     from netprobe.engine.auth import load_secret
+    from netprobe.session import AgentAccess
 
-    secret = load_secret(getattr(args, "secret_file", None))
-    if getattr(args, "from_host", None):
-        assert args is not None
-        port = args.agent_port or client.protocol.DEFAULT_PORT
-        return client.third_party(args.from_host, spec, reporter, secret, port)
-    use_agent = not getattr(args, "no_agent", False)
-    return client.run(tool, spec, reporter, secret, use_agent=use_agent)
+    return AgentAccess(secret=load_secret(getattr(args, "secret_file", None)),
+                       port=getattr(args, "agent_port", None),
+                       far_end=not getattr(args, "no_agent", False))
 
 
 def output(args: argparse.Namespace) -> Output:

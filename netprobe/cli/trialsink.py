@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from netprobe.analysis import GroupStats, group_results, group_stats
-from netprobe.cli.common import error, warning
+from netprobe.cli.common import agent_access, error, warning
 from netprobe.cli.exitcodes import ExitCode
 from netprobe.cli.formats import format_csv
 from netprobe.cli.outfile import append_text, check_target, choose_formats, write_stdout, write_text
@@ -28,14 +28,12 @@ from netprobe.trials import Skipped, Trial, TrialRun, run_trials
 # --- run --repeat and compare ------------------------------------------------------------
 
 
-def cmd_repeat(args: argparse.Namespace, spec: TestSpec, tool: Tool) -> int:
-    """``run --repeat N``: the one tool, N times."""
-    return run_trials_shown(args, spec, [tool], args.repeat, [])
-
-
 def run_trials_shown(args: argparse.Namespace, spec: TestSpec, tools: Sequence[Tool],
                      rounds: int, skipped: list[Skipped]) -> int:
-    """Run the trials, each result shown and saved as it comes; the exit code at the end."""
+    """Run the trials, each result shown and saved as it comes; the exit code at the end.
+
+    Every trial goes where a single run would: from ``--from``'s agent, with the target's
+    agent starting the far end (:func:`netprobe.session.run_spec`)."""
     chosen = choose_formats(args.format, args.output)
     if chosen.warning:
         warning(chosen.warning)
@@ -43,7 +41,8 @@ def run_trials_shown(args: argparse.Namespace, spec: TestSpec, tools: Sequence[T
     sink.begin(_plan_note(spec, tools, rounds, args.pause), skipped)
     try:
         run = run_trials(spec, tools, rounds, NullReporter(), events=sink,
-                         pause_s=args.pause or 0.0)
+                         pause_s=args.pause or 0.0, from_host=getattr(args, "from_host", None),
+                         agent=agent_access(args))
     except BaseException:  # still show and save the trials that finished
         sink.close(None)
         raise
@@ -211,5 +210,4 @@ def report_text(results: Sequence[Result], skipped: Sequence[Skipped],
     return buffer.getvalue()
 
 
-__all__ = ["TrialSink", "cmd_repeat", "report_text", "run_trials_shown",
-           "trial_stats"]
+__all__ = ["TrialSink", "report_text", "run_trials_shown", "trial_stats"]

@@ -7,7 +7,13 @@ from typing import Any
 
 from netprobe import convert
 from netprobe.cli import args as opts
-from netprobe.cli.common import RegistryLoader
+from netprobe.cli.common import (
+    RegistryLoader,
+    agent_access,
+    make_tool,
+    registry_for,
+    secret_options,
+)
 from netprobe.cli.exitcodes import ExitCode
 from netprobe.cli.formats import format_csv
 from netprobe.cli.outfile import append_text, check_target, choose_formats, write_stdout, write_text
@@ -35,15 +41,14 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
     opts.add_output_options(parser)
 
 
-def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
+def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     """Run the segments through the hops' agents, then print and save the report."""
-    from netprobe.agent.client import third_party
-    from netprobe.engine.auth import load_secret
-    from netprobe.engine.protocol import DEFAULT_PORT
+    from netprobe.session import prepare, run_spec
 
     spec = opts.spec_from_args(args)
-    secret = load_secret(args.secret_file)
-    port = args.agent_port or DEFAULT_PORT
+    tool = make_tool(registry_for(load, spec.tool), spec.tool, secret_options(args))
+    prepare(tool, spec, from_host=args.hops[0])  # refused: exit 2 before any segment
+    access = agent_access(args)
     formats = choose_formats(args.format, args.output)
     if args.output:
         check_target(args.output)
@@ -51,7 +56,7 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
     reporter: Reporter = _Notes() if shown else NullReporter()
 
     def ask(source: str, segment_spec: TestSpec, rep: Reporter) -> Result:
-        return third_party(source, segment_spec, rep, secret, port)
+        return run_spec(tool, segment_spec, rep, from_host=source, agent=access)
 
     report = run_path(args.hops, spec, reporter, ask)
     _save(args.output, formats.file, report)

@@ -7,13 +7,12 @@ from typing import Any
 from netprobe.cli import args as opts
 from netprobe.cli.common import (
     RegistryLoader,
+    agent_access,
     emit_partial,
     lines_shown,
     make_tool,
     output,
     registry_for,
-    require_available,
-    run_tool,
     secret_options,
     status_code,
 )
@@ -45,18 +44,19 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
 
 def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     """Run the test and write its result (a partial one too, when it fails)."""
+    from netprobe.session import prepare, run_spec
+
     spec = opts.spec_from_args(args)
     if args.pause is not None and args.repeat is None:
         raise UsageError("--pause needs --repeat")
     tool = make_tool(registry_for(load, spec.tool), spec.tool, secret_options(args))
-    tool.check(spec)
-    require_available(tool)
+    prepare(tool, spec, from_host=args.from_host)  # refused (exit 2) before anything else
     if args.latency and (args.repeat is not None or args.from_host):
         raise UsageError("--latency cannot be combined with --repeat or --from")
     if args.repeat is not None:
-        from netprobe.cli.trialsink import cmd_repeat
+        from netprobe.cli.trialsink import run_trials_shown
 
-        return cmd_repeat(args, spec, tool)
+        return run_trials_shown(args, spec, [tool], args.repeat, [])
     out = output(args)
     out.check()  # an unwritable -o costs no test
     reporter = out.reporter(spec)
@@ -64,7 +64,8 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
         if args.latency:
             result = _with_latency(tool, spec, reporter, args)
         else:
-            result = run_tool(tool, spec, reporter, args)
+            result = run_spec(tool, spec, reporter, from_host=args.from_host,
+                              agent=agent_access(args))
     except TestFailed as exc:
         emit_partial(out, exc.partial, reporter)
         raise
@@ -76,6 +77,8 @@ def _with_latency(tool: Any, spec: Any, reporter: Any, args: argparse.Namespace)
     """The test with netprobe's latency probes beside it (--latency)."""
     from netprobe.engine.auth import load_secret
     from netprobe.loadlatency import run_with_latency
+    from netprobe.session import run_spec
 
-    return run_with_latency(lambda live: run_tool(tool, spec, live, args), spec, reporter,
+    return run_with_latency(lambda live: run_spec(tool, spec, live, agent=agent_access(args)),
+                            spec, reporter,
                             opts.probe_options(args), load_secret(args.secret_file))

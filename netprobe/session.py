@@ -1,0 +1,130 @@
+"""One way to run a test, for every caller: ``netprobe run``, its ``--repeat``, ``compare``,
+``path``, the agent's third-party requests and the Python API (:func:`netprobe.run`).
+
+:func:`run_spec` refuses what the tool cannot honour, checks that it can run here, runs it
+(through the far host's agent when there is one, or entirely on the agent at
+``from_host``) and applies one error policy: the test's own failures come out as
+:class:`~netprobe.errors.TestFailed` carrying what was measured; a refused spec stays a
+:class:`~netprobe.errors.SpecError` and a tool that cannot run a
+:class:`~netprobe.errors.ToolUnavailable`, both raised before anything runs.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import attrs
+from attrs import frozen
+
+from netprobe.errors import NetprobeError, SpecError, TestFailed, ToolUnavailable, one_line
+from netprobe.plugin import Availability, Reporter, Tool
+from netprobe.schema import Result, TestSpec
+
+
+@frozen
+class AgentAccess:
+    """How to reach the netprobe agents (``netprobe server``) on the far hosts."""
+
+    secret: Optional[bytes] = None
+    """The shared secret, for agents that require one."""
+    port: Optional[int] = None
+    """The agents' port; None for the tool option ``agent_port`` or netprobe's default."""
+    far_end: bool = True
+    """Ask the target's agent to start the tool's server side (``--no-agent``: False)."""
+
+
+NO_SECRET = AgentAccess()
+"""Agents reached on their default port, without a secret."""
+
+
+def availability(tool: Tool) -> Availability:
+    """What ``tool.probe()`` says; a probe that raises (a plugin's bug) is "unavailable"."""
+    try:
+        return tool.probe()
+    except Exception as exc:  # probe() must not raise; a plugin that does cannot run
+        return Availability(False, reasons=(f"probe failed: {one_line(exc)}",))
+
+
+def unavailable_reasons(tool: Tool) -> list[str]:
+    """Why ``tool`` cannot run here, each reason naming the tool (empty when it can)."""
+    found = availability(tool)
+    if found.available:
+        return []
+    return [f"{tool.name} cannot run here: {why}" for why in found.reasons] or [
+        f"{tool.name} cannot run here: no reason given"]
+
+
+def prepare(tool: Tool, spec: TestSpec, *, from_host: Optional[str] = None) -> None:
+    """Before anything runs: SpecError for every option ``tool`` cannot honour, then
+    ToolUnavailable if it cannot run here. A test run from another host's agent is not
+    probed here: that agent probes its own tools and says why it cannot."""
+    tool.check(spec)
+    if from_host is None:
+        reasons = unavailable_reasons(tool)
+        if reasons:
+            raise ToolUnavailable("; ".join(reasons))
+
+
+def run_spec(tool: Tool, spec: TestSpec, reporter: Reporter, *,
+             from_host: Optional[str] = None, agent: AgentAccess = NO_SECRET) -> Result:
+    """Run ``spec`` with ``tool``: refuse, probe, run, one error policy (see the module).
+
+    ``from_host``: the agent there runs the whole test against ``spec.host`` (a
+    third-party test). Otherwise, when ``spec.host`` runs an agent, it starts the tool's
+    far end; without one the tool runs against whatever server listens there.
+    """
+    prepare(tool, spec, from_host=from_host)
+    try:
+        return _run(tool, spec, reporter, from_host, agent)
+    except (TestFailed, SpecError, ToolUnavailable, BrokenPipeError):
+        raise  # a closed stdout is the caller's output failing, not the test
+    except (NetprobeError, OSError) as exc:  # the test did not complete
+        raise TestFailed(f"{tool.name}: {exc}") from exc
+
+
+def _run(tool: Tool, spec: TestSpec, reporter: Reporter, from_host: Optional[str],
+         agent: AgentAccess) -> Result:
+    from netprobe.agent import client  # the agent client sits above the plugin contract
+
+    if from_host is not None:
+        return client.third_party(from_host, spec, reporter, agent.secret,
+                                  agent.port or client.protocol.DEFAULT_PORT)
+    return client.run(tool, spec, reporter, agent.secret, use_agent=agent.far_end,
+                      port=agent.port)
+
+
+# --- the Python API ----------------------------------------------------------------------
+
+
+def run(host: Optional[str] = None, *, tool: str = "native", from_host: Optional[str] = None,
+        reporter: Optional[Reporter] = None, agent: AgentAccess = NO_SECRET,
+        tool_options: Optional[dict[str, Any]] = None, **spec: Any) -> Result:
+    """Run one test and return its :class:`~netprobe.schema.Result` (``netprobe.run``).
+
+    ``host`` is the far end (None: both ends on this machine over loopback); ``tool`` the
+    plugin's name; every other keyword is a :class:`~netprobe.schema.TestSpec` field
+    (``duration_s=5``, ``protocol="udp"``, ``streams=4``, ...). ``from_host``,
+    ``reporter`` (live intervals; none by default) and ``agent`` are as for
+    :func:`run_spec`; ``tool_options`` go to the tool's constructor (e.g. ``path``).
+
+    Raises what the command line turns into its exit codes: SpecError (bad or refused
+    spec), ToolNotFound, ToolUnavailable, TestFailed (``partial`` holds what was measured;
+    TestInterrupted on Ctrl-C). A result comes back only when the test completed.
+    """
+    from netprobe.plugin import NullReporter, load_registry
+
+    test = _spec(tool, host, spec)
+    chosen = load_registry(only=tool).get(tool)(tool_options)
+    return run_spec(chosen, test, reporter or NullReporter(), from_host=from_host, agent=agent)
+
+
+def _spec(tool: str, host: Optional[str], fields: dict[str, Any]) -> TestSpec:
+    known = {field.name for field in attrs.fields(TestSpec)} - {"tool", "host"}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise SpecError(f"not a test spec field: {', '.join(unknown)} "
+                        f"(known: {', '.join(sorted(known))})")
+    return TestSpec(tool=tool, host=host, **fields)
+
+
+__all__ = ["NO_SECRET", "AgentAccess", "availability", "prepare", "run", "run_spec",
+           "unavailable_reasons"]
