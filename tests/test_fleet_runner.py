@@ -4,7 +4,9 @@ unreachable while the others run, a round that cannot wait forever; and the sche
 next start (pure)."""
 from __future__ import annotations
 
+import json
 import random
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +20,7 @@ from netprobe.fleet import config
 from netprobe.fleet.runner import FleetRunner
 from netprobe.fleet.schedule import PlannedRound, next_start
 
-from .servers import free_port, netprobe_server
+from .servers import NETPROBE, free_port, netprobe_server
 
 
 def _fleet(ports: dict[str, int], duration: float = 0.5, **group: str) -> config.Fleet:
@@ -145,3 +147,49 @@ def test_a_round_never_waits_past_its_deadline(agents: dict[str, int], tmp_path:
     assert time.monotonic() - started < 5.5
     assert [r.outcome for r in records] == ["timeout", "timeout"]
     assert all("after 2 s" in str(r.error) for r in records) and summary.status == "done"
+
+
+def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*NETPROBE, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_fleet_commands(agents: dict[str, int], tmp_path: Path) -> None:
+    ports = {**agents, "gone": free_port()}
+    text = "".join(f'[agents.{n}]\naddress = "127.0.0.1"\nport = {p}\n' for n, p in ports.items())
+    fleet_file = tmp_path / "loop.toml"
+    fleet_file.write_text(text + '[groups.m]\ntype = "mesh"\nagents = ["a", "b", "c"]\n'
+                          'spec = { duration = 0.3 }\n'
+                          '[groups.l]\ntype = "list"\npairs = [["a", "gone"]]\n')
+    plan = _cli("fleet", "plan", str(fleet_file), "--json")
+    assert plan.returncode == 0, plan.stderr
+    rounds = json.loads(plan.stdout)
+    assert [(r["group"], r["of"]) for r in rounds] == [("m", 6)] * 6 + [("l", 1)]
+    run = _cli("fleet", "run", str(fleet_file), "--json")
+    assert run.returncode == 5, run.stderr  # one pair unreachable
+    done = json.loads(run.stdout)
+    outcomes = sorted((r["source"], r["target"], r["outcome"]) for r in done["records"])
+    assert outcomes[0] == ("a", "b", "ok") and ("a", "gone", "unreachable") in outcomes
+    assert sum(o == "ok" for *_, o in outcomes) == 6 and (tmp_path / "loop.db").exists()
+    matrix = _cli("fleet", "matrix", "--archive", str(tmp_path / "loop.db"), "--json")
+    assert matrix.returncode == 0, matrix.stderr
+    by_group = {m["group"]: m for m in json.loads(matrix.stdout)}
+    assert len(by_group["m"]["pairs"]) == 6 and all(
+        p["receiver_bits_per_second"] > 0 for p in by_group["m"]["pairs"])
+    status = _cli("fleet", "status", str(fleet_file), "--json")
+    assert status.returncode == 5
+    states = {row["agent"]: row["state"] for row in json.loads(status.stdout)}
+    assert states == {"a": "idle", "b": "idle", "c": "idle", "gone": "unreachable"}
+    human = _cli("fleet", "matrix", str(fleet_file))
+    assert human.returncode == 0 and "unreachable" in human.stdout
+
+
+def test_fleet_file_mistakes_are_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[agents.a]\naddress = "127.0.0.1"\n[agents.b]\naddress = "127.0.0.2"\n'
+                   '[groups.g]\ntype = "mesh"\nevery = "often"\n')
+    for action in ("plan", "run", "status"):
+        run = _cli("fleet", action, str(bad))
+        assert run.returncode == 2
+        assert run.stderr.strip().splitlines() == [
+            f"netprobe: error: {bad}: groups.g.every: not a duration (e.g. 30s, 5m, 1h): "
+            "'often'"], run.stderr

@@ -109,6 +109,8 @@ class Archive(abc.ABC):
 
     scheme: ClassVar[str] = ""
     """The URL scheme (the entry-point name)."""
+    url: str = ""
+    """The archive's URL as messages show it (no password)."""
 
     @abc.abstractmethod
     def __init__(self, url: str) -> None:

@@ -50,6 +50,7 @@ COMMANDS = {
     "compare": "run one test through several tools, interleaved, side by side",
     "report": "summarise saved results: tables, sparklines, an HTML page",
     "path": "test each segment of a path and the whole path; name the bottleneck",
+    "fleet": "tests among many agents on a conflict-free schedule, archived",
 }
 """Each command and its summary; its module is ``netprobe.cli.commands.<name>``."""
 

@@ -32,6 +32,9 @@ from netprobe.schema import Result, TestSpec
 ROUND_MARGIN_S = 30.0
 """Past a test's planned length, how long its round waits: the agents' own start-up and
 reply limits (the far end's server start, the result's trip back) fit inside it."""
+BYTES_ROUND_S = 600.0
+"""A round of tests ended by a byte count, not a time, is given this long (round_timeout
+in the group overrides it)."""
 BUSY_WAIT_S = 30.0
 """How long a round waits for a host busy with a test that is not the fleet's."""
 STATUS_TIMEOUT_S = 3.0
@@ -205,8 +208,8 @@ class RoundRun:
     def _timeout(self) -> float:
         if self.group.round_timeout_s is not None:
             return self.group.round_timeout_s
-        spec = self.group.spec
-        return (spec.duration_s or 0.0) + spec.omit_s + ROUND_MARGIN_S
+        planned = self.group.spec.planned_s()  # None: a byte count ends the test
+        return (BYTES_ROUND_S if planned is None else planned) + ROUND_MARGIN_S
 
     def _unreachable(self) -> dict[str, str]:
         """Hosts of the round that do not answer (name -> why), asked all at once; hosts

@@ -1,0 +1,60 @@
+"""The latest pair-by-pair figures of a fleet, as a matrix (pure; the CLI and the
+exporter draw it)."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Optional
+
+import attrs
+
+from netprobe.archives import Record, figures
+
+
+@attrs.frozen
+class Cell:
+    """One ordered pair's latest test."""
+
+    outcome: str
+    """ok, failed, unreachable, timeout or interrupted."""
+    receiver_bits_per_second: Optional[float]
+    """What arrived (None when nothing was measured)."""
+    time: str
+    """When that test started."""
+    error: Optional[str] = None
+    """Why it is not ok."""
+
+
+@attrs.frozen
+class Matrix:
+    """Sources down, targets across, for one group (or all groups, newest wins)."""
+
+    group: Optional[str]
+    """The group shown, None for all."""
+    hosts: tuple[str, ...]
+    """Every agent that appears, sources and targets, in first-seen order."""
+    cells: dict[tuple[str, str], Cell]
+    """(source, target) -> its latest cell; pairs never tested are absent."""
+
+
+def build(records: Iterable[Record], group: Optional[str] = None,
+          order: Sequence[str] = ()) -> Matrix:
+    """The matrix of the newest record per pair among ``records`` (in archive order); hosts
+    in ``order`` (the fleet file's) first, the rest as first seen."""
+    cells: dict[tuple[str, str], Cell] = {}
+    hosts: dict[str, None] = {}
+    for record in records:
+        if group is not None and record.group != group:
+            continue
+        hosts.setdefault(record.source)
+        hosts.setdefault(record.target)
+        bps = figures(record.result)["receiver_bits_per_second"] if record.outcome == "ok" \
+            else None
+        cells[(record.source, record.target)] = Cell(record.outcome, bps, record.time,
+                                                     record.error)
+    ranked = [h for h in order if h in hosts] + [h for h in hosts if h not in order]
+    return Matrix(group, tuple(ranked), cells)
+
+
+def groups_of(records: Sequence[Record]) -> list[str]:
+    """The groups among ``records``, in first-seen order."""
+    return list(dict.fromkeys(r.group for r in records))
