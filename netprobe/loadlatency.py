@@ -23,6 +23,8 @@ from netprobe.schema import Interval, Result, TestSpec
 
 DEFAULT_IDLE_S = 2.0
 """Idle baseline before the load: 40 probes at the default rate, enough for a median."""
+BYTE_COUNT_SESSION_S = 600.0
+"""How long the probes may run beside a test a byte count ends (its length is unknown)."""
 SESSION_MARGIN_S = 60.0
 """How much longer than planned the server keeps a probe session (set-up, slow ends)."""
 
@@ -149,7 +151,9 @@ def run_with_latency(run: Callable[[Reporter], Result], spec: TestSpec, reporter
     """Run ``run`` (the test, given a reporter) with the probes beside it.
 
     A failed or interrupted test keeps its probes' figures in its partial result."""
-    planned = (spec.duration_s or 0.0) + options.idle_s + options.tail_s + SESSION_MARGIN_S
+    planned_s = spec.planned_s()
+    test_s = BYTE_COUNT_SESSION_S if planned_s is None else planned_s
+    planned = test_s + options.idle_s + options.tail_s + SESSION_MARGIN_S
     with _far_end(spec, options) as (host, port):
         prober = open_prober(host, port, secret, options, planned)
         live = LatencyReporter(reporter, prober)

@@ -1,0 +1,111 @@
+"""Latency under load across real queues: namespaces ``...lata`` (client) and ``...latb``
+(server) joined by a veth pair, the client's egress shaped by tc tbf, TCP cubic filling
+the queue (the machine's default is bbr, which keeps queues short by design).
+
+tbf's queue holds ``limit = rate x latency + burst`` bytes, and drains at the rate counted
+on the wire (frame + 24 bytes, see Lab.shape), so a full queue delays a packet by
+``limit x 8 / rate x 1538 / 1514`` seconds: the figure the probes' one-way delay from
+client to server must reach, and cannot exceed by more than the host's own noise.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from netprobe.engine.latency import grade
+
+from .netlab import A_ADDR, B_ADDR, Lab, wait_listening
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+why_not = Lab.available()
+if why_not:
+    pytestmark.append(pytest.mark.skip(reason=why_not))
+
+NETPROBE = [sys.executable, "-m", "netprobe"]
+RATE_MBIT = 20
+BURST_BYTES = 10 * 1024  # small, so the shallow queue is the latency asked for, not the burst
+
+
+def tbf_queue_delay_ms(rate_mbit: float, latency_ms: float, burst_bytes: int) -> float:
+    """How long a full tbf queue delays a packet, from its limit and rate (see above)."""
+    rate_bytes_s = rate_mbit * 1e6 / 8
+    limit = rate_bytes_s * latency_ms / 1000 + burst_bytes
+    return limit / rate_bytes_s * 1000 * 1538 / 1514
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[Lab, str, str, str]]:
+    """(lab, client ns, server ns, client's device); a netprobe server runs in b."""
+    with Lab() as lab:
+        a, b = lab.host("lata"), lab.host("latb")
+        dev_a, _ = lab.link(a, f"{A_ADDR}/24", b, f"{B_ADDR}/24")
+        lab.start(b, [*NETPROBE, "server", "-B", B_ADDR], stdout=subprocess.DEVNULL,
+                  stderr=subprocess.DEVNULL)
+        wait_listening(lab, b, 5301)
+        yield lab, a, b, dev_a
+
+
+def run_latency(lab: Lab, ns: str, *args: str) -> dict:
+    proc = lab.run(ns, [*NETPROBE, "run", B_ADDR, "--json", "--latency", *args], timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    document: dict = json.loads(proc.stdout)
+    return document
+
+
+def phase(document: dict, name: str) -> dict:
+    found: dict = next(p for p in document["latency"]["phases"] if p["name"] == name)
+    return found
+
+
+def test_idle_link_probes_answer_within_a_millisecond(pair) -> None:  # type: ignore[no-untyped-def]
+    lab, a, _, _ = pair
+    document = run_latency(lab, a, "-t", "1", "-b", "1M", "--latency-idle", "2")
+    idle = phase(document, "idle")
+    assert idle["rtt"]["count"] >= 35  # 2 s at 20 per second
+    assert idle["rtt"]["p50_us"] < 1000
+    for each in document["latency"]["phases"]:
+        assert each["rtt"]["lost"] == 0
+    assert document["latency"]["grade"] in ("A+", "A")
+
+
+def test_deep_queue_shows_as_bufferbloat_upstream(pair) -> None:  # type: ignore[no-untyped-def]
+    lab, a, _, dev_a = pair
+    lab.shape(a, dev_a, RATE_MBIT, burst=f"{BURST_BYTES}b", latency_ms=200)
+    document = run_latency(lab, a, "-t", "8", "-P", "4", "--congestion", "cubic",
+                           "--latency-idle", "1.5")
+    latency = document["latency"]
+    loaded, idle = phase(document, "loaded"), phase(document, "idle")
+    expected_ms = tbf_queue_delay_ms(RATE_MBIT, 200, BURST_BYTES)  # 207.5 ms
+    increase_ms = latency["increase_us"] / 1000
+    assert increase_ms >= 100
+    assert loaded["rtt"]["p50_us"] - idle["rtt"]["p50_us"] == pytest.approx(
+        latency["increase_us"])
+    # The queue fills to tbf's limit, and no further: its delay is the one-way figure.
+    up_p99_ms = loaded["client_to_server"]["p99_us"] / 1000
+    assert 0.8 * expected_ms <= up_p99_ms <= 1.15 * expected_ms + 5
+    assert increase_ms <= expected_ms + 5
+    # Graded by the increase; a 207 ms queue allows C (60-200 ms) or D, never better.
+    assert latency["grade"] == grade(latency["increase_us"]) and latency["grade"] in ("C", "D")
+    # The other direction has no queue: its delay stays low.
+    assert loaded["server_to_client"]["p50_us"] < 5000
+
+
+def test_shallow_queue_keeps_latency_low(pair) -> None:  # type: ignore[no-untyped-def]
+    lab, a, _, dev_a = pair
+    lab.shape(a, dev_a, RATE_MBIT, burst=f"{BURST_BYTES}b", latency_ms=5)
+    document = run_latency(lab, a, "-t", "6", "-P", "4", "--congestion", "cubic",
+                           "--latency-idle", "1.5")
+    latency = document["latency"]
+    expected_ms = tbf_queue_delay_ms(RATE_MBIT, 5, BURST_BYTES)  # 9.2 ms
+    assert latency["increase_us"] / 1000 < 15
+    assert latency["increase_us"] / 1000 <= expected_ms + 3
+    assert latency["grade"] in ("A+", "A")
+    # The link is full all the same: the probes measured it loaded, not idle.
+    receiver = document["summaries"][0]["receiver"]
+    assert receiver["bits_per_second"] > 0.9 * RATE_MBIT * 1e6 * 1448 / 1538
