@@ -7,7 +7,7 @@ from typing import Any, Optional
 from netprobe import __version__, convert
 from netprobe.engine.conduct import Outcome
 from netprobe.engine.side import Side
-from netprobe.engine.summary import sum_summaries
+from netprobe.engine.summary import sum_summaries, summary_from_intervals
 from netprobe.errors import NetprobeError
 from netprobe.schema import (
     Cpu,
@@ -73,6 +73,7 @@ def build_result(
             sockets[(stream.stream_id, stream.direction)] = stream.socket_info
     peer_summaries, peer_sockets, peer_cpu = _peer_parts(outcome.peer_report)
     summaries.update(peer_summaries)
+    warnings = _fill_from_intervals(spec, summaries, outcome.peer_intervals)
     for key, info in peer_sockets.items():
         sockets.setdefault(key, info)
     cpu_by_role = _cpu_by_role(spec, side.cpu(), peer_cpu)
@@ -94,8 +95,28 @@ def build_result(
         streams=tuple(streams),
         intervals=tuple(intervals),
         errors=tuple(errors),
-        warnings=tuple(side.reporter_errors),
+        warnings=(*side.reporter_errors, *warnings),
     )
+
+
+def _fill_from_intervals(spec: TestSpec, summaries: dict[Key, SideSummary],
+                         peer_intervals: list[Interval]) -> list[str]:
+    """Summaries the peer's final report did not bring (a test stopped half-way), summed
+    from the interval reports it did send; a warning says which."""
+    filled: list[str] = []
+    for direction in spec.flow_directions():
+        for role in ("sender", "receiver"):
+            for stream_id in range(1, spec.streams + 1):
+                key = (stream_id, direction, role)
+                samples = [i for i in peer_intervals if not i.omitted and
+                           (i.stream_id, i.direction, i.role) == key]
+                if key not in summaries and samples:
+                    summaries[key] = summary_from_intervals(samples)
+                    filled.append(f"{direction} {role}")
+    if not filled:
+        return []
+    return [f"the far end's final report did not come: the {', '.join(dict.fromkeys(filled))} "
+            "summary is summed from its interval reports"]
 
 
 def _cpu_by_role(spec: TestSpec, local: Optional[Cpu], remote: Optional[Cpu]) -> dict:
