@@ -193,3 +193,14 @@ def test_fleet_file_mistakes_are_one_line(tmp_path: Path) -> None:
         assert run.stderr.strip().splitlines() == [
             f"netprobe: error: {bad}: groups.g.every: not a duration (e.g. 30s, 5m, 1h): "
             "'often'"], run.stderr
+
+
+def test_unknown_tool_is_refused_before_anything_runs(agents: dict[str, int],
+                                                      tmp_path: Path) -> None:
+    fleet_file = tmp_path / "t.toml"
+    fleet_file.write_text(f'[agents.a]\naddress = "127.0.0.1"\nport = {agents["a"]}\n'
+                          f'[agents.b]\naddress = "127.0.0.1"\nport = {agents["b"]}\n'
+                          '[groups.g]\ntype = "mesh"\nspec = { tool = "nosuchtool" }\n')
+    run = _cli("fleet", "run", str(fleet_file))
+    assert run.returncode == 3 and "nosuchtool" in run.stderr, run.stderr
+    assert not (tmp_path / "t.db").exists() or not open_archive(str(tmp_path / "t.db")).runs()

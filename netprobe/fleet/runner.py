@@ -12,6 +12,7 @@ progress events.
 """
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -23,10 +24,10 @@ import attrs
 
 from netprobe.archives import Archive, ArchiveError, Record, Run
 from netprobe.engine.protocol import DEFAULT_PORT
-from netprobe.errors import NetprobeError, TestFailed
+from netprobe.errors import NetprobeError, SpecError, TestFailed
 from netprobe.fleet.config import Agent, Fleet, Group
 from netprobe.fleet.schedule import PlannedRound, next_start, plan
-from netprobe.plugin import NullReporter, utc_now_iso
+from netprobe.plugin import NullReporter, Tool, utc_now_iso
 from netprobe.schema import Result, TestSpec
 
 ROUND_MARGIN_S = 30.0
@@ -87,12 +88,35 @@ class RunSummary:
 
 
 def agent_third_party(source: Agent, spec: TestSpec) -> Result:
-    """Ask ``source``'s agent to run ``spec`` (the real thing: netprobe.agent.client)."""
-    from netprobe.agent.client import third_party
+    """Ask ``source``'s agent to run ``spec``, through the one run pipeline
+    (:func:`netprobe.session.run_spec`, a third-party test from ``source``)."""
     from netprobe.engine.auth import load_secret
+    from netprobe.session import AgentAccess, run_spec
 
-    return third_party(source.address, spec, NullReporter(), load_secret(source.secret_file),
-                       source.port)
+    access = AgentAccess(secret=load_secret(source.secret_file), port=source.port)
+    return run_spec(tool_for(spec.tool), spec, NullReporter(), from_host=source.address,
+                    agent=access)
+
+
+@functools.cache
+def tool_for(name: str) -> Tool:
+    """The tool plugin called ``name`` (ToolNotFound if none is installed)."""
+    from netprobe.plugin import load_registry
+
+    return load_registry(only=name).get(name)()
+
+
+def check_groups(groups: Sequence[Group]) -> None:
+    """Before anything runs: SpecError for a spec option a group's tool cannot honour,
+    ToolNotFound for a tool that is not installed (the agents probe their own tools)."""
+    from netprobe.session import prepare
+
+    for group in groups:
+        try:
+            prepare(tool_for(group.spec.tool), attrs.evolve(group.spec, host="target"),
+                    from_host="source")
+        except SpecError as exc:
+            raise SpecError(f"groups.{group.name}.spec: {exc}") from None
 
 
 def agent_status(agent: Agent) -> dict:
@@ -126,6 +150,7 @@ class FleetRunner:
         """Every round of the chosen groups once; KeyboardInterrupt ends the run cleanly
         (what has ended is archived, the run is marked interrupted) and propagates."""
         rounds = plan(self.fleet, groups)
+        check_groups([g for g in self.fleet.groups if groups is None or g.name in groups])
         run_id = uuid.uuid4().hex
         records: list[Record] = []
         if self.archive is not None:
