@@ -55,7 +55,7 @@ def probe_port(spec: TestSpec, options: ProbeOptions) -> int:
 
 
 @contextmanager
-def _far_end(spec: TestSpec, options: ProbeOptions) -> Iterator[tuple[str, int]]:
+def far_end(spec: TestSpec, options: ProbeOptions) -> Iterator[tuple[str, int]]:
     """The (host, port) of a netprobe server for the probes; one of our own on loopback
     when the test has no host."""
     if spec.host:
@@ -139,7 +139,8 @@ def attach(result: Result, log: latency.ProbeLog, live: LatencyReporter) -> Resu
     return attrs.evolve(result, latency=summary, intervals=intervals, warnings=tuple(warnings))
 
 
-def _pause(prober: Prober, seconds: float) -> None:
+def pause(prober: Prober, seconds: float) -> None:
+    """Let the probes run ``seconds`` more (an idle phase)."""
     end = prober.now_s() + seconds
     while prober.now_s() < end:
         time.sleep(min(0.05, max(0.0, end - prober.now_s())))
@@ -154,12 +155,12 @@ def run_with_latency(run: Callable[[Reporter], Result], spec: TestSpec, reporter
     planned_s = spec.planned_s()
     test_s = BYTE_COUNT_SESSION_S if planned_s is None else planned_s
     planned = test_s + options.idle_s + options.tail_s + SESSION_MARGIN_S
-    with _far_end(spec, options) as (host, port):
+    with far_end(spec, options) as (host, port):
         prober = open_prober(host, port, secret, options, planned)
         live = LatencyReporter(reporter, prober)
         try:
             reporter.note(f"latency probes: {options.idle_s:g} s idle baseline")
-            _pause(prober, options.idle_s)
+            pause(prober, options.idle_s)
             prober.mark("loaded", True)
             try:
                 result = run(live)
@@ -170,7 +171,7 @@ def run_with_latency(run: Callable[[Reporter], Result], spec: TestSpec, reporter
                 raise
             if options.tail_s > 0:
                 prober.mark("idle_tail", False)
-                _pause(prober, options.tail_s)
+                pause(prober, options.tail_s)
             return attach(result, prober.stop(), live)
         finally:
             prober.close()

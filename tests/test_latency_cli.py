@@ -55,3 +55,33 @@ def test_latency_without_a_far_server_fails_cleanly() -> None:
     assert proc.returncode == 5, proc.stderr
     assert_one_error_line(proc.stderr)
     assert "no netprobe server answers" in proc.stderr
+
+
+def test_bufferbloat_on_loopback_writes_one_document_report_reads(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    saved = tmp_path / "bloat.json"
+    proc = netprobe_cmd("bufferbloat", "-t", "1", "--idle", "0.5", "-P", "2", "-o", str(saved))
+    assert proc.returncode == 0, proc.stderr
+    assert "latency under load:" in proc.stdout and "|download" in proc.stdout
+    document = json.loads(saved.read_text())
+    phases = document["latency"]["phases"]
+    assert [p["name"] for p in phases] == ["idle", "download", "upload", "both", "idle_tail"]
+    assert phases[1]["server_to_client_bits_per_second"] > 0
+    assert phases[1]["client_to_server_bits_per_second"] is None
+    assert phases[3]["server_to_client_bits_per_second"] > 0
+    assert phases[3]["client_to_server_bits_per_second"] > 0
+    assert {s["direction"] for s in document["summaries"]} == {"client_to_server",
+                                                               "server_to_client"}
+    assert document["latency"]["test_start_s"] == 0.0
+    # The intervals are on the probes' clock: each phase's lie inside that phase.
+    upload = next(p for p in phases if p["name"] == "upload")
+    c2s = [i for i in document["intervals"] if i["direction"] == "client_to_server"
+           and i["start_s"] < upload["end_s"] and i["end_s"] > upload["start_s"]]
+    assert c2s and all(i["start_s"] >= upload["start_s"] - 0.2 for i in c2s)
+    report = netprobe_cmd("report", str(saved))
+    assert report.returncode == 0, report.stderr
+
+
+def test_bufferbloat_refuses_what_the_tool_cannot_do() -> None:
+    proc = netprobe_cmd("bufferbloat", "--tool", "nosuchtool", "-t", "1")
+    assert proc.returncode != 0
+    assert_one_error_line(proc.stderr)

@@ -46,8 +46,12 @@ def _ms(value: Optional[float]) -> str:
     return format_ms_from_us(value)
 
 
-def _one_way(record: Optional[Latency]) -> str:
-    return "-" if record is None else _ms(record.p50_us)
+def _num(value_us: Optional[float]) -> str:
+    """Microseconds as a bare number of milliseconds, for the table's ms columns."""
+    if value_us is None:
+        return "-"
+    ms = value_us / 1000
+    return f"{ms:.2f}" if abs(ms) < 10 else f"{ms:.1f}" if abs(ms) < 1000 else f"{ms:.0f}"
 
 
 def _signed_ms(value: Optional[float]) -> str:
@@ -58,36 +62,40 @@ def _signed_ms(value: Optional[float]) -> str:
 
 def phase_table(phases: Sequence[LatencyPhase]) -> Table:
     """One row per phase: probes, loss, round trip percentiles, each way, against idle."""
-    table = Table(title="Latency: probe round trip; each way, the median delay above that "
-                        "direction's minimum (its queue)", title_justify="left")
-    for name in ("Phase", "Probes", "Lost", "RTT p50", "p90", "p99", "max",
-                 "c->s", "s->c", "vs idle", "Grade"):
-        table.add_column(name, justify="left" if name == "Phase" else "right")
-    with_rates = any(p.client_to_server_bits_per_second or p.server_to_client_bits_per_second
-                     for p in phases)
-    if with_rates:
-        table.add_column("Throughput", justify="right")
+    table = Table(title="Latency in ms: probe round trip; c->s and s->c: median one-way delay "
+                        "above that direction's minimum (its queue)", title_justify="left")
+    table.add_column("Phase", no_wrap=True)
+    for name in ("Probes", "Lost", "p50", "p90", "p99", "max", "c->s", "s->c", "vs idle",
+                 "Grade"):
+        table.add_column(name, justify="right", no_wrap=True)
+    down = any(p.server_to_client_bits_per_second for p in phases)
+    up = any(p.client_to_server_bits_per_second for p in phases)
+    for title, shown in (("Down", down), ("Up", up)):
+        if shown:
+            table.add_column(title, justify="right", no_wrap=True)
     for phase in phases:
         rtt = phase.rtt or Latency(count=0)
-        lost = "-" if rtt.lost is None else f"{rtt.lost} ({rtt.lost_percent or 0:.1f}%)"
-        increase = _signed_ms(phase.increase_us)
-        row = [phase.name, str(rtt.count + (rtt.lost or 0)), lost, _ms(rtt.p50_us),
-               _ms(rtt.p90_us), _ms(rtt.p99_us), _ms(rtt.max_us),
+        lost = "-" if rtt.lost is None else f"{rtt.lost}"
+        increase = "-" if phase.increase_us is None else (
+            ("+" if phase.increase_us >= 0 else "") + _num(phase.increase_us))
+        row = [phase.name, str(rtt.count + (rtt.lost or 0)), lost, _num(rtt.p50_us),
+               _num(rtt.p90_us), _num(rtt.p99_us), _num(rtt.max_us),
                _one_way(phase.client_to_server), _one_way(phase.server_to_client),
                increase, phase.grade or "-"]
-        if with_rates:
-            row.append(_rates(phase))
+        if down:
+            row.append(_rate(phase.server_to_client_bits_per_second))
+        if up:
+            row.append(_rate(phase.client_to_server_bits_per_second))
         table.add_row(*row)
     return table
 
 
-def _rates(phase: LatencyPhase) -> str:
-    parts = []
-    if phase.server_to_client_bits_per_second:
-        parts.append(f"down {format_rate(phase.server_to_client_bits_per_second)}")
-    if phase.client_to_server_bits_per_second:
-        parts.append(f"up {format_rate(phase.client_to_server_bits_per_second)}")
-    return ", ".join(parts) or "-"
+def _one_way(record: Optional[Latency]) -> str:
+    return "-" if record is None else _num(record.p50_us)
+
+
+def _rate(value: Optional[float]) -> str:
+    return format_rate(value) if value else "-"
 
 
 def verdict(latency: Latency) -> Text:

@@ -51,6 +51,7 @@ COMMANDS = {
     "report": "summarise saved results: tables, sparklines, an HTML page",
     "path": "test each segment of a path and the whole path; name the bottleneck",
     "fleet": "tests among many agents on a conflict-free schedule, archived",
+    "bufferbloat": "latency under load: idle, download, upload, both; grade and culprit",
 }
 """Each command and its summary; its module is ``netprobe.cli.commands.<name>``."""
 

@@ -1,0 +1,179 @@
+"""``netprobe bufferbloat``: the test a person tuning SQM runs (Flent's RRUL, in spirit).
+
+One probe session runs through five phases: idle, download (the server sends, 4 streams),
+upload (the client sends, 4 streams), both at once, idle again; each 10 s by default. The
+loaded phases are ordinary tests (any tool; native by default), run one after the other.
+Everything comes back as ONE Result on the probes' clock (time 0 = the first probe): the
+phases with their latency and throughput, the summaries of each direction measured alone
+(download's for server to client, upload's for client to server), every interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Callable, Optional
+
+import attrs
+
+from netprobe.engine import latency
+from netprobe.errors import TestFailed
+from netprobe.loadlatency import LatencyReporter, ProbeOptions, far_end, open_prober, pause
+from netprobe.plugin import Reporter
+from netprobe.schema import (
+    Endpoint,
+    FlowSummary,
+    Interval,
+    LatencyPhase,
+    Result,
+    StreamResult,
+    TestSpec,
+    ToolInfo,
+)
+
+LOADED_PHASES = (("download", "reverse"), ("upload", "normal"), ("both", "bidir"))
+"""The loaded phases in order, with the direction each test runs."""
+DEFAULT_PHASE_S = 10.0
+DEFAULT_STREAMS = 4
+
+RunTest = Callable[[TestSpec, Reporter], Result]
+
+
+@attrs.frozen
+class _Done:
+    name: str
+    result: Result
+    live: LatencyReporter
+
+    @property
+    def zero_s(self) -> float:
+        """When this phase's test began, on the probes' clock."""
+        return self.live.zero_s or 0.0
+
+
+def phase_spec(base: TestSpec, direction: str) -> TestSpec:
+    """The spec of one loaded phase: ``base`` in ``direction``."""
+    return attrs.evolve(base, direction=direction)
+
+
+def run_bufferbloat(run: RunTest, base: TestSpec, reporter: Reporter,
+                    options: ProbeOptions, secret: Optional[bytes] = None,
+                    idle_s: float = DEFAULT_PHASE_S) -> Result:
+    """Idle, download, upload, both, idle, with probes throughout; one Result.
+
+    A phase that fails ends the run: TestFailed carries what the phases before it and
+    the probes measured."""
+    per_test = base.planned_s() or DEFAULT_PHASE_S
+    session_s = 2 * idle_s + len(LOADED_PHASES) * (per_test + 5) + 60
+    done: list[_Done] = []
+    with far_end(base, options) as (host, port):
+        prober = open_prober(host, port, secret, options, session_s)
+        try:
+            reporter.note(f"bufferbloat: idle {idle_s:g} s")
+            pause(prober, idle_s)
+            for name, direction in LOADED_PHASES:
+                prober.mark(name, True)
+                reporter.note(f"bufferbloat: {name} ({direction}) {per_test:g} s")
+                live = LatencyReporter(reporter, prober)
+                try:
+                    result = run(phase_spec(base, direction), live)
+                except TestFailed as exc:
+                    if isinstance(exc.partial, Result):
+                        _settle(live, prober.now_s())
+                        done.append(_Done(name, exc.partial, live))
+                    prober.mark("idle_tail", False)
+                    exc.partial = combine(base, done, prober.stop(), failed=str(exc))
+                    raise
+                _settle(live, prober.now_s() - per_test)
+                done.append(_Done(name, result, live))
+            prober.mark("idle_tail", False)
+            reporter.note(f"bufferbloat: idle {idle_s:g} s")
+            pause(prober, idle_s)
+            return combine(base, done, prober.stop())
+        finally:
+            prober.close()
+
+
+def _settle(live: LatencyReporter, fallback_s: float) -> None:
+    # A test that reported no interval live leaves its start unknown: take its planned one.
+    if live.zero_s is None:
+        live.zero_s = max(0.0, fallback_s)
+
+
+def _receiver_rate(result: Result, direction: str) -> Optional[float]:
+    flow = result.summary(direction)
+    if flow is None:
+        return None
+    side = flow.receiver or flow.sender
+    return side.bits_per_second if side is not None else None
+
+
+def _with_rates(phases: Sequence[LatencyPhase], done: Sequence[_Done]) -> tuple:
+    by_name = {d.name: d.result for d in done}
+    out = []
+    for phase in phases:
+        result = by_name.get(phase.name)
+        if result is not None:
+            phase = attrs.evolve(
+                phase,
+                client_to_server_bits_per_second=_receiver_rate(result, "client_to_server"),
+                server_to_client_bits_per_second=_receiver_rate(result, "server_to_client"),
+            )
+        out.append(phase)
+    return tuple(out)
+
+
+def _shifted(intervals: Sequence[Interval], by: float) -> list[Interval]:
+    return [attrs.evolve(i, start_s=round(i.start_s + by, 6), end_s=round(i.end_s + by, 6))
+            for i in intervals]
+
+
+def _alone(done: Sequence[_Done]) -> tuple[list[FlowSummary], list[StreamResult]]:
+    """Each direction's summary and streams from the phase where it ran alone."""
+    flows, streams = [], []
+    for name, direction in (("upload", "client_to_server"), ("download", "server_to_client")):
+        for each in done:
+            if each.name == name:
+                flow = each.result.summary(direction)
+                flows += [flow] if flow is not None else []
+                streams += [s for s in each.result.streams if s.direction == direction]
+    return flows, streams
+
+
+def combine(base: TestSpec, done: Sequence[_Done], log: latency.ProbeLog,
+            failed: Optional[str] = None) -> Result:
+    """One Result of the phases run so far and the probes' log (times on the probes' clock)."""
+    summary = latency.summarize(log)
+    summary = attrs.evolve(summary, phases=_with_rates(summary.phases, done), test_start_s=0.0)
+    intervals: list[Interval] = []
+    for each in done:
+        samples = list(log.samples)
+        intervals += _shifted([each.live.add(i, samples) for i in each.result.intervals],
+                              each.zero_s)
+    flows, streams = _alone(done)
+    first = done[0].result if done else None
+    warnings = [f"{d.name}: {w}" for d in done for w in d.result.warnings]
+    errors = [f"{d.name}: {e}" for d in done for e in d.result.errors]
+    if failed and not errors:
+        errors.append(failed)
+    bad = ", ".join(f"{count} {why}" for why, count in log.bad)
+    if bad:
+        warnings.append(f"latency probes ignored as bad: {bad}")
+    status = "failed" if failed or any(d.result.status != "ok" for d in done) else "ok"
+    phases = summary.phases
+    return Result(
+        tool=first.tool if first else ToolInfo(name=base.tool),
+        spec=phase_spec(base, "bidir"),
+        start_time=first.start_time if first else None,
+        local=first.local if first else Endpoint(role="client"),
+        remote=first.remote if first else Endpoint(role="server", host=base.host),
+        status=status,
+        duration_s=round(phases[-1].end_s, 6) if phases else None,
+        summaries=tuple(flows),
+        streams=tuple(streams),
+        intervals=tuple(sorted(intervals, key=lambda i: (i.end_s, i.direction, i.role,
+                                                          i.stream_id or 1_000_000))),
+        latency=summary,
+        warnings=tuple(warnings),
+        errors=tuple(errors),
+        raw=tuple(r for d in done for r in d.result.raw),
+    )

@@ -1,0 +1,79 @@
+"""``netprobe bufferbloat [HOST]``: idle, download, upload, both, idle, with latency probes
+throughout; a table per phase, the grade, and which direction's queue is the problem."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from netprobe.cli import args as opts
+from netprobe.cli import common
+from netprobe.errors import TestFailed
+
+
+def add_parser(commands: Any, summary: str, epilog: str) -> None:
+    """The ``bufferbloat`` command's options."""
+    parser = opts.subparser(commands, "bufferbloat", summary, epilog,
+                            "%(prog)s [HOST] [-t SECONDS] [-P N] [options]")
+    parser.set_defaults(handler=handle, client=None, reverse=None)
+    parser.add_argument("host", nargs="?", metavar="HOST",
+                        help="the far end, running `netprobe server`; omit it to test this "
+                             "machine over loopback")
+    parser.add_argument("--tool", default="native", metavar="NAME",
+                        help="tool that loads the link (default: native; the probes are "
+                             "always netprobe's)")
+    group = parser.add_argument_group("phases")
+    group.add_argument("-t", "--time", type=opts.SECONDS, default=10.0, metavar="SECONDS",
+                       help="seconds of each loaded phase: download, upload, both "
+                            "(default: 10)")
+    group.add_argument("--idle", type=opts.SECONDS_OR_ZERO, default=10.0, metavar="SECONDS",
+                       help="seconds of the idle phases before and after (default: 10)")
+    group.add_argument("-P", "--parallel", type=opts.COUNT, default=4, metavar="N",
+                       help="TCP streams per direction (default: 4)")
+    group.add_argument("-i", "--interval", type=opts.SECONDS_OR_ZERO, default=1.0,
+                       metavar="SECONDS", help="seconds between interval reports (default: 1)")
+    group.add_argument("--latency-rate", type=opts.RATE_HZ, default=20.0, metavar="PER_S",
+                       help="probes per second (default: 20)")
+    group.add_argument("--latency-transport", choices=("auto", "udp", "tcp"), default="auto",
+                       help="probe over UDP, TCP, or UDP with TCP where UDP is dropped")
+    opts.add_socket_options(parser)
+    opts.add_output_options(parser)
+
+
+def _spec(args: argparse.Namespace) -> Any:
+    from netprobe.schema import TestSpec
+
+    return TestSpec(
+        tool=args.tool, host=args.host, protocol="tcp", direction="normal",
+        streams=args.parallel, duration_s=args.time, interval_s=args.interval or None,
+        length_bytes=args.length, window_bytes=args.window, mss_bytes=args.mss,
+        nodelay=args.nodelay, dscp=args.dscp, congestion=args.congestion,
+        ip_version=args.ip_version, port=args.port, bind_address=args.bind,
+        zerocopy=args.zerocopy, skip_rx_copy=args.skip_rx_copy,
+    )
+
+
+def handle(args: argparse.Namespace, load: common.RegistryLoader) -> int:
+    """Run the five phases and write the one result (a partial one too, when it fails)."""
+    from netprobe.bufferbloat import phase_spec, run_bufferbloat
+    from netprobe.loadlatency import ProbeOptions
+    from netprobe.session import prepare, run_spec
+
+    spec = _spec(args)
+    registry = common.registry_for(load, spec.tool)
+    tool = common.make_tool(registry, spec.tool, common.secret_options(args))
+    for direction in ("reverse", "normal", "bidir"):
+        prepare(tool, phase_spec(spec, direction))  # refused (exit 2) before anything runs
+    access = common.agent_access(args)
+    out = common.output(args)
+    out.check()
+    reporter = out.reporter(phase_spec(spec, "bidir"))
+    options = ProbeOptions(idle_s=args.idle, rate_hz=args.latency_rate,
+                           transport=args.latency_transport)
+    try:
+        result = run_bufferbloat(lambda s, r: run_spec(tool, s, r, agent=access), spec,
+                                 reporter, options, access.secret, idle_s=args.idle)
+    except TestFailed as exc:
+        common.emit_partial(out, exc.partial, reporter)
+        raise
+    out.emit(result, intervals_shown=common.lines_shown(reporter))
+    return common.status_code(result)
