@@ -307,6 +307,26 @@ def tcp_send(fd: int, counters: Counters, *, length: int, deadline: float | None
             return _tcp_send_loop(loop, lambda n: os.sendfile(fd, src, 0, n), "sendfile", args)
 
 
+@contextlib.contextmanager
+def _fewer_wakeups(sock: socket.socket, length: int) -> Iterator[None]:
+    """Wake the receive loop once min(length, SO_RCVBUF / 4) bytes are queued, not per
+    segment (SO_RCVLOWAT; the same rule and reasons as fewer_wakeups() in np_tcp.c)."""
+    try:
+        saved = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+        lowat = min(length, sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4)
+        if lowat > saved:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
+    except (OSError, AttributeError):  # best effort: it changes when we wake, not what we count
+        yield
+        return
+    try:
+        yield
+    finally:
+        if lowat > saved:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, saved)
+
+
 def tcp_recv(fd: int, counters: Counters, *, length: int, deadline: float | None = None,
              max_bytes: int | None = None, skip_copy: bool = False) -> int:
     """Receive until the peer closes, the deadline, ``max_bytes`` (exact) or stop.
@@ -320,7 +340,7 @@ def tcp_recv(fd: int, counters: Counters, *, length: int, deadline: float | None
     buf = memoryview(bytearray(args.length))
     flags = socket.MSG_TRUNC if skip_copy else 0
     total = 0
-    with _loop_socket(check_fd(fd), send=False) as sock:
+    with _loop_socket(check_fd(fd), send=False) as sock, _fewer_wakeups(sock, args.length):
         loop = _Loop(sock, c, args, 0.0)
         while not loop.done() and total < limit:
             c._calls += 1

@@ -213,6 +213,52 @@ def test_loops_restore_the_socket_timeout(impl: ModuleType) -> None:
         assert client.fileno() >= 0 and server.fileno() >= 0  # and the fds stay open
 
 
+def _lowat(sock: socket.socket) -> int:
+    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+
+
+def _until(check: Any, within: float) -> Any:
+    """Poll ``check()`` until it is truthy or ``within`` seconds pass; its last value."""
+    end = time.monotonic() + within
+    while not (value := check()) and time.monotonic() < end:
+        time.sleep(0.005)
+    return value
+
+
+@pytest.mark.parametrize("length", [1 << 20, 4096])
+def test_tcp_recv_wakes_once_per_quarter_buffer(impl: ModuleType, pool: ThreadPoolExecutor,
+                                                 length: int) -> None:
+    # A receiver faster than its link must not wake for every segment: the loop asks the
+    # kernel (SO_RCVLOWAT) to wake it once min(length, SO_RCVBUF / 4) bytes are queued,
+    # and puts the caller's setting back afterwards.
+    with tcp_pair() as (_client, server):
+        before = _lowat(server)
+        wanted = min(length, server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4)
+        counters = impl.Counters()
+        running = pool.submit(impl.tcp_recv, server.fileno(), counters, length=length,
+                              deadline=soon(5))
+        seen = _until(lambda: _lowat(server) != before and _lowat(server), 2.0)
+        counters.stop()
+        finish(running, 5)
+        assert seen == wanted
+        assert _lowat(server) == before
+
+
+def test_tcp_recv_counts_a_trickle_below_the_wake_threshold(impl: ModuleType,
+                                                              pool: ThreadPoolExecutor) -> None:
+    # Fewer wake-ups must not mean late counts: bytes below the threshold are counted
+    # within a tick (100 ms), not when the threshold or EOF comes.
+    with tcp_pair() as (client, server):
+        counters = impl.Counters()
+        running = pool.submit(impl.tcp_recv, server.fileno(), counters, length=1 << 20,
+                              deadline=soon(5))
+        _until(lambda: _lowat(server) > 1, 2.0)
+        client.sendall(b"x" * 1000)
+        assert _until(lambda: counters.bytes == 1000, 1.0)
+        client.shutdown(socket.SHUT_WR)
+        assert finish(running, 5) == 1000
+
+
 # --- stop flag ---------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from netprobe import core
 from netprobe.engine import protocol
 from netprobe.engine.client import run_test
 from netprobe.engine.server import Server, ServerConfig
+from netprobe.engine.side import GSO_MAX_BYTES, default_length
 from netprobe.errors import SpecError, TestFailed
 from netprobe.schema import Interval, Result, TestSpec
 from netprobe.tools.native import NativeTool
@@ -62,6 +63,15 @@ def test_tcp_selftest_fills_both_sides(data_path: str, full_tcp_info: None) -> N
         sum(i.bytes for i in result.intervals if i.role == "sender" and i.stream_id == 1)
         == sender.bytes
     )
+
+
+def test_default_tcp_length_carries_several_whole_gso_packets() -> None:
+    # The per-call cost (system call, socket lock, the push or window-update packet each
+    # call triggers) must be small next to the copy on any CPU: every default write or
+    # read moves several maximum-size GSO packets (64 KiB, the IPv4/IPv6 packet limit).
+    length = default_length(TestSpec(duration_s=1.0))
+    assert length % GSO_MAX_BYTES == 0 and length >= 4 * GSO_MAX_BYTES
+    assert default_length(TestSpec(duration_s=1.0, length_bytes=4096)) == 4096
 
 
 def test_udp_rate_limit_within_two_percent(data_path: str) -> None:

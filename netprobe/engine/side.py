@@ -23,10 +23,25 @@ from netprobe.engine.sockets import socket_info
 from netprobe.errors import CoreError
 from netprobe.schema import Cpu, Interval, SideSummary, SocketInfo, TestSpec
 
-# 32 KiB buffers stay in a core's L1 data cache on both ends: on loopback they gave
-# 21.0 Gbit/s at 0.077 CPU s/Gbit against 14.6 Gbit/s at 0.106 with 128 KiB (medians of 6,
-# bench method). The kernel's window, not the write size, decides throughput on a path.
-TCP_DEFAULT_LENGTH = 32 * 1024
+# Why TCP moves 256 KiB per call by default. Besides the copy (a cost per byte, the same
+# at any length), every send() or recv() has a fixed cost: the system call, the socket
+# lock, and the packet the call sets off: the push at the end of a send, the window-update
+# ACK a recv sends once it has freed buffer space. On loopback and on virtual NICs that
+# packet is processed at once in the caller's thread (perf: a receiver's recv() runs the
+# sender's ACK processing and even transmits the sender's queued data). Measured on an
+# Intel Xeon under KVM: ~3 us per recv call, the time it takes to copy ~24 KiB, so at
+# 32 KiB half of a receiver's CPU went to per-call costs; at 256 KiB about a tenth. That
+# fixed cost in microseconds varies several-fold between CPUs, hypervisors and their
+# side-channel mitigations, which is how 32 KiB could look best on one EPYC and be 0.55x
+# iperf3 on this Xeon: a default must make the fixed share small on all of them, not
+# balance it on one. 256 KiB is four maximum-size GSO packets (64 KiB, the IP packet
+# limit), so each call builds whole packets and autocorking never holds a partial one back
+# for the next call. Longer buys little (1 MiB cuts the fixed share from ~10% to ~3%) and
+# costs one buffer per stream and end in memory and cache, on routers too. The kernel's
+# window, not the write size, decides throughput on a real path; paced writes are cut to
+# ~1 ms of data in the loops.
+GSO_MAX_BYTES = 64 * 1024
+TCP_DEFAULT_LENGTH = 4 * GSO_MAX_BYTES
 UDP_DEFAULT_LENGTH = 1448  # fits one datagram in a 1500-byte MTU over IPv4 and IPv6
 RECEIVER_GRACE_S = 10.0  # how long a receiver outlives the sender's deadline at most
 

@@ -1,0 +1,550 @@
+#!/usr/bin/env python3
+"""Benchmark: the native engine against every peer, on the whole matrix of issue 13.
+
+Peers, in the same run: iperf3 3.21 (threads per stream, --json-stream, --gsro for UDP),
+nuttcp 8.2.2 and ntttcp 1.4.3 (built by ../shared/peers/build.sh into
+~/.cache/netprobe-peers/bin), Debian's iperf3 3.12, iperf 2.1.8 and nuttcp 6.1.2.
+Sections (each can run alone with --only):
+
+- defaults: every tool at its own defaults, TCP -P 1, 2, 4;
+- udp: 64-byte datagrams, unlimited rate, received packets per second;
+- sweep: the same write length for every tool, 16K..1M, -P 1 and 4;
+- placement: -P 1 at defaults unpinned, both ends on one core, on different cores;
+- router: one TCP stream over a 100 Mbit/s tbf link (overhead 24) between two
+  namespaces, 10 s: CPU seconds of each end.
+
+Runs are interleaved (every tool once, then again), medians of --reps. CPU: the client's
+whole process (rusage from wait4: start-up included, as a user pays it), the server's
+CPU from the moment the client starts (its start-up excluded for every tool alike: a
+server is normally already running). Prints the machine line and, per case, throughput,
+packets per second, CPU seconds per gigabit of both ends, and native/best-peer ratios.
+
+    flock /tmp/netprobe-heavy.lock python bench/engine.py [--only sweep] [--reps 5]
+
+A benchmark, not a test: it asserts nothing and reports what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from compare import host_busy_s, proc_cpu_s, reap
+
+PEERS = os.path.expanduser("~/.cache/netprobe-peers/bin")
+LOOPBACK = "127.0.0.1"
+RATIO_TOOLS_EXCLUDED = ("native",)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One cell of the matrix: what every tool is asked to do."""
+
+    section: str
+    label: str
+    streams: int = 1
+    length: Optional[int] = None  # None: the tool's own default
+    udp: bool = False
+    seconds: float = 3.0
+    pin: Optional[str] = None  # None, "same" (both ends on cpu 0), "diff" (0 and 1)
+    router: bool = False  # across the shaped namespaces instead of loopback
+
+
+@dataclass
+class Run:
+    """One measured run of one tool."""
+
+    bits_per_second: float
+    packets_per_second: Optional[float] = None
+    client_cpu_s: float = 0.0
+    server_cpu_s: float = 0.0
+    host_busy_s: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def gigabits(self) -> float:
+        return self.bits_per_second * self.seconds / 1e9
+
+
+@dataclass
+class Where:
+    """Where a case runs: the address of the server and the command prefixes of each end."""
+
+    host: str = LOOPBACK
+    client_prefix: list[str] = field(default_factory=list)
+    server_prefix: list[str] = field(default_factory=list)
+    server_ns: Optional[str] = None
+
+
+# -- processes ----------------------------------------------------------------------------
+
+
+def free_port_pair() -> int:
+    """A port p with p and p - 1 free (ntttcp syncs on base - 1, nuttcp uses two ports)."""
+    for _ in range(200):
+        port = random.randint(20000, 60000)
+        if all(_port_free(p) for p in (port - 1, port, port + 1)):
+            return port
+    raise RuntimeError("no free port pair")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def listening(where: Where, port: int, udp: bool) -> bool:
+    """Whether something listens on ``port`` (read from /proc/net, never by connecting)."""
+    kind = "udp" if udp else "tcp"
+    prefix = ["ip", "netns", "exec", where.server_ns] if where.server_ns else []
+    text = subprocess.run([*prefix, "cat", f"/proc/net/{kind}", f"/proc/net/{kind}6"],
+                          capture_output=True, text=True, timeout=10).stdout
+    wanted = f":{port:04X}"
+    for line in text.splitlines():
+        cols = line.split()
+        if len(cols) > 3 and cols[1].endswith(wanted) and (udp or cols[3] == "0A"):
+            return True
+    return False
+
+
+def wait_listening(where: Where, port: int, udp: bool = False, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if listening(where, port, udp):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Stop one of our processes by its PID (SIGINT, then SIGTERM, then SIGKILL)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(3)
+
+
+@dataclass
+class Outcome:
+    client_out: str
+    server_out: str
+    client_cpu_s: float
+    server_cpu_s: float
+    host_busy_s: float
+
+
+def measure(where: Where, server: list[str], client: list[str], port: int, case: Case,
+            server_exits: bool = True, udp_listen: bool = False) -> Outcome:
+    """Run a server and a client; their outputs and CPU (see the module docstring)."""
+    with tempfile.TemporaryFile() as server_out:
+        srv = subprocess.Popen([*where.server_prefix, *server], stdout=server_out,
+                               stderr=subprocess.STDOUT)
+        try:
+            wait_listening(where, port, udp_listen)
+            server_start_cpu = proc_cpu_s(srv.pid)
+            busy = host_busy_s()
+            cli = subprocess.Popen([*where.client_prefix, *client], stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT)
+            assert cli.stdout is not None
+            out = cli.stdout.read().decode(errors="replace")
+            status, client_cpu = reap(cli, case.seconds + 60)
+            host = host_busy_s() - busy
+            if status != 0:
+                raise RuntimeError(f"{client[0]} exited {status}: {out.strip()[-300:]}")
+            server_cpu = _server_cpu(srv, server_exits, case) - server_start_cpu
+            server_out.seek(0)
+            return Outcome(out, server_out.read().decode(errors="replace"), client_cpu,
+                           server_cpu, host)
+        finally:
+            stop(srv)
+
+
+def _server_cpu(srv: subprocess.Popen, exits: bool, case: Case) -> float:
+    if exits:
+        with contextlib.suppress(RuntimeError):
+            return reap(srv, 8)[1]
+    # A server that stays (iperf 2) or hangs after its report (ntttcp, now and then).
+    cpu = proc_cpu_s(srv.pid)
+    stop(srv)
+    return cpu
+
+
+def _ns_prefix(ns: Optional[str]) -> list[str]:
+    return ["ip", "netns", "exec", ns] if ns else []
+
+
+# -- the tools ----------------------------------------------------------------------------
+
+
+def native(case: Case, where: Where) -> Run:
+    port = free_port_pair()
+    np = [sys.executable, "-m", "netprobe"]
+    args = ["-t", f"{case.seconds:g}", "-P", str(case.streams), "-i", "0", "--json"]
+    if case.udp:
+        args += ["-u", "-b", "0"]
+    if case.length:
+        args += ["-l", str(case.length)]
+    o = measure(where, [*np, "server", "-1", "-B", where.host, "-p", str(port)],
+                [*np, "run", where.host, "-p", str(port), *args], port, case)
+    receiver = json.loads(o.client_out)["summaries"][0]["receiver"]
+    span = receiver["end_s"] - receiver["start_s"]
+    pps = receiver["packets"] / span if case.udp else None
+    return _run(o, receiver["bits_per_second"], pps, case)
+
+
+def _run(o: Outcome, bps: float, pps: Optional[float], case: Case) -> Run:
+    return Run(bps, pps, o.client_cpu_s, o.server_cpu_s, o.host_busy_s, case.seconds)
+
+
+def _iperf3(binary: str, stream_json: bool, gsro: bool = False) -> Callable[[Case, Where], Run]:
+    def run(case: Case, where: Where) -> Run:
+        port = free_port_pair()
+        args = ["-t", f"{case.seconds:g}", "-P", str(case.streams)]
+        args += ["--json-stream"] if stream_json else ["-J"]
+        if case.udp:
+            args += ["-u", "-b", "0"] + (["--gsro"] if gsro else [])
+        if case.length:
+            args += ["-l", str(case.length)]
+        o = measure(where, [binary, "-s", "-1", "-p", str(port)],
+                    [binary, "-c", where.host, "-p", str(port), *args], port, case)
+        end = _iperf3_end(o.client_out, stream_json)
+        if case.udp:
+            total = end["sum"]
+            got = total["packets"] - total["lost_packets"]
+            return _run(o, got * (case.length or 0) * 8 / total["seconds"],
+                        got / total["seconds"], case)
+        return _run(o, end["sum_received"]["bits_per_second"], None, case)
+    return run
+
+
+def _iperf3_end(text: str, stream_json: bool) -> dict:
+    if not stream_json:
+        return json.loads(text)["end"]
+    for line in text.splitlines():
+        if line.startswith("{") and '"event":"end"' in line.replace(" ", ""):
+            return json.loads(line)["data"]
+    raise RuntimeError("iperf3 --json-stream: no end event")
+
+
+def _nuttcp(binary: str) -> Callable[[Case, Where], Run]:
+    def run(case: Case, where: Where) -> Run:
+        data = free_port_pair()
+        ctl = data - 1
+        args = ["-T", f"{case.seconds:g}", "-N", str(case.streams), "-fparse"]
+        if case.udp:
+            args += ["-u", "-R", "100g"]
+        if case.length:
+            args += ["-l", str(case.length)]
+        # --nofork: "-1" alone forks a detached daemon whose CPU wait4 would never see.
+        o = measure(where, [binary, "-1", "--nofork", "-P", str(ctl), "-p", str(data)],
+                    [binary, "-P", str(ctl), "-p", str(data), *args, where.host], ctl, case)
+        fields = dict(kv.split("=", 1) for kv in o.client_out.split() if "=" in kv)
+        pps = None
+        if case.udp:  # megabytes are 2^20 bytes of received payload
+            pps = (float(fields["megabytes"]) * 2**20 / (case.length or 1)
+                   / float(fields["real_seconds"]))
+        return _run(o, float(fields["rate_Mbps"]) * 1e6, pps, case)
+    return run
+
+
+def iperf2(case: Case, where: Where) -> Run:
+    port = free_port_pair()
+    server = ["iperf", "-s", "-p", str(port), "-y", "C"] + (["-u"] if case.udp else [])
+    args = ["-t", f"{case.seconds:g}", "-P", str(case.streams), "-y", "C"]
+    if case.udp:
+        args += ["-u", "-b", "100000000000"]
+    if case.length:
+        args += ["-l", str(case.length)]
+    o = measure(where, server, ["iperf", "-c", where.host, "-p", str(port), *args], port,
+                case, server_exits=False, udp_listen=case.udp)
+    if case.udp:  # the receiver's figures are in the server's CSV rows
+        rows = [r.split(",") for r in o.server_out.splitlines() if r.count(",") >= 12]
+        row = rows[-1]
+        start, end = (float(v) for v in row[6].split("-"))
+        return _run(o, float(row[8]), (int(row[11]) - int(row[10])) / (end - start), case)
+    rows = [r.split(",") for r in o.client_out.splitlines() if r.count(",") >= 8]
+    summed = [r for r in rows if r[5] == "-1"]
+    bps = float(summed[-1][8]) if summed else sum(float(r[8]) for r in rows)
+    return _run(o, bps, None, case)
+
+
+def ntttcp(case: Case, where: Where) -> Run:
+    binary = os.path.join(PEERS, "ntttcp")
+    base = free_port_pair()
+    common = ["-m", f"{case.streams},*,{where.host}", "-p", str(base),
+              "-t", str(max(1, round(case.seconds)))]
+    if case.udp:
+        common.append("-u")
+    if case.length:
+        common += ["-b", str(case.length)]
+    o = measure(where, [binary, "-r", *common], [binary, "-s", *common], base, case,
+                server_exits=False, udp_listen=case.udp)
+    got = _ntttcp_total(o.server_out) or _ntttcp_total(o.client_out)
+    if got is None:
+        raise RuntimeError("ntttcp printed no totals")
+    nbytes, secs = got
+    pps = nbytes / (case.length or 1) / secs if case.udp else None
+    return _run(o, nbytes * 8 / secs, pps, case)
+
+
+def _ntttcp_total(text: str) -> Optional[tuple[int, float]]:
+    size = re.search(r"total bytes\s*:(\d+)", text)
+    secs = re.search(r"test duration\s*:([\d.]+)", text)
+    return (int(size.group(1)), float(secs.group(1))) if size and secs else None
+
+
+TOOLS: dict[str, tuple[str, Callable[[Case, Where], Run]]] = {
+    "native": (sys.executable, native),
+    "iperf3-3.21": (os.path.join(PEERS, "iperf3"), _iperf3(os.path.join(PEERS, "iperf3"), True)),
+    "iperf3-3.21-gsro": (os.path.join(PEERS, "iperf3"),
+                         _iperf3(os.path.join(PEERS, "iperf3"), True, gsro=True)),
+    "iperf3-3.12": ("/usr/bin/iperf3", _iperf3("/usr/bin/iperf3", False)),
+    "nuttcp-8.2.2": (os.path.join(PEERS, "nuttcp8"), _nuttcp(os.path.join(PEERS, "nuttcp8"))),
+    "nuttcp-6.1.2": ("/usr/bin/nuttcp", _nuttcp("/usr/bin/nuttcp")),
+    "iperf-2.1.8": ("/usr/bin/iperf", iperf2),
+    "ntttcp-1.4.3": (os.path.join(PEERS, "ntttcp"), ntttcp),
+}
+TCP_TOOLS = [t for t in TOOLS if not t.endswith("-gsro")]
+
+
+# -- the matrix ---------------------------------------------------------------------------
+
+SWEEP = (16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20)
+
+
+def cases(seconds: float) -> dict[str, list[Case]]:
+    """Every section's cases."""
+    t = seconds
+    return {
+        "defaults": [Case("defaults", f"TCP -P {n}, defaults", n, seconds=t) for n in (1, 2, 4)],
+        "udp": [Case("udp", "UDP 64-byte payload, unlimited", 1, 64, udp=True, seconds=t)],
+        "sweep": [Case("sweep", f"TCP -P {n} -l {_k(n_len)}", n, n_len, seconds=t)
+                  for n in (1, 4) for n_len in SWEEP],
+        "placement": [Case("placement", f"TCP -P 1, {label}", 1, seconds=t, pin=pin)
+                      for pin, label in ((None, "unpinned"), ("same", "both ends on cpu 0"),
+                                         ("diff", "client cpu 0, server cpu 1"))],
+        "router": [Case("router", "TCP -P 1 over 100 Mbit/s tbf (overhead 24), 10 s", 1,
+                        seconds=10.0, router=True)],
+    }
+
+
+def _k(n: int) -> str:
+    return f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}K"
+
+
+def tools_for(case: Case, wanted: Sequence[str]) -> list[str]:
+    """The tools that can run a case (gsro is a UDP-only variant)."""
+    names = [t for t in wanted if case.udp or not t.endswith("-gsro")]
+    return [t for t in names if t == "native" or os.path.exists(TOOLS[t][0])]
+
+
+@contextlib.contextmanager
+def place(case: Case) -> Iterator[Where]:
+    """Where a case runs: loopback (pinned as asked) or two shaped namespaces."""
+    if not case.router:
+        pins = {"same": ("0", "0"), "diff": ("0", "1")}.get(case.pin or "")
+        if pins is None:
+            yield Where()
+        else:
+            yield Where(client_prefix=["taskset", "-c", pins[0]],
+                        server_prefix=["taskset", "-c", pins[1]])
+        return
+    with shaped_namespaces() as (a, b, addr_b):
+        yield Where(host=addr_b, client_prefix=_ns_prefix(a), server_prefix=_ns_prefix(b),
+                    server_ns=b)
+
+
+@contextlib.contextmanager
+def shaped_namespaces(rate_mbit: int = 100) -> Iterator[tuple[str, str, str]]:
+    """perf-a and perf-b joined by a veth pair, each end shaped like a 100 Mbit/s wire."""
+    tag = f"perf-{os.getpid() % 10000}"
+    a, b = f"{tag}-a", f"{tag}-b"
+    dev_a, dev_b = f"pf{os.getpid() % 10000}a", f"pf{os.getpid() % 10000}b"
+    sh = _sh
+    try:
+        for ns in (a, b):
+            sh("ip", "netns", "add", ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "link", "add", dev_a, "type", "veth", "peer", "name", dev_b)
+        for ns, dev, addr in ((a, dev_a, "10.79.1.1/24"), (b, dev_b, "10.79.1.2/24")):
+            sh("ip", "link", "set", dev, "netns", ns)
+            sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            sh("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
+               "rate", f"{rate_mbit}mbit", "burst", "32kb", "latency", "50ms", "overhead", "24")
+        yield a, b, "10.79.1.2"
+    finally:
+        for ns in (a, b):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+def _sh(*argv: str) -> None:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {proc.stderr.strip()}")
+
+
+def run_case(case: Case, tools: Sequence[str], reps: int) -> tuple[dict, dict]:
+    """Interleaved runs of every tool on one case; (runs per tool, failures per tool)."""
+    runs: dict[str, list[Run]] = {t: [] for t in tools}
+    failures: dict[str, str] = {}
+    with place(case) as where:
+        for _ in range(reps):
+            for tool in tools:  # A B C ... A B C ...: drift hits every tool alike
+                try:
+                    runs[tool].append(TOOLS[tool][1](case, where))
+                except (RuntimeError, KeyError, ValueError, IndexError, ZeroDivisionError,
+                        json.JSONDecodeError) as exc:
+                    failures[tool] = str(exc)[:200]
+    return runs, failures
+
+
+# -- report -------------------------------------------------------------------------------
+
+
+@dataclass
+class Median:
+    bps: float
+    pps: Optional[float]
+    cpu_per_gbit: float
+    client_cpu_s: float
+    server_cpu_s: float
+    host_per_gbit: float
+    count: int
+
+
+def median(runs: list[Run]) -> Median:
+    pps = [r.packets_per_second for r in runs if r.packets_per_second]
+    return Median(
+        statistics.median(r.bits_per_second for r in runs),
+        statistics.median(pps) if pps else None,
+        statistics.median((r.client_cpu_s + r.server_cpu_s) / r.gigabits for r in runs),
+        statistics.median(r.client_cpu_s for r in runs),
+        statistics.median(r.server_cpu_s for r in runs),
+        statistics.median(r.host_busy_s / r.gigabits for r in runs),
+        len(runs),
+    )
+
+
+def report(case: Case, runs: dict[str, list[Run]], failures: dict[str, str]) -> None:
+    med = {t: median(r) for t, r in runs.items() if r}
+    count = max((m.count for m in med.values()), default=0)
+    print(f"\n### {case.label}  (median of {count})\n")
+    print("| tool | Gbit/s | Mpkt/s | CPU s/Gbit | client CPU s | server CPU s "
+          "| host CPU s/Gbit |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for tool, m in med.items():
+        pps = f"{m.pps / 1e6:.3f}" if m.pps else ""
+        rate = f"{m.bps / 1e6:.2f} M" if case.router else f"{m.bps / 1e9:.2f}"
+        print(f"| {tool} | {rate} | {pps} | {m.cpu_per_gbit:.4f} | {m.client_cpu_s:.2f} "
+              f"| {m.server_cpu_s:.2f} | {m.host_per_gbit:.4f} |")
+    for tool, why in failures.items():
+        print(f"| {tool} | failed at least once: {why} | | | | | |")
+    ratios(case, med)
+
+
+def ratios(case: Case, med: dict[str, Median]) -> None:
+    """native / best peer: throughput (or pps), CPU per gigabit, CPU of each end."""
+    base = med.get("native")
+    peers = {t: m for t, m in med.items() if t not in RATIO_TOOLS_EXCLUDED}
+    if base is None or not peers:
+        return
+    speed = (lambda m: m.pps or 0.0) if case.udp else (lambda m: m.bps)
+    fastest = max(peers, key=lambda t: speed(peers[t]))
+    leanest = min(peers, key=lambda t: peers[t].cpu_per_gbit)
+    line = (f"\nnative/best peer: {'pps' if case.udp else 'throughput'} "
+            f"{speed(base) / speed(peers[fastest]):.2f}x ({fastest}), CPU s/Gbit "
+            f"{base.cpu_per_gbit / peers[leanest].cpu_per_gbit:.2f}x ({leanest})")
+    if case.router:
+        lean_c = min(peers, key=lambda t: peers[t].client_cpu_s)
+        lean_s = min(peers, key=lambda t: peers[t].server_cpu_s)
+        line += (f", client CPU s {base.client_cpu_s / max(peers[lean_c].client_cpu_s, 1e-3):.2f}x"
+                 f" ({lean_c}), server CPU s "
+                 f"{base.server_cpu_s / max(peers[lean_s].server_cpu_s, 1e-3):.2f}x ({lean_s})")
+    print(line)
+
+
+def machine_line() -> str:
+    """CPU model, caches, kernel and core count of this machine."""
+    model = "unknown CPU"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    caches = []
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    with contextlib.suppress(OSError):
+        for index in sorted(os.listdir(base)):
+            def read(name: str, index: str = index) -> str:
+                with open(os.path.join(base, index, name)) as f:
+                    return f.read().strip()
+            if index.startswith("index"):
+                kind = {"Data": "d", "Instruction": "i", "Unified": ""}[read("type")]
+                caches.append(f"L{read('level')}{kind} {read('size')}")
+    return (f"{model}; {', '.join(caches)} per core; {platform.system()} {platform.release()}"
+            f" {platform.machine()}; {os.cpu_count()} cores; Python {platform.python_version()}")
+
+
+def load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=5, help="runs per tool and case")
+    parser.add_argument("--time", type=float, default=2.0,
+                        help="seconds per run (the router case always takes 10)")
+    parser.add_argument("--only", default="defaults,udp,sweep,placement,router",
+                        help="sections, comma-separated")
+    parser.add_argument("--tools", default=",".join(TOOLS), help="tools, comma-separated")
+    parser.add_argument("--cases", default="", help="only cases whose label contains this")
+    args = parser.parse_args()
+    wanted = args.tools.split(",")
+    unknown = [t for t in wanted if t not in TOOLS]
+    if unknown:
+        parser.error(f"unknown tools: {', '.join(unknown)} (known: {', '.join(TOOLS)})")
+    matrix = cases(args.time)
+    sections = args.only.split(",")
+    if any(s not in matrix for s in sections):
+        parser.error(f"sections are: {', '.join(matrix)}")
+    print(f"machine: {machine_line()}")
+    print(f"load average before: {load()}; started {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    began = time.monotonic()
+    for section in sections:
+        print(f"\n## {section}")
+        for case in matrix[section]:
+            if args.cases and args.cases not in case.label:
+                continue
+            runs, failures = run_case(case, tools_for(case, wanted), args.reps)
+            report(case, runs, failures)
+            sys.stdout.flush()
+    print(f"\nload average after: {load()}; took {time.monotonic() - began:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())
