@@ -109,3 +109,55 @@ def test_shallow_queue_keeps_latency_low(pair) -> None:  # type: ignore[no-untyp
     # The link is full all the same: the probes measured it loaded, not idle.
     receiver = document["summaries"][0]["receiver"]
     assert receiver["bits_per_second"] > 0.9 * RATE_MBIT * 1e6 * 1448 / 1538
+
+
+def test_bufferbloat_on_an_asymmetric_link_blames_the_upload(pair, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """100 Mbit/s down with a shallow queue, 20 Mbit/s up with a deep one (a cable or DSL
+    line without SQM): each direction runs at its ceiling and the bloat is the upload's."""
+    lab, a, b, dev_a = pair
+    lab.shape(a, dev_a, RATE_MBIT, burst=f"{BURST_BYTES}b", latency_ms=200)
+    dev_b = next(line.split(":")[1].strip().split("@")[0]
+                 for line in lab.run(b, ["ip", "-o", "link"]).stdout.splitlines()
+                 if "link/ether" in line)
+    lab.shape(b, dev_b, 100, latency_ms=5)
+    saved = tmp_path / "bloat.json"
+    proc = lab.run(a, [*NETPROBE, "bufferbloat", B_ADDR, "-t", "4", "-O", "1", "--idle", "1",
+                       "--congestion", "cubic", "-o", str(saved)], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(saved.read_text())
+    phases = {p["name"]: p for p in document["latency"]["phases"]}
+    down_ceiling = 100e6 * 1448 / 1538  # TCP payload of a 100 Mbit/s Ethernet: 94.1 Mbit/s
+    up_ceiling = RATE_MBIT * 1e6 * 1448 / 1538  # 18.8 Mbit/s
+    down = phases["download"]["server_to_client_bits_per_second"]
+    up = phases["upload"]["client_to_server_bits_per_second"]
+    assert down == pytest.approx(down_ceiling, rel=0.02)
+    assert up == pytest.approx(up_ceiling, rel=0.02)
+    # The upload's queue is the deep one; the download's stays shallow.
+    assert phases["upload"]["client_to_server"]["p50_us"] > 100_000
+    assert phases["download"]["server_to_client"]["p50_us"] < 15_000
+    assert phases["upload"]["grade"] in ("C", "D", "F")
+    assert phases["download"]["grade"] in ("A+", "A")
+    assert "the queue builds from client to server (upload)" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_probes_cost_under_two_percent_of_a_100_mbit_link() -> None:
+    """The same 100 Mbit/s TCP test with and without the probes (twice each, interleaved,
+    the better of each kept: the host is shared and noisy)."""
+    with Lab() as lab:
+        a, b = lab.host("lata"), lab.host("latb")
+        dev_a, dev_b = lab.link(a, f"{A_ADDR}/24", b, f"{B_ADDR}/24")
+        lab.shape(a, dev_a, 100)
+        lab.shape(b, dev_b, 100)
+        lab.start(b, [*NETPROBE, "server", "-B", B_ADDR], stdout=subprocess.DEVNULL,
+                  stderr=subprocess.DEVNULL)
+        wait_listening(lab, b, 5301)
+        rates: dict[bool, list[float]] = {False: [], True: []}
+        for probes in (False, True, False, True):
+            extra = ["--latency", "--latency-idle", "0.5"] if probes else []
+            proc = lab.run(a, [*NETPROBE, "run", B_ADDR, "--json", "-t", "2", "-O", "0.5",
+                               *extra], timeout=60)
+            assert proc.returncode == 0, proc.stderr
+            document = json.loads(proc.stdout)
+            rates[probes].append(document["summaries"][0]["receiver"]["bits_per_second"])
+            assert (document["latency"] is not None) == probes
+    assert max(rates[True]) >= 0.98 * max(rates[False])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+import attrs
 import pytest
 
 from netprobe.engine import latency, probes
@@ -14,7 +15,7 @@ from netprobe.engine.probes import KIND_ECHO, KIND_PROBE, Probe, pack, unpack
 from netprobe.engine.server import Server, ServerConfig
 from netprobe.loadlatency import ProbeOptions, open_prober, run_with_latency
 from netprobe.plugin import NullReporter
-from netprobe.schema import Interval, TestSpec
+from netprobe.schema import Interval, Latency, LatencyPhase, TestSpec
 from netprobe.tools.native import NativeTool
 
 # --- statistics -----------------------------------------------------------------------
@@ -115,6 +116,25 @@ def test_summary_without_a_loaded_phase_has_no_grade() -> None:
     # Without the server's list the loss cannot be split between the directions.
     assert phase.client_to_server is not None and phase.client_to_server.lost is None
     assert summary.measured_by == "netprobe-tcp"
+
+
+def _loaded_with(up_us: float, down_us: float) -> Latency:
+    phase = LatencyPhase(name="loaded", loaded=True, start_s=0.0, end_s=1.0,
+                         client_to_server=Latency(count=1, p50_us=up_us),
+                         server_to_client=Latency(count=1, p50_us=down_us))
+    idle = attrs.evolve(phase, name="idle", loaded=False,
+                        client_to_server=Latency(count=1, p50_us=900_000.0))
+    return Latency(count=1, phases=(idle, phase))
+
+
+@pytest.mark.parametrize(("up_ms", "down_ms", "expected"), [
+    (150, 2, "client_to_server"), (2, 150, "server_to_client"), (31, 40, "both"),
+    (29.9, 29.9, None), (30, 0, "client_to_server"),
+])
+def test_bloated_direction_names_the_queue_past_grade_a(up_ms: float, down_ms: float,
+                                                         expected: str) -> None:
+    # An idle phase's figures never count, however large.
+    assert latency.bloated_direction(_loaded_with(up_ms * 1000, down_ms * 1000)) == expected
 
 
 def test_interval_latency_uses_the_echoes_that_arrived_in_it() -> None:

@@ -28,7 +28,7 @@ def test_run_with_latency_human_output_shows_table_verdict_and_chart() -> None:
                         "--latency-transport", "tcp")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "Latency in ms: probe round trip" in out and "latency under load:" in out
+    assert "Latency in ms (probe round trip" in out and "latency under load:" in out
     assert "grade" in out and "netprobe-tcp" in out
     assert "|idle" in out and "|loaded" in out  # the chart's phase ruler
     assert "latency " in out.split("Bitrate", 1)[1]  # live interval lines carry it

@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from netprobe.cli.tabulate import BLOCKS
 from netprobe.cli.units import format_ms_from_us, format_rate
-from netprobe.engine.latency import bloated_direction
+from netprobe.engine.latency import PROBLEM_QUEUE_US, bloated_direction
 from netprobe.schema import Latency, LatencyPhase, LatencySample, Result
 
 CHART_WIDTH = 64
@@ -36,6 +37,9 @@ def print_latency(console: Console, result: Result) -> None:
     latency = result.latency
     assert latency is not None
     console.print(phase_table(latency.phases))
+    rates = rate_table(latency.phases)
+    if rates is not None:
+        console.print(rates)
     console.print(verdict(latency), soft_wrap=True)
     chart = latency_chart(latency.samples, latency.phases)
     if chart:
@@ -61,32 +65,40 @@ def _signed_ms(value: Optional[float]) -> str:
 
 
 def phase_table(phases: Sequence[LatencyPhase]) -> Table:
-    """One row per phase: probes, loss, round trip percentiles, each way, against idle."""
-    table = Table(title="Latency in ms: probe round trip; c->s and s->c: median one-way delay "
-                        "above that direction's minimum (its queue)", title_justify="left")
+    """One row per phase: loss, round trip percentiles, each way's queue, against idle.
+
+    Narrow enough for an 80-column terminal or pipe; throughput goes in a table of its own."""
+    table = Table(title="Latency in ms (probe round trip; c->s, s->c: median one-way queue)",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("Phase", no_wrap=True)
-    for name in ("Probes", "Lost", "p50", "p90", "p99", "max", "c->s", "s->c", "vs idle",
-                 "Grade"):
+    for name in ("Lost", "p50", "p90", "p99", "max", "c->s", "s->c", "vs idle", "Grade"):
         table.add_column(name, justify="right", no_wrap=True)
-    down = any(p.server_to_client_bits_per_second for p in phases)
-    up = any(p.client_to_server_bits_per_second for p in phases)
-    for title, shown in (("Down", down), ("Up", up)):
-        if shown:
-            table.add_column(title, justify="right", no_wrap=True)
     for phase in phases:
         rtt = phase.rtt or Latency(count=0)
-        lost = "-" if rtt.lost is None else f"{rtt.lost}"
+        sent = rtt.count + (rtt.lost or 0)
+        lost = "-" if rtt.lost is None else f"{rtt.lost}/{sent}"
         increase = "-" if phase.increase_us is None else (
             ("+" if phase.increase_us >= 0 else "") + _num(phase.increase_us))
-        row = [phase.name, str(rtt.count + (rtt.lost or 0)), lost, _num(rtt.p50_us),
-               _num(rtt.p90_us), _num(rtt.p99_us), _num(rtt.max_us),
-               _one_way(phase.client_to_server), _one_way(phase.server_to_client),
-               increase, phase.grade or "-"]
-        if down:
-            row.append(_rate(phase.server_to_client_bits_per_second))
-        if up:
-            row.append(_rate(phase.client_to_server_bits_per_second))
-        table.add_row(*row)
+        table.add_row(phase.name, lost, _num(rtt.p50_us), _num(rtt.p90_us), _num(rtt.p99_us),
+                      _num(rtt.max_us), _one_way(phase.client_to_server),
+                      _one_way(phase.server_to_client), increase, phase.grade or "-")
+    return table
+
+
+def rate_table(phases: Sequence[LatencyPhase]) -> Optional[Table]:
+    """Each loaded phase's throughput, download and upload (None when none is known)."""
+    rows = [p for p in phases
+            if p.server_to_client_bits_per_second or p.client_to_server_bits_per_second]
+    if not rows:
+        return None
+    table = Table(title="Throughput per phase (receiver)", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("Phase", no_wrap=True)
+    table.add_column("Down (s->c)", justify="right", no_wrap=True)
+    table.add_column("Up (c->s)", justify="right", no_wrap=True)
+    for phase in rows:
+        table.add_row(phase.name, _rate(phase.server_to_client_bits_per_second),
+                      _rate(phase.client_to_server_bits_per_second))
     return table
 
 
@@ -111,7 +123,8 @@ def verdict(latency: Latency) -> Text:
     text.append("grade ")
     text.append(latency.grade, style="bold green" if latency.grade in ("A+", "A") else "bold red")
     where = bloated_direction(latency)
-    text.append(f"; {_WHERE[where]}" if where else "; no queue builds in either direction")
+    text.append(f"; {_WHERE[where]}" if where else
+                f"; neither direction's queue reaches {PROBLEM_QUEUE_US / 1000:g} ms")
     text.append(f" (measured by {latency.measured_by})", style="dim")
     return text
 

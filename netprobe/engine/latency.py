@@ -257,12 +257,17 @@ def series(samples: Sequence[ProbeSample],
     )
 
 
-def bloated_direction(record: Latency, threshold_us: float = 5000.0) -> Optional[str]:
-    """Which direction's queue grew under load: ``client_to_server``, ``server_to_client``,
-    ``both``, or None (neither grew by ``threshold_us`` at the median, or unknown).
+PROBLEM_QUEUE_US = 30_000.0
+"""A direction whose median queue passes this is a problem: past it the grade is worse
+than A (the scale's own line between "fine" and "noticeable")."""
 
-    Taken from the loaded phase where each direction's median delay variation is largest:
-    the one-way figures say where the queue is, which the round trip alone cannot."""
+
+def bloated_direction(record: Latency, threshold_us: float = PROBLEM_QUEUE_US) -> Optional[str]:
+    """Which direction's queue is the problem under load: ``client_to_server``,
+    ``server_to_client``, ``both``, or None (neither median queue reached ``threshold_us``
+    in any loaded phase, or unknown).
+
+    The one-way figures say where the queue is, which the round trip alone cannot."""
     grown = set()
     for phase in record.phases:
         if not phase.loaded:

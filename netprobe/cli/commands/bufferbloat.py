@@ -27,6 +27,9 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                             "(default: 10)")
     group.add_argument("--idle", type=opts.SECONDS_OR_ZERO, default=10.0, metavar="SECONDS",
                        help="seconds of the idle phases before and after (default: 10)")
+    group.add_argument("-O", "--omit", type=opts.SECONDS_OR_ZERO, default=0.0, metavar="SECONDS",
+                       help="warm up each loaded phase for SECONDS first, left out of its "
+                            "throughput (as in iperf3; the probes count it as loaded)")
     group.add_argument("-P", "--parallel", type=opts.COUNT, default=4, metavar="N",
                        help="TCP streams per direction (default: 4)")
     group.add_argument("-i", "--interval", type=opts.SECONDS_OR_ZERO, default=1.0,
@@ -45,6 +48,7 @@ def _spec(args: argparse.Namespace) -> Any:
     return TestSpec(
         tool=args.tool, host=args.host, protocol="tcp", direction="normal",
         streams=args.parallel, duration_s=args.time, interval_s=args.interval or None,
+        omit_s=args.omit,
         length_bytes=args.length, window_bytes=args.window, mss_bytes=args.mss,
         nodelay=args.nodelay, dscp=args.dscp, congestion=args.congestion,
         ip_version=args.ip_version, port=args.port, bind_address=args.bind,
