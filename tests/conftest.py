@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from netprobe import _purecore, core
+from tests.peers import PEER_FIXTURES, PeerBinary, default_peer
 
 CORE_NAMES = (
     "Counters",
@@ -27,7 +29,24 @@ CORE_NAMES = (
 # handler here means the children start with the default again.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
-PEER_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "peers"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """ntttcp is not packaged: point $NETPROBE_NTTTCP at the built one (shared/peers) when
+    none is set, so every test that runs ntttcp (the conformance kit, the agent's) finds it."""
+    built = default_peer("ntttcp")
+    if built is not None and not os.environ.get("NETPROBE_NTTTCP"):
+        os.environ.update(built.env)
+
+
+@pytest.fixture
+def peer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> PeerBinary:
+    """The peer binary a test is parametrised with (``indirect=True`` over
+    tests.peers.peer_params), made the one netprobe and the processes it starts run."""
+    binary: PeerBinary = request.param
+    for name, value in binary.env.items():
+        monkeypatch.setenv(name, value)
+    return binary
 
 
 @pytest.fixture(params=["c", "python"])

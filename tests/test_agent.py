@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from .netlab import Lab, switched_hosts, wait_listening
+from .peers import PeerBinary, tool_version_params
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 why_not = Lab.available()
@@ -23,7 +24,7 @@ if why_not:
     pytestmark.append(pytest.mark.skip(reason=why_not))
 
 NETPROBE = [sys.executable, "-m", "netprobe"]
-BINARIES = {"native": None, "iperf3": "iperf3", "iperf2": "iperf", "nuttcp": "nuttcp"}
+TOOLS = ("native", "iperf3", "iperf2", "nuttcp", "ntttcp")
 
 
 class Trio:
@@ -57,19 +58,33 @@ def trio() -> Iterator[Trio]:
         yield trio
 
 
-@pytest.mark.parametrize("tool", sorted(BINARIES))
-def test_every_tool_through_the_agent(trio: Trio, tool: str) -> None:
-    binary = BINARIES[tool]
-    if binary and not shutil.which(binary):
-        pytest.skip(f"{binary} is not installed")
-    run = trio.run_from_c("run", trio.address("a"), "--tool", tool, "-t", "2", "--json")
+@pytest.mark.parametrize(("tool", "peer"), tool_version_params(TOOLS))
+def test_every_tool_through_the_agent(
+    trio: Trio, tool: str, peer: PeerBinary | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent_port = "5301"
+    if peer is not None:  # this version at both ends: an agent of its own, started with it
+        for name, value in peer.env.items():
+            monkeypatch.setenv(name, value)
+        agent_port = "5311"
+        ns, address = trio.hosts["a"]
+        agent = trio.lab.start(ns, [*NETPROBE, "server", "-B", address, "-p", agent_port],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_listening(trio.lab, ns, int(agent_port))
+    try:
+        run = trio.run_from_c("run", trio.address("a"), "--tool", tool, "-t", "2", "--json",
+                              "--agent-port", agent_port)
+    finally:
+        if peer is not None:
+            trio.lab.stop(agent)
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
     flow = result["summaries"][0]
     assert flow["sender"] and flow["receiver"], f"{tool}: both sides must be filled"
-    assert flow["receiver"]["bytes"] > 0 and flow["sender"]["bytes"] >= flow["receiver"]["bytes"]
-    if tool != "native":  # the far end's own output came back from the agent
-        assert "server" in {raw["name"] for raw in result["raw"]}
+    assert flow["receiver"]["bytes"] > 0 and flow["sender"]["bytes"] >= flow["receiver"]["bytes"], run.stdout
+    if peer is not None:  # the far end's own output came back from the agent
+        assert result["tool"]["version"] == peer.version
+        assert "server" in {raw["name"] for raw in result["raw"]} or tool == "ntttcp"
 
 
 def test_tools_on_a_remote_agent(trio: Trio) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,9 @@ from netprobe.errors import ParseError, SpecError, TestFailed
 from netprobe.schema import Interval, Result, TestSpec
 from netprobe.tools import _iperf2_parse as p2
 from netprobe.tools.iperf2 import Iperf2Tool, client_argv
+from tests.peers import PEER_FIXTURES
 
-PEERS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "peers"
+PEERS = PEER_FIXTURES
 C2S, S2C = "client_to_server", "server_to_client"
 
 

@@ -18,8 +18,9 @@ from netprobe.driven import free_port
 from netprobe.errors import ParseError, SpecError, TestFailed, TestInterrupted
 from netprobe.schema import Interval, Result, TestSpec
 from netprobe.tools.iperf3 import Iperf3Tool
+from tests.peers import PEER_FIXTURES, PeerBinary, peer_params
 
-PEERS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "peers"
+PEERS = PEER_FIXTURES
 C2S, S2C = "client_to_server", "server_to_client"
 
 
@@ -585,8 +586,8 @@ def test_probe_finds_the_debian_binary() -> None:
 
 
 @pytest.mark.peers
-@needs_iperf3
-def test_run_tcp() -> None:
+@pytest.mark.parametrize("peer", peer_params("iperf3"), indirect=True)
+def test_run_tcp(peer: PeerBinary) -> None:
     result, recorder = run(TestSpec(tool="iperf3", duration_s=2))
     assert result.status == "ok"
     one = flow(result, C2S)
@@ -596,12 +597,15 @@ def test_run_tcp() -> None:
     assert recorder.intervals, "no live intervals"
     assert [r.name for r in result.raw] == ["client", "server"]
     assert all(r.exit_code == 0 for r in result.raw)
-    assert result.tool.version and result.tool.mode == "copy"
+    assert result.tool.version == peer.version and result.tool.mode == "copy"
+    live = Iperf3Tool().probe().details
+    if peer.at_least(3, 17):
+        assert live == ("live intervals from --json-stream",)  # the path 3.12 lacks
 
 
 @pytest.mark.peers
-@needs_iperf3
-def test_run_udp_at_a_rate() -> None:
+@pytest.mark.parametrize("peer", peer_params("iperf3"), indirect=True)
+def test_run_udp_at_a_rate(peer: PeerBinary) -> None:
     rate = 50e6
     result, _ = run(
         TestSpec(tool="iperf3", protocol="udp", duration_s=2, rate_bits_per_second=rate)
@@ -614,19 +618,21 @@ def test_run_udp_at_a_rate() -> None:
 
 
 @pytest.mark.peers
-@needs_iperf3
-def test_run_two_streams_reverse() -> None:
+@pytest.mark.parametrize("peer", peer_params("iperf3"), indirect=True)
+def test_run_two_streams_reverse(peer: PeerBinary) -> None:
     result, recorder = run(TestSpec(tool="iperf3", duration_s=2, streams=2, direction="reverse"))
     assert [s.stream_id for s in result.streams] == [1, 2]
     assert {s.direction for s in result.streams} == {S2C}
     back = flow(result, S2C)
     assert back.receiver.bytes > 0 and back.sender.rtt_us is None
-    assert {i.role for i in recorder.intervals} == {"sender"}  # the local server's view
+    # 3.17+ streams the client's own (receiving) view; before, the local server's (sending)
+    seen_by = "receiver" if peer.at_least(3, 17) else "sender"
+    assert {i.role for i in recorder.intervals} == {seen_by}
 
 
 @pytest.mark.peers
-@needs_iperf3
-def test_run_bidir() -> None:
+@pytest.mark.parametrize("peer", peer_params("iperf3"), indirect=True)
+def test_run_bidir(peer: PeerBinary) -> None:
     result, _ = run(TestSpec(tool="iperf3", duration_s=2, direction="bidir"))
     assert flow(result, C2S).receiver.bytes > 0 and flow(result, S2C).receiver.bytes > 0
 

@@ -5,7 +5,6 @@ shared/fixtures/peers (console, -x XML, -j JSON), option mapping, and real runs 
 from __future__ import annotations
 
 import re
-import shutil
 import socket
 from collections import defaultdict
 from pathlib import Path
@@ -23,8 +22,9 @@ from netprobe.tools.ntttcp import (
     free_base_port,
     sender_args,
 )
+from tests.peers import PEER_FIXTURES, PeerBinary, peer_params
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "peers"
+FIXTURES = PEER_FIXTURES
 
 needs_fixtures = pytest.mark.skipif(
     not FIXTURES.is_dir(), reason=f"peer fixtures not found at {FIXTURES}"
@@ -364,9 +364,10 @@ def test_base_port_leaves_room_for_the_sync_port_and_all_streams() -> None:
             sock.bind(("127.0.0.1", port))  # all free
 
 
-# --- real runs (only with an ntttcp binary on PATH) ---------------------------------------
+# --- real runs (every ntttcp found: on PATH or built from shared/peers) -------------------
 
-needs_ntttcp = pytest.mark.skipif(shutil.which("ntttcp") is None, reason="ntttcp not on PATH")
+needs_ntttcp = pytest.mark.parametrize("peer", peer_params("ntttcp"), indirect=True)
+"""Every ntttcp found (on PATH, or built from shared/peers), or skipped with the reason."""
 
 
 class Recorder(NullReporter):
@@ -388,7 +389,7 @@ def _run(**options: object) -> tuple[Result, Recorder]:
 
 @needs_ntttcp
 @pytest.mark.peers
-def test_tcp_run_reports_both_sides() -> None:
+def test_tcp_run_reports_both_sides(peer: PeerBinary) -> None:
     result, recorder = _run()
     flow = result.summary("client_to_server")
     assert flow is not None and flow.sender is not None and flow.receiver is not None
@@ -402,17 +403,25 @@ def test_tcp_run_reports_both_sides() -> None:
 
 @needs_ntttcp
 @pytest.mark.peers
-def test_udp_run_with_rate_and_two_streams() -> None:
+def test_udp_run_with_rate_and_two_streams(peer: PeerBinary) -> None:
     result, _ = _run(protocol="udp", streams=2, rate_bits_per_second=50e6)
     flow = result.summaries[0]
     assert flow.sender is not None and flow.receiver is not None
     assert flow.sender.retransmits is None
-    assert flow.sender.bits_per_second == pytest.approx(100e6, rel=0.2)
+    # The total rate goes to ntttcp as -B (both streams). ntttcp's limiter only paces on
+    # average and overshoots when the CPU is busy (103 to 310 Mbit/s seen for -B 100M on
+    # this shared 2-core machine), so what is checked is the flag and that the figure is
+    # the one ntttcp printed, not ntttcp's pacing.
+    sender = next(r for r in result.raw if r.name == "sender")
+    assert sender.command is not None and "100000000" in sender.command
+    printed = re.search(r"throughput\s*:([\d.]+)Mbps", sender.text)
+    assert printed and flow.sender.bits_per_second == pytest.approx(
+        float(printed.group(1)) * 1e6, rel=0.01)
 
 
 @needs_ntttcp
 @pytest.mark.peers
-def test_no_receiver_is_a_clear_failure() -> None:
+def test_no_receiver_is_a_clear_failure(peer: PeerBinary) -> None:
     base = free_base_port(1, socket.AF_INET)
     spec = TestSpec(tool="ntttcp", host="127.0.0.1", port=base, duration_s=2.0)
     with pytest.raises(TestFailed) as info:

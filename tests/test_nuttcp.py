@@ -19,8 +19,9 @@ from netprobe.plugin import NullReporter
 from netprobe.schema import Interval, Result, TestSpec
 from netprobe.tools import _nuttcp_parse as p
 from netprobe.tools.nuttcp import NuttcpTool, client_args
+from tests.peers import PEER_FIXTURES, PeerBinary, peer_params
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "peers"
+FIXTURES = PEER_FIXTURES
 MIB = 1 << 20
 
 needs_fixtures = pytest.mark.skipif(
@@ -385,9 +386,9 @@ def _no_process_left(result: Result) -> None:
         assert raw.exit_code is not None, f"{raw.name} still running"
 
 
-@needs_nuttcp
 @pytest.mark.peers
-def test_tcp_run_reports_both_sides_and_live_intervals() -> None:
+@pytest.mark.parametrize("peer", peer_params("nuttcp"), indirect=True)
+def test_tcp_run_reports_both_sides_and_live_intervals(peer: PeerBinary) -> None:
     result, recorder = _run()
     assert result.status == "ok" and result.tool.version
     flow = result.summary("client_to_server")
@@ -397,7 +398,10 @@ def test_tcp_run_reports_both_sides_and_live_intervals() -> None:
     assert flow.sender.cpu and flow.sender.cpu.process
     assert flow.sender.cpu.process.total_percent is not None
     assert flow.sender.rtt_us is not None and flow.sender.rtt_us > 0
-    assert flow.sender.retransmits is None  # 6.1.2 cannot count them
+    if peer.at_least(7):
+        assert flow.sender.retransmits is not None  # 8.x reports them
+    else:
+        assert flow.sender.retransmits is None  # 6.1.2 cannot count them
     assert recorder.samples and recorder.samples == list(result.intervals)
     assert recorder.thread_ids == {threading.get_ident()}  # delivered in the caller's thread
     assert all(i.role == "receiver" and i.bytes > 0 for i in result.intervals)
@@ -405,9 +409,9 @@ def test_tcp_run_reports_both_sides_and_live_intervals() -> None:
     _no_process_left(result)
 
 
-@needs_nuttcp
 @pytest.mark.peers
-def test_udp_run_with_rate_is_near_the_rate() -> None:
+@pytest.mark.parametrize("peer", peer_params("nuttcp"), indirect=True)
+def test_udp_run_with_rate_is_near_the_rate(peer: PeerBinary) -> None:
     result, _ = _run(protocol="udp", rate_bits_per_second=20e6)
     receiver = result.summaries[0].receiver
     assert receiver is not None and receiver.packets is not None and receiver.packets > 0
@@ -416,9 +420,9 @@ def test_udp_run_with_rate_is_near_the_rate() -> None:
     assert "-R20000" in result.raw[0].command  # type: ignore[operator]
 
 
-@needs_nuttcp
 @pytest.mark.peers
-def test_two_streams_are_summed() -> None:
+@pytest.mark.parametrize("peer", peer_params("nuttcp"), indirect=True)
+def test_two_streams_are_summed(peer: PeerBinary) -> None:
     result, _ = _run(streams=2)
     client = result.raw[0]
     assert client.command is not None and "-N2" in client.command
@@ -429,9 +433,9 @@ def test_two_streams_are_summed() -> None:
     assert all(i.stream_id is None for i in result.intervals)
 
 
-@needs_nuttcp
 @pytest.mark.peers
-def test_reverse_run_has_the_server_sending() -> None:
+@pytest.mark.parametrize("peer", peer_params("nuttcp"), indirect=True)
+def test_reverse_run_has_the_server_sending(peer: PeerBinary) -> None:
     result, _ = _run(direction="reverse")
     assert result.summary("client_to_server") is None
     flow = result.summary("server_to_client")

@@ -1,0 +1,140 @@
+"""Where the tests find the peer tools and their saved outputs.
+
+Two versions of each driven tool are tested live where both are here: the one on PATH (on
+Debian: iperf3 3.12, iperf 2.1.8, nuttcp 6.1.2) and the one ``shared/peers/build.sh``
+built from upstream source (iperf3 3.21, nuttcp 8.2.2, ntttcp 1.4.3), found in
+``$NETPROBE_PEERS_BIN`` (scripts/test sets it) or in build.sh's default folder.
+``peer_params(tool)`` gives one pytest parameter per version, each skipped with the reason
+when its binary is absent; a test selects its binary by setting the tool's environment
+variable (``PeerBinary.env``), which also reaches the processes a test starts.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from netprobe.plugin import Tool
+
+
+def _shared_dir() -> Path | None:
+    """shared/ beside the repository or beside any folder above it (a CI clone has it
+    beside the repository; a worktree in /work/wt/NAME has it two levels up)."""
+    for parent in Path(__file__).resolve().parents[1:]:
+        if (parent / "shared").is_dir():
+            return parent / "shared"
+    return None
+
+
+SHARED = _shared_dir()
+PEER_FIXTURES = (SHARED or Path("/nonexistent/shared")) / "fixtures" / "peers"
+BUILT_BIN = Path(
+    os.environ.get("NETPROBE_PEERS_BIN")
+    or Path.home() / ".cache" / "netprobe-peers" / "bin"
+)
+
+# netprobe tool -> (binary on PATH, binary built by build.sh, environment variable)
+_TOOLS = {
+    "iperf3": ("iperf3", "iperf3", "NETPROBE_IPERF3"),
+    "iperf2": ("iperf", None, "NETPROBE_IPERF2"),
+    "nuttcp": ("nuttcp", "nuttcp8", "NETPROBE_NUTTCP"),
+    "ntttcp": ("ntttcp", "ntttcp", "NETPROBE_NTTTCP"),
+}
+
+
+class PeerBinary(NamedTuple):
+    """One installed version of a peer tool."""
+
+    tool: str
+    path: str
+    version: str
+    env_var: str
+
+    def at_least(self, *version: int) -> bool:
+        """Whether this binary's version is ``version`` (e.g. 3, 17) or newer."""
+        numbers = tuple(int(n) for n in re.findall(r"\d+", self.version)[: len(version)])
+        return numbers >= version
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment entry that makes netprobe (and its children) use this binary."""
+        return {self.env_var: self.path}
+
+
+def _tool_class(tool: str) -> type[Tool]:
+    from netprobe.tools.iperf2 import Iperf2Tool
+    from netprobe.tools.iperf3 import Iperf3Tool
+    from netprobe.tools.ntttcp import NtttcpTool
+    from netprobe.tools.nuttcp import NuttcpTool
+
+    classes = {"iperf3": Iperf3Tool, "iperf2": Iperf2Tool, "nuttcp": NuttcpTool,
+               "ntttcp": NtttcpTool}
+    return classes[tool]  # type: ignore[return-value]
+
+
+def _candidates(tool: str) -> dict[str, str | None]:
+    on_path, built, _ = _TOOLS[tool]
+    system = shutil.which(on_path)
+    if system and Path(system).resolve().parent == BUILT_BIN.resolve():
+        system = None  # the built one, put on PATH: counted once, as "built"
+    if built is None:  # build.sh builds no such tool: nothing to find or miss
+        return {"system": system}
+    built_path = str(BUILT_BIN / built) if (BUILT_BIN / built).is_file() else None
+    return {"system": system, "built": built_path}
+
+
+@functools.cache
+def peer_binaries(tool: str) -> tuple[tuple[str, PeerBinary | str], ...]:
+    """(flavour, PeerBinary or the reason it is absent) for the PATH and the built binary."""
+    env_var = _TOOLS[tool][2]
+    found: list[tuple[str, PeerBinary | str]] = []
+    for flavour, path in _candidates(tool).items():
+        if path is None:
+            where = "on PATH" if flavour == "system" else f"in {BUILT_BIN} (shared/peers/build.sh)"
+            found.append((flavour, f"no {tool} binary {where}"))
+            continue
+        availability = _tool_class(tool)({"path": path}).probe()
+        if not availability.available:
+            found.append((flavour, f"{path}: {'; '.join(availability.reasons)}"))
+            continue
+        found.append((flavour, PeerBinary(tool, path, availability.version or "?", env_var)))
+    return tuple(found)
+
+
+def peer_params(tool: str) -> list[Any]:
+    """pytest parameters, one per version of ``tool``: id TOOL-VERSION, or a skip."""
+    params = []
+    for flavour, found in peer_binaries(tool):
+        if isinstance(found, PeerBinary):
+            params.append(pytest.param(found, id=f"{tool}-{found.version}"))
+        else:
+            params.append(pytest.param(None, id=f"{tool}-{flavour}",
+                                       marks=pytest.mark.skip(reason=found)))
+    return params
+
+
+def default_peer(tool: str) -> PeerBinary | None:
+    """The binary a test that runs one version only uses: the PATH one, else the built."""
+    for _, found in peer_binaries(tool):
+        if isinstance(found, PeerBinary):
+            return found
+    return None
+
+
+def tool_version_params(tools: tuple[str, ...]) -> list[Any]:
+    """pytest parameters (tool, PeerBinary or None) for every version of every tool named:
+    "native" once with None, each driven tool once per version found (or a skip)."""
+    params = []
+    for tool in tools:
+        if tool not in _TOOLS:
+            params.append(pytest.param(tool, None, id=tool))
+            continue
+        for one in peer_params(tool):
+            params.append(pytest.param(tool, *one.values, id=one.id, marks=one.marks))
+    return params
