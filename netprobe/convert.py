@@ -5,6 +5,7 @@ derives the JSON Schema of a :class:`~netprobe.schema.Result` from the classes.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import typing
 from functools import lru_cache
@@ -19,6 +20,34 @@ from netprobe.errors import NetprobeError, ParseError
 T = TypeVar("T")
 
 _converter = cattrs.Converter(forbid_extra_keys=False)
+
+
+def _finite_float(value: Any, _: Any) -> float:
+    # JSON has no NaN or infinity; Python's reader takes them (and 1e999) anyway, and a
+    # figure that is not a number breaks every sum and format downstream.
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite number")
+    return number
+
+
+def _is_tuple(tp: Any) -> bool:
+    return typing.get_origin(tp) is tuple
+
+
+def _tuple_hook(tp: Any) -> Any:
+    def hook(value: Any, _: Any) -> Any:
+        # A string or an object is iterable too: without this, "errors": "boom" would
+        # become the errors ("b", "o", "o", "m").
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"expected a list, not a JSON {type(value).__name__}")
+        return _converter._structure_tuple(value, tp)
+
+    return hook
+
+
+_converter.register_structure_hook(float, _finite_float)
+_converter.register_structure_hook_factory(_is_tuple, _tuple_hook)
 
 
 def unstructure(obj: Any) -> Any:
@@ -59,7 +88,7 @@ def from_json(text: str, source: str | None = None) -> schema.Result:
     """Load a result from one JSON document."""
     try:
         data = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise ParseError(f"not JSON: {exc}", source) from None
     try:
         return structure(data, schema.Result)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import datetime
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Callable, ClassVar, Optional, Protocol
 
 import attrs
@@ -198,6 +198,13 @@ class Tool(abc.ABC):
     def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
         """Turn saved outputs ``[(name, text), ...]`` of this tool into a Result."""
         raise SpecError(f"{self.name} cannot parse saved output")
+
+    def split_tests(self, lines: Iterable[str]) -> Iterator[str]:
+        """The text of each test in one saved output that may hold several (a server's
+        log, appended runs), given its lines (newlines kept) as they are read: ``parse``
+        turns each into its own Result, so a tool that can tell tests apart should yield
+        each as soon as it ends (one test in memory at a time). The default: one test."""
+        yield "".join(lines)
 
     def far_end_argv(self, spec: TestSpec, address: str, port: int) -> Optional[list[str]]:
         """The command that runs this tool's server (receiver) side for ``spec`` on this

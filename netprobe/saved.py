@@ -56,6 +56,9 @@ def read_results(text: str, source: str) -> tuple[list[Result], str | None]:
         line = text.count("\n", 0, pos) + 1
         try:
             value, pos = decoder.raw_decode(text, pos)
+        except RecursionError:
+            raise ParseError("JSON nested too deeply to be a netprobe result", source,
+                             line) from None
         except json.JSONDecodeError as exc:
             if _cut_short(text, exc):
                 return results, (f"{source}:{line}: the last record is incomplete (file cut "

@@ -7,7 +7,9 @@ Cheap to import: the plugins, the schema and rich load inside the functions that
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable
 
 from netprobe.cli.exitcodes import ExitCode, UsageError
@@ -116,6 +118,33 @@ def status_code(result: Result) -> ExitCode:
         return ExitCode.OK
     error(result.errors[0] if result.errors else f"test {result.status}")
     return ExitCode.INTERRUPTED if result.status == "interrupted" else ExitCode.TEST_FAILED
+
+
+MAX_LINE = 1 << 20
+"""Longer lines are not a tool's output: refused rather than held in memory."""
+
+
+def read_lines(path: str) -> Iterator[str]:
+    """A file's lines, newlines kept, read as they are needed (``-`` is stdin), so that
+    memory does not grow with the file; UsageError when it cannot be read or holds a line
+    longer than MAX_LINE."""
+    try:
+        handle = (sys.stdin if path == "-"
+                  else open(path, encoding="utf-8", errors="replace"))  # noqa: SIM115
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with handle:
+        for number in itertools.count(1):
+            try:
+                line = handle.readline(MAX_LINE + 1)
+            except OSError as exc:
+                raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+            if not line:
+                return
+            if len(line) > MAX_LINE:
+                raise UsageError(f"{path}:{number}: a line longer than {MAX_LINE >> 20} MiB "
+                                 "is not a tool's output")
+            yield line
 
 
 def read_input(path: str) -> str:

@@ -642,3 +642,116 @@ def _csv_record(row: dict[str, Any], is_client: bool, main_port: Any, keys: Stre
         jitter_ms=row.get("jitter") if udp else None,
     )
     return _Record(str(row.get("id")), direction, role, sample)
+
+
+# --- one test at a time from a log of many ----------------------------------------------------
+
+
+def split_tests(lines: Iterable[str]) -> Iterable[str]:
+    """The text of each test in a saved log that may hold several (a server's log, a file
+    of appended runs), read line by line so that only one test is in memory at a time.
+
+    Text: a test ends when, after it printed report lines, another connection is accepted
+    (a connection the process opened itself, after ``Client connecting to``, is the
+    reverse half of the same test: ``-r``, ``-d``) or another ``Server listening`` banner
+    begins. CSV: see :class:`_CsvTests`.
+    """
+    chunk: list[str] = []
+    banner: list[str] = []  # the process's banner, which says whether it is the server
+    text_tests, csv_tests = _TextTests(), _CsvTests()
+    for line in lines:
+        cells = line.strip().split(",")
+        starts = csv_tests.starts_test(cells) if len(cells) >= 8 else text_tests.starts_test(line)
+        if starts and chunk:
+            yield "".join(chunk)
+            chunk = [] if _LISTENING.search(line) else list(banner)
+        elif text_tests.banner_line(line) and not text_tests.reported:
+            banner.append(line)
+        chunk.append(line)
+    if chunk:
+        yield "".join(chunk)
+
+
+class _TextTests:
+    """Where human-readable tests begin: after a test has printed report lines, at another
+    ``Server listening`` banner, at another connection accepted by a process whose test
+    began by accepting one (a server), and at another ``Client connecting to`` of a process
+    whose test began by connecting (a client). The connection a client accepts (``-r``,
+    ``-d``) or a server opens is the other half of the same test."""
+
+    def __init__(self) -> None:
+        self.reported = False
+        self.outgoing_next = False  # a "Client connecting to" banner came before
+        self.began_outgoing: bool | None = None  # how the current test's first connection was
+
+    def banner_line(self, line: str) -> bool:
+        """A line of the banner before the first connection (kept for later tests)."""
+        return self.began_outgoing is None and not _CONNECTED.match(line.strip())
+
+    def starts_test(self, line: str) -> bool:
+        text = line.strip()
+        starts = False
+        if _LISTENING.search(text):
+            starts = self.reported
+        elif _CONNECTING.search(text):
+            starts = self.reported and self.began_outgoing is True
+            self.outgoing_next = True
+        elif _CONNECTED.match(text):
+            outgoing, self.outgoing_next = self.outgoing_next, False
+            starts = self.reported and not outgoing and self.began_outgoing is False
+            if self.began_outgoing is None or starts:
+                self.began_outgoing = outgoing
+        elif _LINE.match(text):
+            self.reported = True
+        if starts:
+            self.reported = False
+            if not _CONNECTED.match(text):
+                self.began_outgoing = None
+        return starts
+
+
+class _CsvTests:
+    """Where CSV tests begin. A transfer's rows are its intervals, then its summary (the
+    row from 0 to the end). A test ends with a row of a transfer whose summary was given
+    (or that started at 0 twice), and with a new transfer whose row is not of the current
+    test's time span and time (``-e`` stamps each row with the real second; without it the
+    stamp is 19700101000000 and only the span tells tests apart, so two tests of the same
+    length, one after the other, still read as one test of two streams)."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[float, float]] = {}  # transfer -> its last row's span
+        self.done: set[str] = set()
+        self.key: tuple[str, str] | None = None  # the current test's (stamp, span)
+
+    def starts_test(self, cells: list[str]) -> bool:
+        try:
+            start, end = (float(v) for v in cells[6].split("-", 1))
+        except (ValueError, IndexError):
+            return False  # a header row, or one _csv_rows will name as unreadable
+        transfer, key = f"{cells[5]}:{cells[2]}", (cells[0], cells[6])
+        before = self.last.get(transfer)
+        if before is None:
+            starts = start == 0 and self.key is not None and not _same_time(self.key, key)
+        else:
+            starts = transfer in self.done or (before[0] == 0 and start == 0)
+        if starts:
+            self.last, self.done, self.key, before = {}, set(), None, None
+        if start == 0 and before is None and self.key is None:
+            self.key = key
+        elif start == 0 and before is not None and before[0] > 0:
+            self.done.add(transfer)
+            self.key = key
+        self.last[transfer] = (start, end)
+        return starts
+
+
+def _same_time(one: tuple[str, str], other: tuple[str, str]) -> bool:
+    """Same span, stamped within a second (streams of one test end together)."""
+    if one[1] != other[1]:
+        return False
+    try:
+        first, second = (datetime.datetime.strptime(k[0][:14], "%Y%m%d%H%M%S")
+                         for k in (one, other))
+    except ValueError:
+        return one[0] == other[0]
+    return abs((first - second).total_seconds()) <= 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -601,7 +602,7 @@ def parse_json_text(text: str, source: str = "<input>") -> tuple[dict[str, Any],
         return document_from_stream(text, source)
     try:
         doc = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         salvaged = salvage_truncated(text)
         if salvaged is not None:
             where = f"line {getattr(exc, 'lineno', '?')}"
@@ -645,7 +646,7 @@ def _decode_after(decoder: json.JSONDecoder, text: str, at: int) -> tuple[Any, i
         at += 1
     try:
         return decoder.raw_decode(text, at)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 
@@ -658,7 +659,7 @@ def document_from_stream(text: str, source: str = "<input>") -> tuple[dict[str, 
             continue
         try:
             event = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             warnings.append(f"{source}:{number}: unreadable line, output cut short?")
             break
         if not isinstance(event, dict) or "event" not in event:
@@ -873,3 +874,36 @@ def json_error(doc: dict[str, Any]) -> str | None:
     """The error message of a document (iperf3 -J exits 0 and says it only here)."""
     error = doc.get("error")
     return str(error) if error else None
+
+
+# --- one test at a time from a log of many ----------------------------------------------------
+
+
+def split_tests(lines: Iterable[str]) -> Iterable[str]:
+    """The text of each test in a saved iperf3 log that may hold several (a server's log,
+    appended runs), read line by line so that one test at a time is in memory. A test
+    begins at ``Accepted connection from`` (human output), at a ``{`` alone on a line (a
+    ``-J`` document: iperf3 pretty-prints, so its top-level braces stand alone) or at a
+    ``--json-stream`` start event. A last ``-J`` document that holds an error and no
+    connection, after tests (the server was stopped while it waited), is no test."""
+    chunk: list[str] = []
+    began, count = False, 0
+    for line in lines:
+        if _begins_test(line):
+            if began:
+                yield "".join(chunk)
+                chunk, count = [], count + 1
+            began = True
+        chunk.append(line)
+    text = "".join(chunk)
+    if text.strip() and not (count and '"error"' in text and not _connected(text)):
+        yield text
+
+
+def _connected(text: str) -> bool:
+    return re.search(r'"connected":\s*\[\s*\{', text) is not None
+
+
+def _begins_test(line: str) -> bool:
+    return (line.startswith("Accepted connection from") or line.rstrip() == "{"
+            or (line.startswith('{"event":') and '"event":"start"' in line[:20]))

@@ -378,7 +378,7 @@ def parse_json(text: str, source: str) -> ResultFile:
     """Read a ``-j`` result file (all values are strings)."""
     try:
         document = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         line = getattr(exc, "lineno", None)
         raise ParseError(f"not a complete ntttcp JSON result: {exc}", source, line) from None
     if not isinstance(document, dict) or not ({"ntttcps", "ntttcpr"} & set(document)):

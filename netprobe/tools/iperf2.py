@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -230,6 +230,10 @@ class Iperf2Tool(Tool):
             return attrs.evolve(result, raw=(*result.raw, far_end),
                                 warnings=(*result.warnings, f"far end output unreadable: {exc}"))
         return fill_missing(result, both, far_end)
+
+    def split_tests(self, lines: Iterable[str]) -> Iterator[str]:
+        """Each test of a log that holds several (see p2.split_tests)."""
+        yield from p2.split_tests(lines)
 
     def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
         """Saved iperf 2 output (``-e`` or legacy text, or ``-y C`` CSV, with or without

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -242,6 +242,10 @@ class Iperf3Tool(Tool):
         """A one-off ``iperf3 -s -1`` on ``address:port`` (the client's -J has both sides)."""
         return server_argv(self._find(), spec, address, port)
 
+    def split_tests(self, lines: Iterable[str]) -> Iterator[str]:
+        """Each test of a log that holds several (see p3.split_tests)."""
+        yield from p3.split_tests(lines)
+
     def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
         """Saved iperf3 output (``-J`` documents, ``--json-stream`` lines or human output;
         client and/or server) as one Result. Raises ParseError on unreadable input."""
@@ -442,7 +446,7 @@ def _stream_reader(doc: dict[str, Any], spec: TestSpec, live: LiveIntervals) -> 
     def on_line(line: str) -> None:
         try:
             event = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             return  # not an event line (e.g. a warning printed by the binary)
         if isinstance(event, dict):
             data = p3.apply_event(doc, event)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 from netprobe.cli import args as opts
@@ -9,10 +11,14 @@ from netprobe.cli.common import (
     RegistryLoader,
     make_tool,
     output,
-    read_input,
+    read_lines,
     registry_for,
     status_code,
 )
+from netprobe.cli.exitcodes import ExitCode, UsageError
+from netprobe.errors import ParseError
+from netprobe.plugin import Tool
+from netprobe.schema import Result
 
 
 def add_parser(commands: Any, summary: str, epilog: str) -> None:
@@ -29,11 +35,36 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
 
 
 def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
-    """Parse the files with the tool's parser and write the result."""
+    """Parse the files with the tool's parser and write one result per test they hold."""
     tool = make_tool(registry_for(load, args.tool), args.tool)
     out = output(args)
     out.check()
-    sources = [(path, read_input(path)) for path in args.files]
-    result = tool.parse(sources)
-    out.emit(result)
-    return status_code(result)
+    tests = _results(tool, args.files)
+    first = next(tests, None)
+    if first is None:
+        raise ParseError(f"no {tool.name} test in {', '.join(args.files)}")
+    second = next(tests, None)
+    if second is None:
+        out.emit(first)
+        return status_code(first)
+    # Several tests: JSON goes out as one line per test (a stream of documents a reader
+    # can take one at a time), written as each test is read, never all held at once.
+    if out.fmt == "json":
+        out.fmt = "jsonl"
+    code = ExitCode.OK
+    for result in itertools.chain((first, second), tests):
+        out.emit(result)
+        code = code or status_code(result)
+    return code
+
+
+def _results(tool: Tool, paths: list[str]) -> Iterator[Result]:
+    """One Result per test: each file split into its tests by the tool; with several
+    files (a client's and a server's log), their k-th tests make the k-th result."""
+    splits = [tool.split_tests(read_lines(path)) for path in paths]
+    for number, texts in enumerate(itertools.zip_longest(*splits), start=1):
+        if any(text is None for text in texts):
+            short = ", ".join(path for path, text in zip(paths, texts) if text is None)
+            raise UsageError(f"the files hold different numbers of tests: {short} has "
+                             f"no test {number}")
+        yield tool.parse(list(zip(paths, texts)))
