@@ -18,6 +18,7 @@ import attrs
 
 from netprobe import convert
 from netprobe.driven import DrivenProcess, is_listening, port_is_free
+from netprobe.engine.log import client, escape
 from netprobe.engine.server import Session
 from netprobe.errors import NetprobeError, TestFailed
 from netprobe.plugin import Registry, Tool, load_registry
@@ -109,12 +110,17 @@ def _far_end(session: Session, message: dict, loader: RegistryLoader) -> None:
         if argv is None:
             session.refuse(f"{tool.name} has no server side for an agent to start")
         server = DrivenProcess(argv, name="server").start()
-        session.server.log(f"{session.peer[0]}: started {tool.name} server, pid {server.pid}")
+        who = client(session.peer)
+        session.server.log(f"{who}: started {tool.name} server, pid {server.pid}",
+                           event="far-end", client=who, tool=tool.name, pid=server.pid,
+                           state="started")
         try:
             _serve_far_end(session, spec, server, port, family)
         finally:
             code = server.stop()
-            session.server.log(f"{session.peer[0]}: {tool.name} server ended ({code})")
+            session.server.log(f"{who}: {tool.name} server ended ({code})", event="far-end",
+                               client=who, tool=tool.name, pid=server.pid, state="stopped",
+                               exit_code=code)
         _send_quietly(session, {"type": "far_end_output", "raw": convert.unstructure(server.raw())})
 
 
@@ -185,7 +191,9 @@ def _third_party(session: Session, message: dict, loader: RegistryLoader) -> Non
     if not spec.host:
         session.refuse("a third-party test needs a target host")
     with session.slot(spec, "third_party"):
-        session.server.log(f"{session.peer[0]}: third-party {tool.name} test to {spec.host}")
+        who = client(session.peer)
+        session.server.log(f"{who}: third-party {tool.name} test to {escape(spec.host)}",
+                           event="test", client=who, tool=tool.name, target=spec.host)
         reply: dict[str, Any] = {"type": "result"}
         try:
             reply["result"] = convert.unstructure(

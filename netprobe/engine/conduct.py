@@ -111,8 +111,12 @@ class Conductor:
 
     def run(self) -> Outcome:
         """Drive the test to its end; returns once both reports are exchanged or it failed."""
-        while not (self._report_sent and self.outcome.peer_report is not None):
+        while True:
             self._watch_local()
+            # Done as soon as both reports are out, before waiting for another message:
+            # the peer that has both says "bye" at once, which is no message of the test.
+            if self._report_sent and self.outcome.peer_report is not None:
+                break
             if self._overdue():
                 self._fail("the peer did not finish in time")
             message = self.reader.get(POLL_S)

@@ -24,6 +24,7 @@ import attrs
 from netprobe import convert
 from netprobe.engine import auth, probes, protocol
 from netprobe.engine.conduct import Conductor, Reader, system_name
+from netprobe.engine.log import Log, client, escape, null_log
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side
 from netprobe.engine.sockets import apply_options
@@ -31,7 +32,6 @@ from netprobe.errors import NetprobeError, ProtocolError, SpecError
 from netprobe.plugin import utc_now_iso
 from netprobe.schema import Interval, TestSpec
 
-Log = Callable[[str], None]
 Handler = Callable[["Session", dict], None]
 
 
@@ -95,7 +95,7 @@ class Server:
                                              **(handlers or {})}
         """Request types a session can start with besides a test (latency probes, the
         agent's), by message type."""
-        self.log: Log = log or (lambda _msg: None)
+        self.log: Log = log or null_log
         self.port = config.port
         self._listeners: list[socket.socket] = []
         self._sessions: dict[bytes, Attachable] = {}
@@ -163,17 +163,38 @@ class Server:
             conn, peer = listener.accept()
         except OSError:
             return
-        # The allow-list comes before anything else: a refused address gets no byte back.
-        if not self._allowed(peer[0]) or not self._count_in(peer[0]):
-            close_quietly(conn)
+        # The allow-list comes before anything else: a refused address is only told why.
+        if not self._allowed(peer[0]):
+            self._refuse_early(conn, peer, "acl", "this server does not accept tests from "
+                               f"{peer[0]} (--allow)")
+            return
+        if not self._count_in(peer[0]):
+            self._refuse_early(conn, peer, "per-address limit", "too many connections from "
+                               f"{peer[0]} at once (--max-connections-per-address)")
             return
         if not self._pending.acquire(blocking=False):
             self._count_out(peer[0])
-            close_quietly(conn)  # too many half-open handshakes: shed load
+            close_quietly(conn)  # too many half-open handshakes: shed load, say nothing
+            self.log(f"{client(peer)}: too many handshakes at once", event="refused",
+                     client=client(peer), reason="handshakes")
             return
         threading.Thread(
             target=self._handshake, args=(conn, peer), name="np-conn", daemon=True
         ).start()
+
+    def _refuse_early(self, conn: socket.socket, peer: tuple, reason: str,
+                      message: str) -> None:
+        # Before any handshake: one small error frame without waiting (it fits the send
+        # buffer), then close. The hello already here is read first, so that the close
+        # is a FIN, not a reset that would discard the frame at the client.
+        self.log(f"{client(peer)}: {message}", event="refused", client=client(peer),
+                 reason=reason)
+        with contextlib.suppress(OSError):
+            conn.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                conn.recv(protocol.DATA_HELLO_BYTES)
+            conn.send(protocol.encode({"type": "error", "code": reason, "message": message}))
+        close_quietly(conn)
 
     def _allowed(self, address: str) -> bool:
         if not self._networks:
@@ -255,10 +276,14 @@ class Server:
 
     def _session(self, conn: socket.socket, peer: tuple) -> None:
         channel = Channel(conn, self.config.max_message_bytes)
+        self.log(f"{client(peer)}: control connection", event="accepted", client=client(peer))
         try:
             Session(self, channel, peer).run()
+        except SpecError:
+            pass  # refused: the refusal is logged already
         except (OSError, NetprobeError) as exc:
-            self.log(f"{peer[0]}: session ended: {exc}")
+            self.log(f"{client(peer)}: session ended: {escape(exc)}", event="session",
+                     client=client(peer))
         finally:
             channel.close()
 
@@ -378,6 +403,9 @@ class Session:
 
     def _serve(self, spec: TestSpec) -> None:
         self.spec = spec
+        who = client(self.peer)
+        self.server.log(f"{who}: native test {spec_words(spec)}", event="test", client=who,
+                        tool="native", spec=spec_words(spec))
         cookie = secrets.token_bytes(16)
         self._expected = len(spec.flow_directions()) * spec.streams
         self.server.register(cookie, self)
@@ -396,9 +424,7 @@ class Session:
         if message.get("type") != "auth" or not auth.verify(
             secret, challenge, "client", message.get("response")
         ):
-            self.channel.send({"type": "error", "code": "auth",
-                               "message": "authentication failed: wrong or missing shared secret"})
-            raise ProtocolError(f"{self.peer[0]}: authentication failed")
+            self.refuse("authentication failed: wrong or missing shared secret", "auth")
         theirs = message.get("challenge")
         if not isinstance(theirs, str) or len(theirs) > 2 * auth.CHALLENGE_BYTES:
             raise ProtocolError("bad client challenge")
@@ -422,12 +448,14 @@ class Session:
         if cfg.max_rate_bps and (rate is None or rate > cfg.max_rate_bps):
             shown = "unlimited" if rate is None else f"{rate:g} bit/s"
             self.refuse(f"rate {shown} exceeds this server's limit of {cfg.max_rate_bps:g} bit/s")
-        self.server.log(f"{self.peer[0]}: {spec.protocol} {spec.direction} x{spec.streams}")
         return spec
 
     def refuse(self, message: str, code: str = "refused") -> NoReturn:
-        """Tell the client why not, then end the session (SpecError)."""
-        self.channel.send({"type": "error", "code": code, "message": message})
+        """Tell the client why not, log it, then end the session (SpecError)."""
+        who = client(self.peer)
+        self.server.log(f"{who}: {escape(message)}", event="refused", client=who, reason=code)
+        with contextlib.suppress(OSError, NetprobeError):  # the refusal is the error
+            self.channel.send({"type": "error", "code": code, "message": message})
         raise SpecError(message)
 
     def attach(self, hello: DataHello, sock: socket.socket) -> bool:
@@ -503,7 +531,14 @@ class Session:
         side.wait(2.0)
         if outcome.error is None:
             reader.get(5.0)  # the client's bye (or its close)
-        self.server.log(f"{self.peer[0]}: test over{': ' + outcome.error if outcome.error else ''}")
+        self._log_end(side, outcome.error)
+
+    def _log_end(self, side: Side, error: Optional[str]) -> None:
+        who, status = client(self.peer), "failed" if error else "ok"
+        figures = _side_words(side)
+        words = f"{status}, {figures}" + (f": {escape(error)}" if error else "")
+        self.server.log(f"{who}: test ended {words}", event="test-end", client=who,
+                        status=status, measured=figures, error=error)
 
     def _local_streams(self, spec: TestSpec) -> list[LocalStream]:
         streams = []
@@ -528,6 +563,25 @@ class _Forwarder:
     def __call__(self, sample: Interval) -> None:
         if self.conductor is not None:
             self.conductor.send_interval(sample)
+
+
+def spec_words(spec: TestSpec) -> str:
+    """A spec in short, for a log line: ``tcp normal x4 10 s`` (escaped: from a client)."""
+    span = f"{spec.bytes_total} bytes" if spec.bytes_total else f"{spec.duration_s:g} s"
+    return escape(f"{spec.protocol} {spec.direction} x{spec.streams} {span}")
+
+
+def _side_words(side: Side) -> str:
+    # What this end measured: received (a receiver's figure) and sent, per direction.
+    words = []
+    for role, verb in (("receiver", "received"), ("sender", "sent")):
+        parts = [summary for stream, summary in side.stream_summaries() if stream.role == role]
+        if parts:
+            nbytes = sum(p.bytes for p in parts)
+            span = max(p.end_s for p in parts) - min(p.start_s for p in parts)
+            rate = nbytes * 8 / span / 1e6 if span > 0 else 0.0
+            words.append(f"{verb} {nbytes} bytes at {rate:.1f} Mbit/s")
+    return "; ".join(words) or "nothing measured"
 
 
 def _doing(kind: str, peer: tuple, spec: Optional[TestSpec]) -> dict:

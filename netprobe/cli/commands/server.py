@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from typing import Any
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any, Callable
 
 from netprobe.cli import args as opts
 from netprobe.cli.common import RegistryLoader
-from netprobe.cli.exitcodes import ExitCode
+from netprobe.cli.exitcodes import ExitCode, UsageError
 from netprobe.errors import ToolUnavailable
 
 
@@ -25,7 +28,21 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                         help="most tests served at once (default: {server:max_tests})")
     parser.add_argument("-1", "--one-off", action="store_true",
                         help="serve one test, then exit")
+    _add_service_options(parser)
     _add_server_limits(parser)
+
+
+def _add_service_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("running as a service (see docs/service.md)")
+    group.add_argument("--logfile", metavar="FILE",
+                       help="append the event log to FILE instead of stdout (as iperf3 "
+                            "--logfile); one line per event with a UTC timestamp")
+    group.add_argument("--log-format", choices=("text", "json"), default="text",
+                       help="text: TIME EVENT MESSAGE; json: one object per line for log "
+                            "shippers (default: text)")
+    group.add_argument("--pidfile", metavar="FILE",
+                       help="write the server's process id to FILE once it listens, and "
+                            "remove it on exit (refused if FILE names a running process)")
 
 
 def _add_server_limits(parser: argparse.ArgumentParser) -> None:
@@ -90,21 +107,92 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
         from netprobe.engine.server import ServerConfig, serve
     except ImportError as exc:
         raise ToolUnavailable(f"the native server is not in this install: {exc}") from None
-    from netprobe.cli.render import print_line, print_note
+    from netprobe.agent.service import handlers
+    from netprobe.engine.log import EventLog
 
     config = ServerConfig(**_server_options(args))
     where = args.bind or "all addresses"
+    pidfile = _PidFile(args.pidfile) if args.pidfile else None
+    with _log_sink(args.logfile) as write:
+        log = EventLog(write, args.log_format)
 
-    def log(line: str) -> None:
-        # Called from the server's threads: a closed log pipe must not stop the serving.
-        with contextlib.suppress(OSError):
-            print_line(line)
+        def ready(port: int) -> None:
+            if pidfile is not None:
+                pidfile.write()
+            log(f"netprobe server listening on {where} port {port}", event="listening",
+                address=args.bind, port=port)
 
-    from netprobe.agent.service import handlers
+        try:
+            serve(config, log=log, handlers=handlers(), ready=ready)
+        except KeyboardInterrupt:
+            log("netprobe server: stopped", event="stopped")
+        finally:
+            if pidfile is not None:
+                pidfile.remove()
+    return ExitCode.OK
+
+
+@contextlib.contextmanager
+def _log_sink(path: str | None) -> Iterator[Callable[[str], None]]:
+    """Where log lines go: stdout, or appended to ``path`` (OutputError if it cannot be)."""
+    if path is None:
+        def to_stdout(line: str) -> None:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+        yield to_stdout
+        return
+    from netprobe.cli.outfile import OutputError
 
     try:
-        serve(config, log=log, handlers=handlers(),
-              ready=lambda port: log(f"netprobe server listening on {where} port {port}"))
-    except KeyboardInterrupt:
-        print_note("netprobe server: stopped")
-    return ExitCode.OK
+        handle = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (held open)
+    except OSError as exc:
+        raise OutputError(f"cannot write the log {path}: {exc.strerror or exc}") from None
+    with handle:
+        def to_file(line: str) -> None:
+            handle.write(line + "\n")
+
+        yield to_file
+
+
+class _PidFile:
+    """``--pidfile``: this process's id, written once listening and removed at exit."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        other = _running_pid(path)
+        if other is not None and other != os.getpid():
+            raise UsageError(f"--pidfile {path}: another netprobe server runs (pid {other})")
+        from netprobe.cli.outfile import check_target
+
+        check_target(path)
+
+    def write(self) -> None:
+        """Write the pid (atomically: a reader sees the old file or the whole new one)."""
+        from netprobe.cli.outfile import write_text
+
+        write_text(self.path, f"{os.getpid()}\n")
+
+    def remove(self) -> None:
+        """Remove the file if it still holds this process's id."""
+        if _running_pid(self.path) == os.getpid():
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+
+
+def _running_pid(path: str) -> int | None:
+    """The pid in ``path`` if that process is alive, else None."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            pid = int(handle.read().strip() or "0")
+    except (OSError, ValueError):
+        return None
+    if pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid  # alive, owned by someone else
+    return pid
