@@ -182,7 +182,11 @@ def test_per_address_limit_refuses_at_once() -> None:
         held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(5)]
         extra = socket.create_connection(("127.0.0.1", server.port))
         extra.settimeout(5)
-        assert extra.recv(1) == b""  # closed without a word
+        data = b""
+        while chunk := extra.recv(4096):  # refused at once: told why, then closed
+            data += chunk
+        [refusal] = protocol.FrameReader().feed(data)
+        assert refusal["type"] == "error" and "too many connections" in refusal["message"]
         for sock in [*held, extra]:
             sock.close()
         assert server.settle(threads=1_000, fds=1_000, timeout=0)
