@@ -125,7 +125,12 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
         try:
             serve(config, log=log, handlers=handlers(), ready=ready)
         except KeyboardInterrupt:
-            log("netprobe server: stopped", event="stopped")
+            if args.logfile:
+                log("netprobe server: stopped", event="stopped")
+            else:  # a person at a terminal: the note beside the prompt, as before
+                from netprobe.cli.render import print_note
+
+                print_note("netprobe server: stopped")
         finally:
             if pidfile is not None:
                 pidfile.remove()
