@@ -1,27 +1,33 @@
 """Helpers for tool plugins that drive an external binary (part of the public plugin API).
 
 :mod:`netprobe.driven.process` runs one binary (:class:`DrivenProcess`, :func:`find_binary`,
-:func:`run_once`). Every name is re-exported here: plugins import ``netprobe.driven``.
+:func:`run_once`); :mod:`netprobe.driven.net` knows the ports and hosts (:func:`free_port`,
+:func:`is_listening`, :func:`is_local_host`, ...). Every name is re-exported here: plugins
+import ``netprobe.driven``.
 """
 
-from netprobe.driven.process import (
-    DrivenProcess,
-    find_binary,
+from netprobe.driven.net import (
+    family_for,
     free_port,
     is_listening,
     is_local_host,
+    is_numeric,
     port_is_free,
-    run_once,
+    system_name,
     wait_port,
 )
+from netprobe.driven.process import DrivenProcess, find_binary, run_once
 
 __all__ = [
     "DrivenProcess",
+    "family_for",
     "find_binary",
     "free_port",
     "is_listening",
     "is_local_host",
+    "is_numeric",
     "port_is_free",
     "run_once",
+    "system_name",
     "wait_port",
 ]

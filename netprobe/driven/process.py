@@ -1,32 +1,26 @@
-"""Helpers for tool plugins that drive an external binary (part of the public plugin API).
+"""One external binary: find it, run it, read its output as it comes, stop it by PID.
 
 A driven tool finds its binary (:func:`find_binary`), runs it as a :class:`DrivenProcess`
 whose merged stdout/stderr is read continuously by a thread (so a chatty child never blocks
 on a full pipe) and handed over line by line as it arrives, and stops it, with everything it
-started, by its process group. :func:`free_port`, :func:`port_is_free`,
-:func:`is_listening`, :func:`wait_port` and :func:`is_local_host` help a plugin start the
-tool's server on this machine.
+started, by its process group. :func:`run_once` runs a short command (a version probe).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Callable, Union
+from typing import Callable
 
 from netprobe.errors import ToolUnavailable
 from netprobe.schema import RawOutput
-
-_Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 
 _POLL_S = 0.02
 """How often waiting loops look again (short: tests and probes wait on these)."""
@@ -263,112 +257,6 @@ def _stat_group_state(pid: str) -> tuple[int, str] | None:
     return int(fields[2]), fields[0]  # (process group, state)
 
 
-def free_port(
-    family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1"
-) -> int:
-    """A port on ``host`` that is free now for TCP and UDP alike (tools often use both).
-
-    Another process may still take it before the caller binds it; callers that start a
-    server should check that it came up.
-    """
-    if family == socket.AF_INET6 and host == "127.0.0.1":
-        host = "::1"
-    for _ in range(50):
-        with socket.socket(family, kind) as sock:
-            sock.bind((host, 0))
-            port = int(sock.getsockname()[1])
-        if port_is_free(port, family, host):
-            return port
-    raise OSError(f"no free port found on {host}")
-
-
-def port_is_free(port: int, family: int = socket.AF_INET, host: str | None = None) -> bool:
-    """True if ``port`` can be bound now for both TCP and UDP on ``host`` (loopback)."""
-    host = host or ("::1" if family == socket.AF_INET6 else "127.0.0.1")
-    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
-        try:
-            with socket.socket(family, kind) as sock:
-                sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def is_listening(port: int, family: int = socket.AF_INET, udp: bool = False) -> bool:
-    """True if a TCP socket listens (or a UDP socket is bound) on ``port``, read from
-    /proc/net. No connection is made: one-shot servers (iperf3 -1, nuttcp -1) would take
-    a probe connection for their test, and ntttcp would take it for a sender."""
-    name = ("udp" if udp else "tcp") + ("6" if family == socket.AF_INET6 else "")
-    wanted = f":{port:04X}"
-    try:
-        with open(f"/proc/net/{name}") as table:
-            rows = table.read().splitlines()[1:]
-    except OSError:
-        return False
-    return any(
-        len(cols) > 3 and cols[1].endswith(wanted) and (udp or cols[3] == "0A")
-        for cols in (row.split() for row in rows)
-    )
-
-
-def wait_port(host: str, port: int, timeout: float) -> bool:
-    """Poll with TCP connects until something listens on ``host:port`` (True) or ``timeout``
-    passes (False). Each attempt opens a real connection the server will see."""
-    deadline = time.monotonic() + timeout
-    while True:
-        remaining = deadline - time.monotonic()
-        try:
-            with socket.create_connection((host, port), timeout=max(0.05, min(0.5, remaining))):
-                return True
-        except OSError:
-            pass
-        if time.monotonic() + _POLL_S >= deadline:
-            return False
-        time.sleep(_POLL_S * 2)
-
-
-def is_local_host(host: str | None) -> bool:
-    """True when ``host`` is this machine: None, ``localhost``, 127.0.0.0/8, ::1, an
-    unspecified address, or a name or address assigned to one of this machine's interfaces."""
-    if host is None or host.strip().lower() in ("", "localhost", "localhost.localdomain"):
-        return True
-    literal = host.strip().strip("[]").split("%", 1)[0]
-    try:
-        addresses: list[_Address] = [ipaddress.ip_address(literal)]
-    except ValueError:
-        addresses = _resolve_host(host)
-        if not addresses:
-            return False
-    return all(_is_local_address(addr) for addr in addresses)
-
-
-def _resolve_host(host: str) -> list[_Address]:
-    try:
-        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError):
-        return []
-    found: list[_Address] = []
-    for info in infos:
-        try:
-            found.append(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]))
-        except ValueError:
-            continue
-    return found
-
-
-def _is_local_address(addr: _Address) -> bool:
-    if addr.is_loopback or addr.is_unspecified:
-        return True
-    family = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
-    # Binding succeeds only for an address assigned to this machine (EADDRNOTAVAIL otherwise).
-    try:
-        with socket.socket(family, socket.SOCK_DGRAM) as sock:
-            sock.bind((str(addr), 0))
-    except OSError:
-        return False
-    return True
-
-
 def run_once(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     """Run a short command (e.g. a version probe) and return its exit code and merged output.
 
@@ -383,13 +271,4 @@ def run_once(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     return code, proc.text
 
 
-__all__ = [
-    "DrivenProcess",
-    "find_binary",
-    "free_port",
-    "is_listening",
-    "is_local_host",
-    "port_is_free",
-    "run_once",
-    "wait_port",
-]
+__all__ = ["DrivenProcess", "find_binary", "run_once"]
