@@ -2,7 +2,9 @@
 
 :mod:`netprobe.driven.process` runs one binary (:class:`DrivenProcess`, :func:`find_binary`,
 :func:`run_once`); :mod:`netprobe.driven.net` knows the ports and hosts (:func:`free_port`,
-:func:`is_listening`, :func:`is_local_host`, ...). Every name is re-exported here: plugins
+:func:`is_listening`, :func:`is_local_host`, ...); :mod:`netprobe.driven.run` owns a run's
+lifecycle (:class:`DrivenRun`: start, wait until ready, deadline, Ctrl-C, stop by PID,
+intervals delivered on the caller's thread). Every name is re-exported here: plugins
 import ``netprobe.driven``.
 """
 
@@ -17,16 +19,21 @@ from netprobe.driven.net import (
     wait_port,
 )
 from netprobe.driven.process import DrivenProcess, find_binary, run_once
+from netprobe.driven.run import DrivenRun, Ready, listening, printed
 
 __all__ = [
     "DrivenProcess",
+    "DrivenRun",
+    "Ready",
     "family_for",
     "find_binary",
     "free_port",
     "is_listening",
     "is_local_host",
     "is_numeric",
+    "listening",
     "port_is_free",
+    "printed",
     "run_once",
     "system_name",
     "wait_port",

@@ -26,8 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import platform
-import queue
 import re
 import shutil
 import socket
@@ -40,12 +38,17 @@ from typing import Any, ClassVar
 
 from netprobe.driven import (
     DrivenProcess,
+    DrivenRun,
+    Ready,
+    family_for,
     find_binary,
     free_port,
-    is_listening,
     is_local_host,
+    is_numeric,
+    listening,
     port_is_free,
     run_once,
+    system_name,
 )
 from netprobe.errors import NetprobeError, ParseError, TestFailed, TestInterrupted, ToolUnavailable
 from netprobe.plugin import Availability, Capabilities, Reporter, Tool, fill_missing, utc_now_iso
@@ -151,7 +154,7 @@ class NtttcpTool(Tool):
             refuse(f"--time {spec.duration_s:g}", "ntttcp -t takes whole seconds")
         if spec.omit_s and not float(spec.omit_s).is_integer():
             refuse(f"--omit {spec.omit_s:g}", "ntttcp -W takes whole seconds")
-        if spec.protocol == "udp" and _family(spec) == socket.AF_INET6:
+        if spec.protocol == "udp" and family_for(spec) == socket.AF_INET6:
             refuse("--udp with IPv6", "UDP over IPv6 is not implemented in ntttcp (it hangs)")
         rate = spec.rate_bits_per_second
         if rate is not None and not float(rate * spec.streams).is_integer():
@@ -247,18 +250,12 @@ class Plan:
     timeout_s: float = 60.0
 
 
-def _family(spec: TestSpec) -> int:
-    if spec.ip_version == 6 or (spec.host is not None and ":" in spec.host):
-        return socket.AF_INET6
-    return socket.AF_INET
-
-
 def resolve(spec: TestSpec, family: int, local: bool) -> str:
     """The numeric address to put in ``-m`` (ntttcp takes no host names)."""
-    if local and (spec.host is None or not _numeric(spec.host)):
+    if local and (spec.host is None or not is_numeric(spec.host)):
         return "::1" if family == socket.AF_INET6 else "127.0.0.1"
     host = str(spec.host)
-    if _numeric(host):
+    if is_numeric(host):
         return host
     try:
         infos = socket.getaddrinfo(host, None, family, socket.SOCK_STREAM)
@@ -267,22 +264,12 @@ def resolve(spec: TestSpec, family: int, local: bool) -> str:
     return str(infos[0][4][0])
 
 
-def _numeric(host: str) -> bool:
-    for family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            socket.inet_pton(family, host)
-        except OSError:
-            continue
-        return True
-    return False
-
-
 def make_plan(
     spec: TestSpec, binary: str, options: dict[str, Any], workdir: str, help_text: str = ""
 ) -> Plan:
     """Choose the address and ports and build both command lines."""
     local = bool(options.get("start_server", True)) and is_local_host(spec.host)
-    family = _family(spec)
+    family = family_for(spec)
     address = resolve(spec, family, local)
     base = spec.port or (free_base_port(spec.streams, family) if local else DEFAULT_PORT)
     prefix = _line_buffer_prefix(options)
@@ -445,9 +432,8 @@ class _Session:
         self.plan = plan
         self.reporter = reporter
         self.version = version
-        self.lock = threading.Lock()
-        self.pending: queue.Queue[Interval] = queue.Queue()
-        self.intervals: list[Interval] = []
+        self.lock = threading.Lock()  # the parsers' state, read by the result builder
+        self.driven = DrivenRun(reporter, tool="ntttcp")
         live_role = "receiver" if plan.receiver_argv is not None else "sender"
         self.live_role = live_role
         self.builder = IntervalBuilder(live_role, spec.interval_s)
@@ -458,64 +444,58 @@ class _Session:
 
     def run(self) -> Result:
         """Run the processes; the Result, or TestFailed/TestInterrupted with the partial."""
-        try:
+        receiver_ready = True
+        with self.driven as run:
             if self.plan.receiver_argv is not None:
-                self._start("receiver", self.plan.receiver_argv)
-                self._wait_receiver()
-            self._start("sender", self.plan.sender_argv)
-            self._wait()
-        except KeyboardInterrupt:
-            self._stop_all()
+                receiver = self._start("receiver", self.plan.receiver_argv)
+                receiver_ready = run.wait_ready(receiver, self._receiver_ports(),
+                                                _START_TIMEOUT_S)
+            if receiver_ready:
+                self._start("sender", self.plan.sender_argv)
+                self._wait()
+        if run.interrupted:
             partial = self._result("interrupted", ["interrupted by the user"])
-            raise TestInterrupted("interrupted: ntttcp stopped", partial) from None
-        finally:
-            self._stop_all()
+            raise TestInterrupted("interrupted: ntttcp stopped", partial)
+        if not receiver_ready:
+            raise self._receiver_failed()
         return self._finish()
 
     # -- processes ----------------------------------------------------------------------
 
-    def _start(self, role: str, argv: tuple[str, ...]) -> None:
+    def _start(self, role: str, argv: tuple[str, ...]) -> DrivenProcess:
         parser = p.ConsoleParser(warmup=self.spec.omit_s > 0)
-        process = DrivenProcess(argv, on_line=self._line_handler(role, parser), name=role)
+        process = self.driven.start(role, argv, on_line=self._line_handler(role, parser))
         self.procs[role] = _Proc(role, process, parser)
-        process.start()
-        self.reporter.note(f"ntttcp {role} started (pid {process.pid})")
+        return process
 
-    def _wait_receiver(self) -> None:
-        receiver = self.procs["receiver"].process
+    def _receiver_ports(self) -> Ready:
         udp = self.spec.protocol == "udp"
         ports = [(self.plan.base_port - 1, False)]  # the sync port is TCP
         ports += [(self.plan.base_port + i, udp) for i in range(self.spec.streams)]
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not all(is_listening(port, self.plan.family, is_udp) for port, is_udp in ports):
-            if receiver.returncode is not None or time.monotonic() > deadline:
-                receiver.stop(grace_s=0.5)
-                why = p.failure_message(self.procs["receiver"].parser.out) or "no message"
-                why = f"{why} (exit code {receiver.returncode})"
-                raise TestFailed(
-                    f"ntttcp receiver did not start listening on port {self.plan.base_port}: "
-                    f"{why} (command: {' '.join(receiver.argv)})",
-                    self._result("failed", [f"ntttcp receiver did not start: {why}"]),
-                )
-            time.sleep(0.02)
+        return listening(ports, self.plan.family)
+
+    def _receiver_failed(self) -> TestFailed:
+        receiver = self.procs["receiver"].process
+        why = p.failure_message(self.procs["receiver"].parser.out) or "no message"
+        why = f"{why} (exit code {receiver.returncode})"
+        return TestFailed(
+            f"ntttcp receiver did not start listening on port {self.plan.base_port}: "
+            f"{why} (command: {' '.join(receiver.argv)})",
+            self._result("failed", [f"ntttcp receiver did not start: {why}"]),
+        )
 
     def _wait(self) -> None:
-        deadline = time.monotonic() + self.plan.timeout_s
-        while True:
-            self._deliver()
-            if all(proc.process.returncode is not None for proc in self.procs.values()):
-                break
-            now = time.monotonic()
-            self._stop_finished(now)
+        def tick() -> None:
+            self._stop_finished(time.monotonic())
             self._stop_orphan_receiver()
-            if now > deadline:
-                self.problems.append(
-                    f"ntttcp did not finish within {self.plan.timeout_s:g} s and was stopped"
-                )
-                break
-            time.sleep(_POLL_S)
-        self._stop_all()
-        self._deliver()
+
+        def exited() -> bool:
+            return all(proc.process.returncode is not None for proc in self.procs.values())
+
+        if not self.driven.wait(exited, self.plan.timeout_s, tick):
+            self.problems.append(
+                f"ntttcp did not finish within {self.plan.timeout_s:g} s and was stopped"
+            )
 
     def _stop_finished(self, now: float) -> None:
         """Stop a process that printed its whole report but does not exit (ntttcp's
@@ -558,12 +538,6 @@ class _Session:
                 return False
         return True
 
-    def _stop_all(self) -> None:
-        for role in ("sender", "receiver"):
-            proc = self.procs.get(role)
-            if proc is not None:
-                proc.process.stop()
-
     # -- live output --------------------------------------------------------------------
 
     def _line_handler(self, role: str, parser: p.ConsoleParser) -> Any:
@@ -581,19 +555,9 @@ class _Session:
                     found.append(self.builder.flush())  # the report: no more samples
                 for item in found:
                     if item is not None:
-                        self.intervals.append(item)
-                        self.pending.put(item)
+                        self.driven.emit(item)
 
         return on_line
-
-    def _deliver(self) -> None:
-        """Hand queued samples to the reporter, in the calling (main) thread."""
-        while True:
-            try:
-                item = self.pending.get_nowait()
-            except queue.Empty:
-                return
-            self.reporter.interval(item)
 
     # -- result -------------------------------------------------------------------------
 
@@ -627,14 +591,14 @@ class _Session:
     def _result(self, status: str, errors: list[str]) -> Result:
         with self.lock:
             sides = {role: self._side(role) for role in self.procs}
-            intervals = tuple(self.intervals)
+            intervals = tuple(self.driven.collected())
         sender, receiver = sides.get("sender"), sides.get("receiver")
         summaries: tuple[FlowSummary, ...] = ()
         if sender is not None or receiver is not None:
             summaries = (FlowSummary("client_to_server", sender=sender, receiver=receiver),)
         measured = receiver or sender
         duration = None if measured is None else measured.end_s - measured.start_s
-        warnings = list(self.warnings)
+        warnings = [*self.warnings, *self.driven.warnings]
         if intervals:
             warnings.append(_INTERVAL_NOTE)
         version = next(
@@ -644,13 +608,13 @@ class _Session:
             tool=ToolInfo(name="ntttcp", version=version or self.version),
             spec=self.spec,
             start_time=self.start_time,
-            local=Endpoint(role="client", address=self.spec.bind_address, system=_system()),
+            local=Endpoint(role="client", address=self.spec.bind_address, system=system_name()),
             remote=Endpoint(
                 role="server",
                 host=self.spec.host,
                 address=self.plan.address,
                 port=self.plan.base_port,
-                system=_system() if self.plan.local else None,
+                system=system_name() if self.plan.local else None,
             ),
             status=status,
             duration_s=duration,
@@ -709,11 +673,6 @@ def _result_files(files: dict[str, str], role: str) -> p.Totals | None:
             with contextlib.suppress(ParseError):
                 return reader(text, path or kind).totals
     return None
-
-
-def _system() -> str:
-    uname = platform.uname()
-    return f"{uname.system} {uname.release} {uname.machine}"
 
 
 # --- parse saved output ---------------------------------------------------------------
