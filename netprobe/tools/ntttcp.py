@@ -185,8 +185,9 @@ class NtttcpTool(Tool):
 
     def run(self, spec: TestSpec, reporter: Reporter) -> Result:
         """Run the test (starting a receiver first when the host is this machine)."""
+        self.check(spec)  # what the capabilities refuse, before the probe runs ntttcp -h
         available = self.probe()
-        self.check(spec)
+        self.check(spec)  # and what this build lacks, known from its help
         if not available.available or available.path is None:
             raise ToolUnavailable("; ".join(available.reasons) or "ntttcp is not available")
         workdir = tempfile.mkdtemp(prefix="netprobe-ntttcp-")
