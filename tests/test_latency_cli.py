@@ -79,6 +79,14 @@ def test_bufferbloat_on_loopback_writes_one_document_report_reads(tmp_path) -> N
     assert c2s and all(i["start_s"] >= upload["start_s"] - 0.2 for i in c2s)
     report = netprobe_cmd("report", str(saved))
     assert report.returncode == 0, report.stderr
+    pytest.importorskip("matplotlib")
+    page = tmp_path / "bloat.html"
+    report = netprobe_cmd("report", "--html", str(page), str(saved))
+    assert report.returncode == 0, report.stderr
+    text = page.read_text()
+    assert "Latency under load" in text and 'id="series-lat1-rtt"' in text
+    assert all(f'band-lat1-{k}"' in text for k in range(1, 6))  # one band per phase
+    assert all(f'id="series-lat1-cdf-{k}"' in text for k in range(1, 6))  # a CDF per phase
 
 
 def test_bufferbloat_refuses_what_the_tool_cannot_do() -> None:

@@ -74,9 +74,17 @@ def render_page(results: Sequence[Result], groups: Sequence[Group],
         f"{when} by netprobe {_e(__version__)}</p>",
         "<h2>Summary</h2>", stats_html(stats, keys),
         "<h2>Over time</h2>", *charts_html(groups),
+        *_latency_section(results),
         "<h2>Results</h2>", results_html(results),
     ]
     return _PAGE.format(style=_STYLE, body="\n".join(parts))
+
+
+def _latency_section(results: Sequence[Result]) -> list[str]:
+    from netprobe.cli.htmllatency import latency_html  # its own module: latency charts
+
+    charts = latency_html(results)
+    return ["<h2>Latency under load</h2>", *charts] if charts else []
 
 
 def _e(text: Any) -> str:
