@@ -18,7 +18,7 @@ from netprobe.errors import ToolUnavailable, one_line
 if TYPE_CHECKING:
     from netprobe.cli.formats import Output
     from netprobe.plugin import Registry, Reporter, Tool
-    from netprobe.schema import Result
+    from netprobe.schema import Result, TestSpec
     from netprobe.session import AgentAccess
 
 RegistryLoader = Callable[[], "Registry"]
@@ -105,6 +105,20 @@ def emit_partial(out: Output, partial: Any, reporter: Reporter) -> None:
         out.emit(partial, intervals_shown=lines_shown(reporter))
     except OutputError as exc:
         error(str(exc))
+
+
+def failed_result(tool_name: str, spec: TestSpec, message: str, status: str = "failed",
+                  started: str | None = None) -> Result:
+    """The result of a test that ended before any figure came back (it could not connect,
+    Ctrl-C during the start): no figures, the spec and the error, so that a machine format
+    still gets its one record."""
+    from netprobe.plugin import utc_now_iso
+    from netprobe.schema import Endpoint, Result, ToolInfo
+
+    return Result(tool=ToolInfo(tool_name), spec=spec, start_time=started or utc_now_iso(),
+                  local=Endpoint("client"),
+                  remote=Endpoint("server", host=spec.host, port=spec.port),
+                  status=status, errors=(" ".join(message.split()),))
 
 
 def lines_shown(reporter: Reporter) -> bool:
