@@ -20,11 +20,12 @@ from attrs import field, frozen
 
 from netprobe.errors import SpecError
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 """Version of the result format; bumped on any change, minor for additions (1.1: latency
 fields documented for plugins, run_id and trial; 1.2: latency under load: phases, one-way
 delay variation, probe loss, RPM, grade, per-interval latency; 1.3: the probes' own samples
-and the test's start on their clock). Results of an older minor version load."""
+and the test's start on their clock; 1.4: the busiest data thread's CPU,
+CpuUsage.max_thread_percent). Results of an older minor version load."""
 
 PROTOCOLS = ("tcp", "udp")
 DIRECTIONS = ("normal", "reverse", "bidir")
@@ -177,6 +178,9 @@ class CpuUsage:
     """Host only: idle time."""
     cpu_seconds: Optional[float] = None
     """Process only: user + system CPU seconds used during the test."""
+    max_thread_percent: Optional[float] = None
+    """Process only: the busiest data thread (a stream's send or receive loop), percent of
+    one core; None where the tool reports only its whole process."""
 
 
 @frozen

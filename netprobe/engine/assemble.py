@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from netprobe import __version__, convert
+from netprobe.bottleneck import with_cpu_warnings
 from netprobe.engine.conduct import Outcome
 from netprobe.engine.side import Side
 from netprobe.engine.summary import sum_summaries, summary_from_intervals
@@ -83,7 +84,7 @@ def build_result(
         key=lambda i: (i.end_s, i.direction, i.role, i.stream_id or 1_000_000),
     )
     ends = [s.end_s for s in summaries.values()]
-    return Result(
+    return with_cpu_warnings(Result(
         tool=ToolInfo(name="native", version=__version__, data_path=data_path, mode=_mode(spec)),
         spec=spec,
         start_time=start_time,
@@ -96,7 +97,7 @@ def build_result(
         intervals=tuple(intervals),
         errors=tuple(errors),
         warnings=(*side.reporter_errors, *warnings),
-    )
+    ))
 
 
 def _fill_from_intervals(spec: TestSpec, summaries: dict[Key, SideSummary],

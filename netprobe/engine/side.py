@@ -79,6 +79,7 @@ class LocalStream:
     sock: socket.socket
     counters: core.Counters = attrs.field(factory=lambda: core.Counters())
     error: Optional[str] = None
+    started_at: Optional[float] = None
     ended_at: Optional[float] = None
     peer_done_at: Optional[float] = None
     user_s: float = 0.0
@@ -160,6 +161,7 @@ class Side:
             self._done.set()
 
     def _run_stream(self, stream: LocalStream) -> None:
+        stream.started_at = core.monotonic()
         before = core.rusage("thread")
         try:
             self._loop(stream)
@@ -359,10 +361,19 @@ class Side:
         wall = (self.ended_at or core.monotonic()) - self.t0
         user = sum(s.user_s for s in self.streams) + self._sampler_user_s
         system = sum(s.system_s for s in self.streams) + self._sampler_system_s
-        return Cpu(
-            process=summary.process_cpu(user, system, wall),
-            host=summary.host_cpu(self._cpu_start[1], end[1]),
-        )
+        process = attrs.evolve(summary.process_cpu(user, system, wall),
+                               max_thread_percent=self._busiest_thread_percent())
+        return Cpu(process=process, host=summary.host_cpu(self._cpu_start[1], end[1]))
+
+    def _busiest_thread_percent(self) -> Optional[float]:
+        # Each stream's loop thread over its own run: the figure that says whether one
+        # core was the limit (the process total, over several threads, cannot).
+        shares = [
+            100 * (s.user_s + s.system_s) / (s.ended_at - s.started_at)
+            for s in self.streams
+            if s.started_at is not None and s.ended_at is not None and s.ended_at > s.started_at
+        ]
+        return max(shares) if shares else None
 
 
 def _shutdown_write(sock: socket.socket) -> None:

@@ -15,6 +15,7 @@ from typing import Callable
 
 import attrs
 
+from netprobe.bottleneck import with_cpu_warnings
 from netprobe.driven import DrivenProcess, find_binary, run_once
 from netprobe.errors import TestFailed, TestInterrupted, ToolUnavailable
 from netprobe.plugin import Reporter
@@ -215,7 +216,7 @@ def assemble(
     raw: tuple[RawOutput, ...] = (),
 ) -> Result:
     """Put ``parts`` into a Result, intervals in time order."""
-    return Result(
+    return with_cpu_warnings(Result(
         tool=tool,
         spec=spec,
         start_time=parts.start_time or start_time,
@@ -229,7 +230,7 @@ def assemble(
         warnings=tuple(parts.warnings),
         errors=tuple(parts.errors if errors is None else errors),
         raw=raw,
-    )
+    ))
 
 
 def _interval_order(sample: Interval) -> tuple[float, str, str, int]:

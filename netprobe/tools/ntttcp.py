@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from netprobe.bottleneck import with_cpu_warnings
 from netprobe.driven import (
     DrivenProcess,
     DrivenRun,
@@ -605,7 +606,7 @@ class _Session:
         version = next(
             (pr.parser.out.version for pr in self.procs.values() if pr.parser.out.version), None
         )
-        return Result(
+        return with_cpu_warnings(Result(
             tool=ToolInfo(name="ntttcp", version=version or self.version),
             spec=self.spec,
             start_time=self.start_time,
@@ -624,7 +625,7 @@ class _Session:
             warnings=tuple(warnings),
             errors=tuple(errors),
             raw=self._raw(),
-        )
+        ))
 
     def _side(self, role: str) -> SideSummary | None:
         proc = self.procs.get(role)
@@ -744,7 +745,7 @@ def _parsed_result(
         warnings.append("ntttcp's real-time throughput lines carry no timestamps: no intervals")
     first = receiver or sender
     consoles = [slot.console for slot in roles.values() if slot.console]
-    return Result(
+    return with_cpu_warnings(Result(
         tool=ToolInfo(
             name="ntttcp", version=next((c.version for c in consoles if c.version), None)
         ),
@@ -758,7 +759,7 @@ def _parsed_result(
         warnings=(_RECONSTRUCTED, *warnings),
         errors=tuple(errors),
         raw=raw,
-    )
+    ))
 
 
 _RECONSTRUCTED = (

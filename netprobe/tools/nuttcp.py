@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from netprobe.bottleneck import with_cpu_warnings
 from netprobe.driven import (
     DrivenProcess,
     find_binary,
@@ -471,7 +472,7 @@ class _Session:
             )
             intervals = tuple(self.intervals)
         receiver = summaries[0].receiver if summaries else None
-        return Result(
+        return with_cpu_warnings(Result(
             tool=ToolInfo(name="nuttcp", version=out.version or self.version),
             spec=self.spec,
             start_time=self.start_time,
@@ -485,7 +486,7 @@ class _Session:
             warnings=tuple(warnings),
             errors=tuple(errors),
             raw=self._raw(),
-        )
+        ))
 
     def _remote(self) -> Endpoint:
         port = self.plan.control_port or DEFAULT_CONTROL_PORT
@@ -592,7 +593,7 @@ def _parsed_result(name: str, text: str, out: p.NuttcpOutput, extra: list[str]) 
     if not out.has_summary:
         warnings.append(f"{name}: no final summary: the output is incomplete")
     message = p.failure_message(out)
-    return Result(
+    return with_cpu_warnings(Result(
         tool=ToolInfo(name="nuttcp", version=out.version),
         spec=spec,
         start_time=None,
@@ -606,4 +607,4 @@ def _parsed_result(name: str, text: str, out: p.NuttcpOutput, extra: list[str]) 
         warnings=tuple(warnings),
         errors=(message,) if message else (),
         raw=(RawOutput(name=name, text=text),),
-    )
+    ))

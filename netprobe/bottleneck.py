@@ -1,0 +1,101 @@
+"""Was the tester the bottleneck? One rule for every tool, native or driven.
+
+A test tool that runs out of CPU reports its own limit as the path's. So wherever a side's
+CPU is known, a result whose sender or receiver was CPU-bound says so in a warning naming
+that side. The rule, for each side of each direction:
+
+- its busiest data thread (``CpuUsage.max_thread_percent``) used ``BUSY_PERCENT`` or more
+  of one core; where a tool reports only its whole process (nuttcp's %TX/%RX, iperf3's
+  ``cpu_utilization_percent``, ntttcp's ``cpu busy``), that process's total stands in for
+  it, because a thread cannot use more than its process;
+- or its host had less than ``IDLE_PERCENT`` of its cores idle: whatever our threads
+  needed, there was no CPU left to give them.
+
+A flow that reached the rate the spec asked for (``--bitrate``, within
+``RATE_REACHED``) was limited by that rate, not by CPU, however busy its threads were
+(nuttcp spins to pace UDP: 99% %TX at exactly 100 Mbit/s); it gets no warning.
+
+Plugins call :func:`with_cpu_warnings` on the Result they built (part of the public plugin
+API, like :mod:`netprobe.plugin`); it adds each warning once.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import attrs
+
+from netprobe.schema import Cpu, FlowSummary, Result, SideSummary
+
+__all__ = ["BUSY_PERCENT", "IDLE_PERCENT", "RATE_REACHED", "cpu_warnings", "side_warning",
+           "with_cpu_warnings"]
+
+BUSY_PERCENT = 90.0
+"""A data thread at or above this share of one core may be what limited the figure."""
+IDLE_PERCENT = 5.0
+"""A host with less than this share of its cores idle had no CPU left to give."""
+
+RATE_REACHED = 0.97
+"""Share of the asked rate a flow must reach to count as limited by that rate."""
+
+_WHERE = {
+    ("client_to_server", "sender"): "client",
+    ("client_to_server", "receiver"): "server",
+    ("server_to_client", "sender"): "server",
+    ("server_to_client", "receiver"): "client",
+}
+
+
+def side_warning(cpu: Optional[Cpu], role: str, where: str) -> Optional[str]:
+    """The warning for one side whose CPU is ``cpu``, or None when it was not the limit."""
+    if cpu is None:
+        return None
+    limit = "the tester's CPU, not the path, may have set this throughput"
+    process = cpu.process
+    if process is not None:
+        thread = process.max_thread_percent
+        if thread is not None and thread >= BUSY_PERCENT:
+            return (f"{role} ({where}) CPU-bound: its busiest data thread used {thread:.0f}% "
+                    f"of a core; {limit}")
+        total = process.total_percent
+        if thread is None and total is not None and total >= BUSY_PERCENT:
+            return f"{role} ({where}) CPU-bound: its process used {total:.0f}% of a core; {limit}"
+    host = cpu.host
+    if host is not None and host.idle_percent is not None and host.idle_percent < IDLE_PERCENT:
+        return (f"{role} ({where}) CPU-bound: its host had {host.idle_percent:.0f}% idle; "
+                f"{limit}")
+    return None
+
+
+def cpu_warnings(result: Result) -> list[str]:
+    """A warning for every side of every direction whose CPU may have been the limit."""
+    found = []
+    for flow in result.summaries:
+        if _reached_the_asked_rate(result, flow):
+            continue
+        sides: tuple[tuple[str, Optional[SideSummary]], ...] = (
+            ("sender", flow.sender), ("receiver", flow.receiver))
+        for role, side in sides:
+            if side is None:
+                continue
+            where = _WHERE.get((flow.direction, role), "")
+            warning = side_warning(side.cpu, role, f"{flow.direction}, {where}")
+            if warning is not None:
+                found.append(warning)
+    return found
+
+
+def _reached_the_asked_rate(result: Result, flow: FlowSummary) -> bool:
+    rate = result.spec.rate_bits_per_second
+    measured = flow.receiver or flow.sender
+    if not rate or measured is None:
+        return False
+    return measured.bits_per_second >= RATE_REACHED * rate * result.spec.streams
+
+
+def with_cpu_warnings(result: Result) -> Result:
+    """``result`` with :func:`cpu_warnings` added to its warnings (each only once)."""
+    new = [w for w in cpu_warnings(result) if w not in result.warnings]
+    if not new:
+        return result
+    return attrs.evolve(result, warnings=(*result.warnings, *new))

@@ -1,0 +1,94 @@
+"""Was the tester the bottleneck? The one rule (netprobe.bottleneck) on hand-made CPU
+figures, on real peer outputs through the adapters, and on real native runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import attrs
+import pytest
+
+from netprobe.bottleneck import BUSY_PERCENT, IDLE_PERCENT, cpu_warnings, side_warning
+from netprobe.plugin import NullReporter
+from netprobe.schema import Cpu, CpuUsage, Result, TestSpec
+from netprobe.tools.iperf3 import Iperf3Tool
+from netprobe.tools.native import NativeTool
+from netprobe.tools.nuttcp import NuttcpTool
+
+
+def _cpu(thread: Optional[float] = None, total: Optional[float] = None,
+         idle: Optional[float] = None) -> Cpu:
+    return Cpu(process=CpuUsage(total_percent=total, max_thread_percent=thread),
+               host=None if idle is None else CpuUsage(idle_percent=idle))
+
+
+@pytest.mark.parametrize(("cpu", "bound"), [
+    (_cpu(thread=BUSY_PERCENT, total=BUSY_PERCENT + 5), True),
+    (_cpu(thread=60.0, total=150.0), False),  # -P 4: busy process, no thread at its limit
+    (_cpu(total=97.0), True),  # only the process is known: it bounds its threads
+    (_cpu(total=40.0, idle=IDLE_PERCENT - 1), True),  # no idle left on the host
+    (_cpu(thread=30.0, total=31.0, idle=60.0), False),
+    (None, False),
+])
+def test_the_rule(cpu: Optional[Cpu], bound: bool) -> None:
+    warning = side_warning(cpu, "receiver", "client_to_server, server")
+    assert (warning is not None) == bound
+    if warning:
+        assert warning.startswith("receiver (client_to_server, server) CPU-bound")
+
+
+def _bound_sides(result: Result) -> set[str]:
+    return {w.split(" CPU-bound")[0] for w in cpu_warnings(result)}
+
+
+def test_nuttcp_at_98_percent_tx_warns_its_sender(peer_fixtures: Path) -> None:
+    name = "nuttcp6-6.1.2-T5-client.txt"  # 98 %TX 40 %RX, unpaced
+    result = NuttcpTool().parse([(name, (peer_fixtures / name).read_text())])
+    assert _bound_sides(result) == {"sender (client_to_server, client)"}
+    assert set(cpu_warnings(result)) <= set(result.warnings)
+
+
+def test_a_flow_that_reached_the_asked_rate_is_not_cpu_bound(peer_fixtures: Path) -> None:
+    # nuttcp spins to pace: a busy sender at exactly the rate asked was held by the rate.
+    name = "nuttcp6-6.1.2-T5-client.txt"
+    result = NuttcpTool().parse([(name, (peer_fixtures / name).read_text())])
+    receiver = result.summaries[0].receiver
+    assert receiver is not None
+    paced = attrs.evolve(result, spec=attrs.evolve(
+        result.spec, rate_bits_per_second=receiver.bits_per_second))
+    assert cpu_warnings(paced) == []
+    short = attrs.evolve(result, spec=attrs.evolve(
+        result.spec, rate_bits_per_second=2 * receiver.bits_per_second))
+    assert _bound_sides(short) == {"sender (client_to_server, client)"}
+
+
+def test_iperf3_at_half_a_core_is_not_cpu_bound(peer_fixtures: Path) -> None:
+    name = "iperf3-3.12-tcp-J-client.txt"  # host_total 49 %, remote_total 44 %
+    result = Iperf3Tool().parse([(name, (peer_fixtures / name).read_text())])
+    assert result.summaries and result.summaries[0].sender and result.summaries[0].sender.cpu
+    assert cpu_warnings(result) == []
+
+
+def test_unlimited_loopback_run_is_flagged(data_path: str) -> None:
+    # Unlimited TCP on loopback runs until a CPU gives out: one thread at its core's limit,
+    # or (on a busy machine) a host with no idle left.
+    result = NativeTool().run(TestSpec(duration_s=1.0, interval_s=None), NullReporter())
+    assert result.status == "ok"
+    assert _bound_sides(result) & {"sender (client_to_server, client)",
+                                   "receiver (client_to_server, server)"}
+    assert any("CPU-bound" in w for w in result.warnings)
+    sender = result.summaries[0].sender
+    assert sender and sender.cpu and sender.cpu.process
+    assert sender.cpu.process.max_thread_percent is not None
+
+
+def test_paced_run_is_not_flagged(data_path: str) -> None:
+    result = NativeTool().run(
+        TestSpec(duration_s=1.0, interval_s=None, rate_bits_per_second=100e6), NullReporter())
+    flow = result.summaries[0]
+    assert flow.sender and flow.sender.cpu and flow.sender.cpu.process
+    thread = flow.sender.cpu.process.max_thread_percent
+    assert thread is not None and thread < BUSY_PERCENT
+    assert cpu_warnings(result) == []
+    assert not any("CPU-bound" in w for w in result.warnings)
