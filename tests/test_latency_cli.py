@@ -4,6 +4,7 @@ server of their own when there is no host), human and JSON output, bad options."
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -93,3 +94,16 @@ def test_bufferbloat_refuses_what_the_tool_cannot_do() -> None:
     proc = netprobe_cmd("bufferbloat", "--tool", "nosuchtool", "-t", "1")
     assert proc.returncode != 0
     assert_one_error_line(proc.stderr)
+
+
+@pytest.mark.skipif(not shutil.which("iperf3"), reason="iperf3 is not installed")
+def test_driven_tool_with_latency_gets_netprobe_probes_beside_it() -> None:
+    proc = netprobe_cmd("run", "--tool", "iperf3", "-t", "1", "--latency",
+                        "--latency-idle", "0.5", "--json")
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)
+    assert document["tool"]["name"] == "iperf3"
+    latency = document["latency"]
+    assert latency["measured_by"] == "netprobe-udp"  # iperf3 has no latency of its own
+    assert [p["name"] for p in latency["phases"]] == ["idle", "loaded"]
+    assert latency["phases"][1]["rtt"]["count"] >= 10

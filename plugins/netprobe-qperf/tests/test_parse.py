@@ -62,6 +62,7 @@ def test_latency_is_round_trips_twice_qperf_s_one_way_figure() -> None:
     assert latency is not None
     assert latency.count == printed["loc_recv_msgs"]
     assert latency.mean_us == pytest.approx(2 * printed["latency"] / 1000)
+    assert latency.measured_by == "qperf"  # the tool that measured it is named
     # one figure: no distribution is made up
     assert (latency.min_us, latency.p50_us, latency.p90_us, latency.p99_us, latency.max_us) == (
         None, None, None, None, None)

@@ -158,7 +158,7 @@ class Figures:
             self.derived = True
         if count is None:
             return None
-        return Latency(count=count, mean_us=2 * one_way * 1e6)
+        return Latency(count=count, mean_us=2 * one_way * 1e6, measured_by="qperf")
 
     def warnings(self) -> list[str]:
         """What a reader of the result should know about these figures."""
