@@ -74,7 +74,7 @@ class DrivenRun:
         self.interrupted = False
         """True when Ctrl-C (or SIGTERM) ended the run."""
         self.timed_out = False
-        """True when a wait passed its deadline and the process was stopped."""
+        """True when :meth:`wait_exit` passed its deadline and stopped the process."""
         self._reporter: Reporter | None = reporter
         self._pending: queue.SimpleQueue[Interval] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -103,12 +103,11 @@ class DrivenRun:
 
     def wait(self, done: Callable[[], bool], deadline_s: float | None,
              tick: Callable[[], None] | None = None) -> bool:
-        """Deliver intervals until ``done()`` (True) or ``deadline_s`` seconds pass (False:
-        :attr:`timed_out` is set). ``tick`` runs at every look, on this thread."""
+        """Deliver intervals until ``done()`` (True) or ``deadline_s`` seconds pass (False).
+        ``tick`` runs at every look, on this thread."""
         end = None if deadline_s is None else time.monotonic() + deadline_s
         while not done():
             if end is not None and time.monotonic() > end:
-                self.timed_out = True
                 return False
             if tick is not None:
                 tick()
@@ -120,6 +119,7 @@ class DrivenRun:
         """Wait for ``process`` to exit, delivering intervals; past ``deadline_s`` it is
         stopped (and :attr:`timed_out` set). Its exit code."""
         if not self.wait(lambda: process.returncode is not None, deadline_s):
+            self.timed_out = True
             process.stop()
         process.wait(None if process.returncode is None else 0)
         return process.returncode

@@ -432,7 +432,6 @@ class _Session:
     def __init__(self, spec: TestSpec, plan: Plan, reporter: Reporter, version: str | None) -> None:
         self.spec = spec
         self.plan = plan
-        self.reporter = reporter
         self.version = version
         self.lock = threading.Lock()  # the parsers' state, read by the result builder
         self.driven = DrivenRun(reporter, tool="ntttcp")

@@ -19,12 +19,9 @@ together (nuttcp's rate is the aggregate, netprobe's is per stream); MSS ``-M``;
 from __future__ import annotations
 
 import os
-import platform
-import queue
 import re
 import socket
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -32,12 +29,16 @@ from typing import Any, ClassVar
 from netprobe.bottleneck import with_cpu_warnings
 from netprobe.driven import (
     DrivenProcess,
+    DrivenRun,
+    family_for,
     find_binary,
     free_port,
-    is_listening,
     is_local_host,
+    is_numeric,
+    listening,
     port_is_free,
     run_once,
+    system_name,
 )
 from netprobe.errors import ParseError, TestFailed, TestInterrupted, ToolUnavailable
 from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
@@ -54,7 +55,6 @@ _START_TIMEOUT_S = 5.0
 _SERVER_EXIT_S = 2.0
 _GRACE_S = 15.0
 _BYTES_TIMEOUT_S = 600.0
-_POLL_S = 0.1
 
 
 class NuttcpTool(Tool):
@@ -209,14 +209,6 @@ class Plan:
     """How long the client may run before it is taken as hung."""
 
 
-def _family(spec: TestSpec) -> int:
-    if spec.ip_version == 6:
-        return socket.AF_INET6
-    if spec.host and ":" in spec.host:
-        return socket.AF_INET6
-    return socket.AF_INET
-
-
 def _unsteady_udp_reverse_reports(spec: TestSpec, version: str | None) -> bool:
     """True for the combination nuttcp 6.x fails now and then: a UDP receiver on the
     client (-u -r) reporting more often than every second."""
@@ -232,7 +224,7 @@ def _unsteady_udp_reverse_reports(spec: TestSpec, version: str | None) -> bool:
 def make_plan(spec: TestSpec, binary: str, options: dict[str, Any]) -> Plan:
     """Choose ports and build both command lines."""
     local = bool(options.get("start_server", True)) and is_local_host(spec.host)
-    family = _family(spec)
+    family = family_for(spec)
     loopback = "::1" if family == socket.AF_INET6 else "127.0.0.1"
     control: int | None
     if local:
@@ -242,7 +234,7 @@ def make_plan(spec: TestSpec, binary: str, options: dict[str, Any]) -> Plan:
             spec.port + 1 if spec.port else free_port_block(spec.streams, family, avoid=control)
         )
         # A name ("localhost") might resolve to the other family than the server's.
-        host = spec.host if spec.host and _is_numeric(spec.host) else loopback
+        host = spec.host if spec.host and is_numeric(spec.host) else loopback
         server: tuple[str, ...] | None = (binary, "-1", "--nofork", f"-P{control}") + (
             ("-6",) if family == socket.AF_INET6 else ()
         )
@@ -344,13 +336,11 @@ class _Session:
     def __init__(self, spec: TestSpec, plan: Plan, reporter: Reporter, version: str | None) -> None:
         self.spec = spec
         self.plan = plan
-        self.reporter = reporter
         self.version = version
         self.direction = "server_to_client" if spec.direction == "reverse" else "client_to_server"
         self.parser = p.NuttcpParser()
-        self.lock = threading.Lock()
-        self.pending: queue.Queue[Interval] = queue.Queue()
-        self.intervals: list[Interval] = []
+        self.lock = threading.Lock()  # the parser's state, read by the result builder
+        self.driven = DrivenRun(reporter, tool="nuttcp")
         self.next_start = 0.0
         self.start_time = utc_now_iso()
         self.server: DrivenProcess | None = None
@@ -359,60 +349,45 @@ class _Session:
 
     def run(self) -> Result:
         """Run the processes; the Result, or TestFailed/TestInterrupted with the partial."""
-        try:
-            if self.plan.server_argv is not None:
-                self._start_server()
-            code = self._run_client()
-        except KeyboardInterrupt:
-            self._stop_all()
+        code = None
+        with self.driven as run:
+            if self._start_server():
+                self.client = run.start("client", self.plan.client_argv, on_line=self._on_line)
+                code = run.wait_exit(self.client, self.plan.timeout_s)
+                if run.timed_out:
+                    self.problems.append(
+                        f"nuttcp did not finish within {self.plan.timeout_s:g} s and was stopped"
+                    )
+                # The one-shot server exits after its test: its output is then complete.
+                server = self.server
+                if server is not None:
+                    run.wait(lambda: server.returncode is not None, _SERVER_EXIT_S)
+        if run.interrupted:
             partial = self._result("interrupted", ["interrupted by the user"])
-            raise TestInterrupted("interrupted: nuttcp stopped", partial) from None
-        finally:
-            self._stop_all()
+            raise TestInterrupted("interrupted: nuttcp stopped", partial)
+        if self.client is None:
+            raise self._server_failed()
         return self._finish(code)
 
     # -- processes ----------------------------------------------------------------------
 
-    def _start_server(self) -> None:
-        assert self.plan.server_argv is not None and self.plan.control_port is not None
-        self.server = DrivenProcess(self.plan.server_argv, name="server").start()
-        self.reporter.note(f"nuttcp server started (pid {self.server.pid})")
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not is_listening(self.plan.control_port, self.plan.family):
-            if self.server.returncode is not None or time.monotonic() > deadline:
-                self.server.stop(grace_s=0.5)
-                why = self.server.text.strip() or f"exit code {self.server.returncode}"
-                raise TestFailed(
-                    f"nuttcp server did not start listening on port {self.plan.control_port}: "
-                    f"{why} (command: {' '.join(self.plan.server_argv)})",
-                    self._result("failed", ["nuttcp server did not start"]),
-                )
-            time.sleep(0.02)
+    def _start_server(self) -> bool:
+        """Start the local server, if the plan has one; False if it did not listen."""
+        if self.plan.server_argv is None:
+            return True
+        assert self.plan.control_port is not None
+        self.server = self.driven.start("server", self.plan.server_argv)
+        ready = listening([(self.plan.control_port, False)], self.plan.family)
+        return self.driven.wait_ready(self.server, ready, _START_TIMEOUT_S)
 
-    def _run_client(self) -> int | None:
-        self.client = DrivenProcess(self.plan.client_argv, on_line=self._on_line, name="client")
-        self.client.start()
-        self.reporter.note(f"nuttcp client started (pid {self.client.pid})")
-        deadline = time.monotonic() + self.plan.timeout_s
-        code = self.client.wait(_POLL_S)
-        while code is None:
-            self._deliver()
-            if time.monotonic() > deadline:
-                self.client.stop()
-                self.problems.append(
-                    f"nuttcp did not finish within {self.plan.timeout_s:g} s and was stopped"
-                )
-                break
-            code = self.client.wait(_POLL_S)
-        self._deliver()
-        return code
-
-    def _stop_all(self) -> None:
-        if self.client is not None:
-            self.client.stop()
-        # The one-shot server exits after its test; stop it if it did not.
-        if self.server is not None and self.server.wait(_SERVER_EXIT_S) is None:
-            self.server.stop(grace_s=0.5)
+    def _server_failed(self) -> TestFailed:
+        assert self.server is not None and self.plan.server_argv is not None
+        why = self.server.text.strip() or f"exit code {self.server.returncode}"
+        return TestFailed(
+            f"nuttcp server did not start listening on port {self.plan.control_port}: "
+            f"{why} (command: {' '.join(self.plan.server_argv)})",
+            self._result("failed", ["nuttcp server did not start"]),
+        )
 
     # -- live output --------------------------------------------------------------------
 
@@ -427,8 +402,7 @@ class _Session:
             self.next_start = item.end_s
             if self._after_end(item):
                 return
-            self.intervals.append(item)
-        self.pending.put(item)
+        self.driven.emit(item)
 
     def _retrans_ok(self) -> bool:
         major = p.version_major(self.parser.out.version or self.version)
@@ -437,15 +411,6 @@ class _Session:
     def _after_end(self, item: Interval) -> bool:
         end = self.spec.duration_s if self.spec.bytes_total is None else None
         return end is not None and item.bytes == 0 and item.start_s >= end - 1e-6
-
-    def _deliver(self) -> None:
-        """Hand queued samples to the reporter, in the calling (main) thread."""
-        while True:
-            try:
-                item = self.pending.get_nowait()
-            except queue.Empty:
-                return
-            self.reporter.interval(item)
 
     # -- result -------------------------------------------------------------------------
 
@@ -470,28 +435,28 @@ class _Session:
             summaries, streams, warnings = p.flows(
                 out, self.direction, self.spec.protocol, self.spec.streams
             )
-            intervals = tuple(self.intervals)
+            intervals = tuple(self.driven.collected())
         receiver = summaries[0].receiver if summaries else None
         return with_cpu_warnings(Result(
             tool=ToolInfo(name="nuttcp", version=out.version or self.version),
             spec=self.spec,
             start_time=self.start_time,
-            local=Endpoint(role="client", host=None, system=_system()),
+            local=Endpoint(role="client", host=None, system=system_name()),
             remote=self._remote(),
             status=status,
             duration_s=receiver.end_s if receiver else None,
             summaries=summaries,
             streams=streams,
             intervals=intervals,
-            warnings=tuple(warnings),
+            warnings=(*warnings, *self.driven.warnings),
             errors=tuple(errors),
             raw=self._raw(),
         ))
 
     def _remote(self) -> Endpoint:
         port = self.plan.control_port or DEFAULT_CONTROL_PORT
-        address = self.plan.connect_host if _is_numeric(self.plan.connect_host) else None
-        system = _system() if self.plan.local else None
+        address = self.plan.connect_host if is_numeric(self.plan.connect_host) else None
+        system = system_name() if self.plan.local else None
         return Endpoint(
             role="server", host=self.spec.host, address=address, port=port, system=system
         )
@@ -499,21 +464,6 @@ class _Session:
     def _raw(self) -> tuple[RawOutput, ...]:
         found = [proc.raw() for proc in (self.client, self.server) if proc is not None]
         return tuple(found)
-
-
-def _is_numeric(host: str) -> bool:
-    for family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            socket.inet_pton(family, host)
-        except OSError:
-            continue
-        return True
-    return False
-
-
-def _system() -> str:
-    uname = platform.uname()
-    return f"{uname.system} {uname.release} {uname.machine}"
 
 
 # --- parse saved output ---------------------------------------------------------------
