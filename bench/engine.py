@@ -326,7 +326,12 @@ TOOLS: dict[str, tuple[str, Callable[[Case, Where], Run]]] = {
     "iperf-2.1.8": ("/usr/bin/iperf", iperf2),
     "ntttcp-1.4.3": (os.path.join(PEERS, "ntttcp"), ntttcp),
 }
-TCP_TOOLS = [t for t in TOOLS if not t.endswith("-gsro")]
+# The sweep and placement compare engines at equal settings: the newest release of each
+# peer is enough there (and keeps the whole run within ~25 minutes); --tools overrides.
+SECTION_TOOLS = {
+    "sweep": ("native", "iperf3-3.21", "nuttcp-8.2.2", "iperf-2.1.8", "ntttcp-1.4.3"),
+    "placement": ("native", "iperf3-3.21", "iperf3-3.12", "nuttcp-8.2.2", "iperf-2.1.8"),
+}
 
 
 # -- the matrix ---------------------------------------------------------------------------
@@ -519,10 +524,11 @@ def main() -> int:
                         help="seconds per run (the router case always takes 10)")
     parser.add_argument("--only", default="defaults,udp,sweep,placement,router",
                         help="sections, comma-separated")
-    parser.add_argument("--tools", default=",".join(TOOLS), help="tools, comma-separated")
+    parser.add_argument("--tools", default="",
+                        help="tools, comma-separated (default: all; fewer in sweep and placement)")
     parser.add_argument("--cases", default="", help="only cases whose label contains this")
     args = parser.parse_args()
-    wanted = args.tools.split(",")
+    wanted = args.tools.split(",") if args.tools else []
     unknown = [t for t in wanted if t not in TOOLS]
     if unknown:
         parser.error(f"unknown tools: {', '.join(unknown)} (known: {', '.join(TOOLS)})")
@@ -538,7 +544,8 @@ def main() -> int:
         for case in matrix[section]:
             if args.cases and args.cases not in case.label:
                 continue
-            runs, failures = run_case(case, tools_for(case, wanted), args.reps)
+            names = wanted or list(SECTION_TOOLS.get(section, TOOLS))
+            runs, failures = run_case(case, tools_for(case, names), args.reps)
             report(case, runs, failures)
             sys.stdout.flush()
     print(f"\nload average after: {load()}; took {time.monotonic() - began:.0f} s")

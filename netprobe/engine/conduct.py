@@ -27,6 +27,10 @@ TCP_DRAIN_S = 5.0  # a TCP receiver should see EOF well within this after the pe
 REPORT_WAIT_S = 15.0  # how long past the planned end to wait for the peer's report
 UDP_QUIET_S = 0.05  # ... but a receiver with no new datagram for this long has drained
 POLL_S = 0.05
+# While data flows nothing needs a poll: messages and the local loops' ends wake the
+# conductor at once. It looks in twice a second for an overdue peer, and polls fast only
+# while a receiver drains after the peer's "sent" (idle wake-ups are CPU on a router).
+IDLE_POLL_S = 0.5
 CLOSED = "__closed__"
 LOCAL = "__local__"
 
@@ -119,7 +123,7 @@ class Conductor:
                 break
             if self._overdue():
                 self._fail("the peer did not finish in time")
-            message = self.reader.get(POLL_S)
+            message = self.reader.get(POLL_S if self._peer_sent_at is not None else IDLE_POLL_S)
             if message is not None:
                 self._handle(message)
             if self.outcome.error or self.outcome.aborted_by_peer:
