@@ -110,7 +110,7 @@ def test_ctrl_c_sets_interrupted_and_stops_every_process() -> None:
 
 # --- every driven tool keeps the contract -----------------------------------------------
 
-DRIVEN = ["ntttcp", "nuttcp"]
+DRIVEN = ["ntttcp", "nuttcp", "iperf2", "iperf3"]
 """The built-in tools ported to DrivenRun."""
 
 

@@ -1,5 +1,6 @@
-"""What the iperf2 and iperf3 adapters share: result parts, live interval collection,
-driving a client (and a local server) to the end, and turning the outcome into a Result.
+"""What the iperf2 and iperf3 adapters share: result parts, driving a client (and a local
+server) to the end through :class:`~netprobe.driven.DrivenRun`, and turning the outcome
+into a Result.
 
 Private to the built-in iperf adapters; the public helpers for driven tools are in
 :mod:`netprobe.driven`.
@@ -8,15 +9,13 @@ Private to the built-in iperf adapters; the public helpers for driven tools are 
 from __future__ import annotations
 
 import re
-import threading
-import time
 from collections.abc import Sequence
 from typing import Callable
 
 import attrs
 
 from netprobe.bottleneck import with_cpu_warnings
-from netprobe.driven import DrivenProcess, find_binary, run_once
+from netprobe.driven import DrivenProcess, DrivenRun, find_binary, printed, run_once
 from netprobe.errors import TestFailed, TestInterrupted, ToolUnavailable
 from netprobe.plugin import Reporter
 from netprobe.schema import (
@@ -57,36 +56,24 @@ class Parts:
     version: str | None = None
 
 
-class LiveIntervals:
-    """Collects intervals from reader threads in arrival order and forwards each to the
-    reporter at once."""
-
-    def __init__(self, reporter: Reporter) -> None:
-        self._reporter = reporter
-        self._lock = threading.Lock()
-        self._items: list[Interval] = []
-
-    def add(self, sample: Interval) -> None:
-        """Keep ``sample`` and hand it to the reporter."""
-        with self._lock:
-            self._items.append(sample)
-        self._reporter.interval(sample)
-
-    def items(self) -> list[Interval]:
-        """Everything collected so far."""
-        with self._lock:
-            return list(self._items)
-
-
 @attrs.define
 class Outcome:
     """How a driven run ended: the processes (with their output) and why it stopped."""
 
+    run: DrivenRun
     client: DrivenProcess | None = None
     server: DrivenProcess | None = None
-    timed_out: bool = False
-    interrupted: bool = False
     server_failed: str | None = None
+
+    @property
+    def timed_out(self) -> bool:
+        """The client was stopped at its deadline."""
+        return self.run.timed_out
+
+    @property
+    def interrupted(self) -> bool:
+        """Ctrl-C (or SIGTERM) ended the run."""
+        return self.run.interrupted
 
     def raw(self) -> tuple[RawOutput, ...]:
         """Raw output of every process that was started."""
@@ -110,43 +97,25 @@ class DriveSpec:
     deadline_s: float | None = None
 
 
-def drive(job: DriveSpec, reporter: Reporter) -> Outcome:
-    """Run ``job`` to its end. Every process started is stopped by its PID before this
-    returns, also on Ctrl-C (then ``interrupted`` is set instead of raising)."""
-    outcome = Outcome()
-    try:
-        _drive(job, reporter, outcome)
-    except KeyboardInterrupt:
-        outcome.interrupted = True
-    finally:
-        for proc in (outcome.client, outcome.server):
-            if proc is not None:
-                proc.stop()
-    return outcome
-
-
-def _drive(job: DriveSpec, reporter: Reporter, outcome: Outcome) -> None:
-    if job.server_argv is not None:
-        outcome.server = DrivenProcess(job.server_argv, job.on_server_line, name="server")
-        outcome.server.start()
-        if not outcome.server.wait_for_line(job.server_ready, SERVER_START_TIMEOUT_S):
-            outcome.server_failed = _last_words(outcome.server.text) or "no output"
-            return
-        reporter.note(f"server started (pid {outcome.server.pid})")
-    outcome.client = DrivenProcess(job.client_argv, job.on_client_line, name="client").start()
-    reporter.note(f"client started (pid {outcome.client.pid})")
-    if outcome.client.wait(job.deadline_s) is None:
-        outcome.timed_out = True
-        outcome.client.stop()
-    if outcome.server is not None:
+def drive(job: DriveSpec, reporter: Reporter, run: DrivenRun | None = None) -> Outcome:
+    """Run ``job`` to its end through ``run`` (a new one for ``reporter`` if not given):
+    every process started is stopped by its PID before this returns, also on Ctrl-C (then
+    ``interrupted`` is set instead of raising)."""
+    run = run or DrivenRun(reporter, tool="iperf")
+    outcome = Outcome(run)
+    with run:
+        if job.server_argv is not None:
+            outcome.server = run.start("server", job.server_argv, job.on_server_line)
+            ready = printed(job.server_ready)
+            if not run.wait_ready(outcome.server, ready, SERVER_START_TIMEOUT_S):
+                outcome.server_failed = _last_words(outcome.server.text) or "no output"
+                return outcome
+        outcome.client = run.start("client", job.client_argv, job.on_client_line)
+        run.wait_exit(outcome.client, job.deadline_s)
         server = outcome.server
-        _await(lambda: job.server_done(server), SERVER_REPORT_WAIT_S)
-
-
-def _await(predicate: Callable[[], bool], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.05)
+        if server is not None:
+            run.wait(lambda: job.server_done(server), SERVER_REPORT_WAIT_S)
+    return outcome
 
 
 def _last_words(text: str, lines: int = 5) -> str:
@@ -189,6 +158,7 @@ def finish(
         )
         # The tool's own words are in the message already.
         errors = [e for e in errors if e not in message] + [message]
+    parts.warnings.extend(outcome.run.warnings)
     result = assemble(
         parts,
         tool=tool,

@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from netprobe.driven import DrivenProcess, free_port, is_local_host
+from netprobe.driven import DrivenProcess, DrivenRun, free_port, is_local_host
 from netprobe.errors import NetprobeError, ParseError
 from netprobe.plugin import (
     Availability,
@@ -33,7 +33,6 @@ from netprobe.schema import RawOutput, Result, TestSpec, ToolInfo
 from netprobe.tools import _iperf2_parse as p2
 from netprobe.tools._iperf_common import (
     DriveSpec,
-    LiveIntervals,
     Outcome,
     Parts,
     arg_number,
@@ -171,7 +170,7 @@ class Iperf2Tool(Tool):
         local = is_local_host(spec.host) and self.options.get("start_server", True)
         host = _target_host(spec)
         port = spec.port or (_free_port(host) if local else DEFAULT_PORT)
-        live = LiveIntervals(reporter)
+        live = DrivenRun(reporter, tool=self.name)
         keys = p2.StreamKeys()
         on = spec.interval_s is not None
         client = p2.TextReader(True, keys, intervals=on)
@@ -186,7 +185,7 @@ class Iperf2Tool(Tool):
             server_done=lambda proc: _finished(server) >= expected or proc.returncode is not None,
             deadline_s=deadline_for(spec),
         )
-        outcome = drive(job, reporter)
+        outcome = drive(job, reporter, live)
         return self._result(spec, binary, start_time, outcome, client, server, (host, port))
 
     def _result(
@@ -338,11 +337,11 @@ def _not_found(override: str | None) -> str:
 # --- live reading and the outcome ------------------------------------------------------------
 
 
-def _live(reader: p2.TextReader, live: LiveIntervals) -> Any:
+def _live(reader: p2.TextReader, live: DrivenRun) -> Any:
     def on_line(line: str) -> None:
         sample = reader.feed(line)
         if sample is not None:
-            live.add(sample)
+            live.emit(sample)
 
     return on_line
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from netprobe.driven import free_port, is_local_host
+from netprobe.driven import DrivenRun, free_port, is_local_host
 from netprobe.errors import NetprobeError, ParseError
 from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
 from netprobe.schema import (
@@ -35,7 +35,6 @@ from netprobe.schema import (
 from netprobe.tools import _iperf3_parse as p3
 from netprobe.tools._iperf_common import (
     DriveSpec,
-    LiveIntervals,
     Outcome,
     Parts,
     StreamNumbers,
@@ -187,7 +186,7 @@ class Iperf3Tool(Tool):
         local = is_local_host(spec.host) and self.options.get("start_server", True)
         host = _target_host(spec, is_local_host(spec.host))
         port = spec.port or (_free_port(spec, host) if local else DEFAULT_PORT)
-        live = LiveIntervals(reporter)
+        live = DrivenRun(reporter, tool=self.name)
         stream_doc: dict[str, Any] = {"intervals": []}
         job = DriveSpec(
             client_argv=client_argv(binary, spec, host, port),
@@ -199,12 +198,12 @@ class Iperf3Tool(Tool):
             deadline_s=_deadline(spec),
         )
         if not local and not binary.json_stream:
-            reporter.note(
+            live.note(
                 f"iperf3 {binary.version} prints JSON only at the end: "
                 "intervals will be shown when the test ends"
             )
-        outcome = drive(job, reporter)
-        return self._result(spec, binary, start_time, outcome, live, (host, port), reporter)
+        outcome = drive(job, reporter, live)
+        return self._result(spec, binary, start_time, outcome, live, (host, port))
 
     def _result(
         self,
@@ -212,16 +211,16 @@ class Iperf3Tool(Tool):
         binary: Iperf3Binary,
         start_time: str,
         outcome: Outcome,
-        live: LiveIntervals,
+        live: DrivenRun,
         target: tuple[str, int],
-        reporter: Reporter,
     ) -> Result:
         parts, problem = read_client(outcome)
         if not parts.intervals:
-            parts.intervals = live.items()  # a failed run keeps what was seen live
-        elif not live.items():
+            parts.intervals = live.collected()  # a failed run keeps what was seen live
+        elif not live.collected():
             for sample in parts.intervals:  # nothing could be shown live: report them now
-                reporter.interval(sample)
+                live.emit(sample)
+            live.deliver()
         parts.local = parts.local or Endpoint(role="client")
         if parts.remote is None or parts.remote.port is None:
             parts.remote = Endpoint(role="server", host=spec.host or target[0], port=target[1])
@@ -433,7 +432,7 @@ def _not_found(override: str | None) -> str:
 # --- live readers ---------------------------------------------------------------------------
 
 
-def _stream_reader(doc: dict[str, Any], spec: TestSpec, live: LiveIntervals) -> Any:
+def _stream_reader(doc: dict[str, Any], spec: TestSpec, live: DrivenRun) -> Any:
     """on_line for ``--json-stream``: each interval event becomes live samples."""
     numbers = StreamNumbers()
     ctx = p3.DocContext(
@@ -452,12 +451,12 @@ def _stream_reader(doc: dict[str, Any], spec: TestSpec, live: LiveIntervals) -> 
             data = p3.apply_event(doc, event)
             if data is not None:
                 for sample in p3.intervals_from_block(data, ctx, numbers):
-                    live.add(sample)
+                    live.emit(sample)
 
     return on_line
 
 
-def _server_reader(spec: TestSpec, live: LiveIntervals) -> Any:
+def _server_reader(spec: TestSpec, live: DrivenRun) -> Any:
     """on_line for the local server's human output (iperf3 before 3.17)."""
     role = "sender" if spec.direction == "reverse" else "receiver"
     reader = p3.HumanIntervals(process_is_client=False, default_role=role)
@@ -465,7 +464,7 @@ def _server_reader(spec: TestSpec, live: LiveIntervals) -> Any:
     def on_line(line: str) -> None:
         sample: Interval | None = reader.feed(line)
         if sample is not None:
-            live.add(sample)
+            live.emit(sample)
 
     return on_line
 
