@@ -11,7 +11,9 @@
 /* Receiver-side sequence bookkeeping for UDP; private to the receive loop but kept in the
  * counters so that successive np_udp_recv calls on the same counters continue counting. */
 struct np_rx_state {
-    uint64_t next_seq;          /* highest sequence number seen + 1; 0 = none yet */
+    uint64_t seq_base;          /* the test's first sequence number (sender and receiver) */
+    uint64_t foreign;           /* datagrams whose number is out of reach: not this test's */
+    uint64_t next_seq;          /* highest sequence number seen + 1, relative to seq_base */
     uint64_t unique;            /* distinct sequence numbers received */
     int64_t last_transit_ns;    /* arrival - send time of the previous datagram */
     double jitter_ns;           /* RFC 3550 running jitter estimate */
@@ -100,6 +102,7 @@ uint64_t np_counters_packets(const struct np_counters *c);
 uint64_t np_counters_lost(const struct np_counters *c);
 uint64_t np_counters_out_of_order(const struct np_counters *c);
 uint64_t np_counters_duplicates(const struct np_counters *c);
+uint64_t np_counters_foreign(const struct np_counters *c);
 double np_counters_jitter_ms(const struct np_counters *c);
 void np_counters_stop(struct np_counters *c);
 int np_counters_stopped(const struct np_counters *c);

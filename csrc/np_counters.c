@@ -31,6 +31,11 @@ uint64_t np_counters_duplicates(const struct np_counters *c)
     return np_get(&c->duplicates);
 }
 
+uint64_t np_counters_foreign(const struct np_counters *c)
+{
+    return np_get(&c->rx.foreign);
+}
+
 double np_counters_jitter_ms(const struct np_counters *c)
 {
     uint64_t bits = np_get(&c->jitter_ms_bits);

@@ -2,7 +2,14 @@
  *
  * Datagram format, network byte order: bytes 0-7 sequence number (from 0), bytes 8-15
  * CLOCK_MONOTONIC send time in ns, then padding. The receiver counts gaps, reordering and
- * duplicates from the sequence numbers and RFC 3550 jitter from the send times. */
+ * duplicates from the sequence numbers and RFC 3550 jitter from the send times.
+ *
+ * Sequence numbers start at the test's random base (counters->rx.seq_base, told to both
+ * ends over the control connection) and run modulo 2**64. A datagram numbered more than
+ * NP_SEQ_AHEAD past the highest one seen cannot be the sender's (that many lost in a row
+ * is terabytes), so it is counted as foreign and touches no figure: a forger who does not
+ * know the base hits the window with a chance of 2**-31 per datagram, and no forged
+ * number can make the loss count wrap. */
 #include "np_common.h"
 
 #include <poll.h>
@@ -10,8 +17,9 @@
 #include <sys/socket.h>
 
 #define NP_WINDOW_SEQS (64 * 1024) /* must match window[] in struct np_rx_state */
+#define NP_SEQ_AHEAD (1ULL << 32)   /* farthest plausible jump past the highest number */
 
-enum seq_kind { SEQ_NEW, SEQ_LATE, SEQ_DUPLICATE };
+enum seq_kind { SEQ_NEW, SEQ_LATE, SEQ_DUPLICATE, SEQ_FOREIGN };
 
 /* Receiver buffers: message i reads into its own slot of `length` bytes. */
 struct udp_rx {
@@ -191,7 +199,7 @@ static int64_t udp_send_loop(struct np_loop *lp, struct udp_tx *t, const struct 
     while (!np_loop_done(lp, &now) && sent < max_pk) {
         if ((n = send_count(lp, p, sent, max_pk, &now)) == 0)
             continue; /* slept until the next datagram is due */
-        stamp(t, n, seq0 + sent, lp->timed ? now : np_now_ns());
+        stamp(t, n, c->rx.seq_base + seq0 + sent, lp->timed ? now : np_now_ns());
         r = tx_send(t, lp->fd, n);
         np_put(&c->calls, ++calls);
         if (r < 0) {
@@ -259,6 +267,8 @@ static enum seq_kind rx_seq(struct np_rx_state *rx, uint64_t seq)
     uint64_t slot = seq % NP_WINDOW_SEQS, mask = 1ULL << (slot & 63);
     uint64_t *word = &rx->window[slot >> 6];
 
+    if (seq >= rx->next_seq && seq - rx->next_seq >= NP_SEQ_AHEAD)
+        return SEQ_FOREIGN;
     if (seq >= rx->next_seq) {
         if (seq - rx->next_seq >= NP_WINDOW_SEQS)
             memset(rx->window, 0, sizeof(rx->window));
@@ -293,19 +303,22 @@ static void rx_jitter(struct np_rx_state *rx, uint64_t sent_ns, int64_t arrival_
 }
 
 struct rx_tally {
-    uint64_t packets, bytes, out_of_order, duplicates;
+    uint64_t packets, bytes, out_of_order, duplicates, foreign;
 };
 
 static void rx_account(struct np_rx_state *rx, struct rx_tally *t, const unsigned char *h,
                        unsigned len, int64_t arrival_ns)
 {
-    enum seq_kind kind;
+    enum seq_kind kind = SEQ_NEW;
 
+    if (len >= NP_UDP_HEADER && (kind = rx_seq(rx, get_be64(h) - rx->seq_base)) == SEQ_FOREIGN) {
+        t->foreign++;
+        return;
+    }
     t->packets++;
     t->bytes += len;
     if (len < NP_UDP_HEADER)
-        return; /* not ours: counted, but it carries no sequence number */
-    kind = rx_seq(rx, get_be64(h));
+        return; /* too short to carry a sequence number: counted, nothing more */
     if (kind == SEQ_DUPLICATE) {
         t->duplicates++;
         return;
@@ -325,6 +338,7 @@ static void rx_publish(struct np_counters *c, const struct rx_tally *t)
     np_put(&c->bytes, t->bytes);
     np_put(&c->out_of_order, t->out_of_order);
     np_put(&c->duplicates, t->duplicates);
+    np_put(&c->rx.foreign, t->foreign);
     np_put(&c->lost, rx->next_seq > rx->unique ? rx->next_seq - rx->unique : 0);
     np_put(&c->jitter_ms_bits, bits);
 }
@@ -333,7 +347,7 @@ static int64_t udp_recv_loop(struct np_loop *lp, struct udp_rx *b, const struct 
 {
     struct np_counters *c = lp->c;
     struct rx_tally t = { np_get(&c->packets), np_get(&c->bytes), np_get(&c->out_of_order),
-                          np_get(&c->duplicates) };
+                          np_get(&c->duplicates), np_get(&c->rx.foreign) };
     uint64_t calls = np_get(&c->calls), base = t.bytes, got = 0;
     int64_t now;
     int r;

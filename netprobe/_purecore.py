@@ -36,6 +36,8 @@ _NS = 1_000_000_000
 _TICK_NS = 100_000_000  # how long a blocked call waits before looking at the stop flag
 _PACED_MIN_CHUNK = 1024
 _WINDOW = 65536  # sequence numbers remembered for duplicate detection
+_AHEAD = 1 << 32  # farthest plausible jump past the highest number (np_udp.c NP_SEQ_AHEAD)
+_SEQ_MASK = (1 << 64) - 1
 _HEADER = struct.Struct("!QQ")
 # ICMP echoes of earlier datagrams, or a full device queue: a UDP test carries on.
 _UDP_SOFT = (errno.ECONNREFUSED, errno.ENOBUFS)
@@ -44,9 +46,12 @@ _UDP_SOFT = (errno.ECONNREFUSED, errno.ENOBUFS)
 class _RxState:
     """Receiver sequence bookkeeping, same algorithm as struct np_rx_state in C."""
 
-    __slots__ = ("have_transit", "jitter_ns", "last_transit", "next_seq", "unique", "window")
+    __slots__ = ("base", "foreign", "have_transit", "jitter_ns", "last_transit", "next_seq",
+                 "unique", "window")
 
     def __init__(self) -> None:
+        self.base = 0
+        self.foreign = 0
         self.next_seq = 0
         self.unique = 0
         self.last_transit = 0
@@ -106,6 +111,20 @@ class Counters:
     def jitter_ms(self) -> float:
         """UDP receiver: RFC 3550 interarrival jitter, milliseconds."""
         return self._jitter_ms
+
+    @property
+    def foreign(self) -> int:
+        """UDP receiver: datagrams numbered out of this test's reach, left out of every figure."""
+        return self._rx.foreign
+
+    @property
+    def sequence_base(self) -> int:
+        """The test's first UDP sequence number (both ends set the same one before a loop)."""
+        return self._rx.base
+
+    @sequence_base.setter
+    def sequence_base(self, base: int) -> None:
+        self._rx.base = base & _SEQ_MASK
 
     @property
     def stopped(self) -> bool:
@@ -381,7 +400,7 @@ def udp_send(fd: int, counters: Counters, *, length: int, deadline: float | None
             if loop.pacer.ns_per_unit and not loop.pacer.allowed(sent, loop.now):
                 loop.sleep_until_due(sent)
                 continue
-            _HEADER.pack_into(buf, 0, seq0 + sent, loop.now if loop.timed
+            _HEADER.pack_into(buf, 0, (c._rx.base + seq0 + sent) & _SEQ_MASK, loop.now if loop.timed
                               else time.monotonic_ns())
             c._calls += 1
             try:
@@ -411,12 +430,17 @@ def _clear_window(window: bytearray, start: int, stop: int) -> None:
 
 def _account(c: Counters, data: memoryview, n: int, arrival_ns: int) -> None:
     """Count one received datagram: sequence accounting, then RFC 3550 jitter."""
+    rx = c._rx
+    if n >= UDP_HEADER_BYTES:
+        seq, sent_ns = _HEADER.unpack_from(data)
+        seq = (seq - rx.base) & _SEQ_MASK
+        if seq >= rx.next_seq + _AHEAD:  # not the sender's: see np_udp.c
+            rx.foreign += 1
+            return
     c._packets += 1
     c._bytes += n
     if n < UDP_HEADER_BYTES:
-        return  # not ours: counted, but it carries no sequence number
-    rx = c._rx
-    seq, sent_ns = _HEADER.unpack_from(data)
+        return  # too short to carry a sequence number: counted, nothing more
     slot = seq % _WINDOW
     if seq >= rx.next_seq:
         _clear_window(rx.window, rx.next_seq, seq)

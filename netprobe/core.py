@@ -101,6 +101,20 @@ class Counters:
         return float(_lib.np_counters_jitter_ms(self._c))
 
     @property
+    def foreign(self) -> int:
+        """UDP receiver: datagrams numbered out of this test's reach, left out of every figure."""
+        return int(_lib.np_counters_foreign(self._c))
+
+    @property
+    def sequence_base(self) -> int:
+        """The test's first UDP sequence number (both ends set the same one before a loop)."""
+        return int(self._c.rx.seq_base)
+
+    @sequence_base.setter
+    def sequence_base(self, base: int) -> None:
+        self._c.rx.seq_base = base & _UNBOUNDED
+
+    @property
     def stopped(self) -> bool:
         """Whether :meth:`stop` was called."""
         return bool(_lib.np_counters_stopped(self._c))

@@ -715,3 +715,32 @@ def test_only_core_imports_the_compiled_module() -> None:
              if imports.search(p.read_text())]
     assert users == ["netprobe/core.py"]
 
+
+
+def test_udp_forged_sequence_numbers_are_foreign(impl: ModuleType) -> None:
+    # A datagram whose sequence number lies far beyond what the sender can have sent is
+    # not of this test: it is counted as foreign and touches no figure (it once made
+    # lost = 2**63 - 346 and wrapped the loss figures).
+    with udp_pair() as (tx, rx):
+        for seq in (0, 1, 2, 1 << 63, (1 << 64) - 1, 3, 1 << 40):
+            tx.send(datagram(seq))
+        counters = impl.Counters()
+        _recv_all(impl, rx, counters, 7)
+    assert (counters.packets, counters.bytes) == (4, 4 * 64)
+    assert counters.foreign == 3
+    assert (counters.lost, counters.out_of_order, counters.duplicates) == (0, 0, 0)
+
+
+def test_udp_sequence_base_keys_the_stream(impl: ModuleType, pool: ThreadPoolExecutor) -> None:
+    # Both ends of a test share a random base: the sender numbers from it, the receiver
+    # counts relative to it, so a forger who does not know it lands outside the window.
+    base = (1 << 64) - (1 << 62) + 12345
+    with udp_pair() as (tx, rx):
+        tx_counters, rx_counters = impl.Counters(), impl.Counters()
+        tx_counters.sequence_base = rx_counters.sequence_base = base
+        impl.udp_send(tx.fileno(), tx_counters, length=64, max_packets=10, deadline=soon(3))
+        for seq in (0, 1, 2):  # an unkeyed forger's guesses
+            tx.send(datagram(seq))
+        _recv_all(impl, rx, rx_counters, 13)
+    assert rx_counters.packets == 10 and rx_counters.lost == 0
+    assert rx_counters.foreign == 3 and rx_counters.sequence_base == base

@@ -96,7 +96,7 @@ def build_result(
         streams=tuple(streams),
         intervals=tuple(intervals),
         errors=tuple(errors),
-        warnings=(*side.reporter_errors, *warnings),
+        warnings=(*side.warnings(), *warnings, *_peer_warnings(outcome.peer_report)),
     ))
 
 
@@ -118,6 +118,14 @@ def _fill_from_intervals(spec: TestSpec, summaries: dict[Key, SideSummary],
         return []
     return [f"the far end's final report did not come: the {', '.join(dict.fromkeys(filled))} "
             "summary is summed from its interval reports"]
+
+
+def _peer_warnings(report: Optional[dict[str, Any]]) -> list[str]:
+    """The peer's warnings, marked as its own (only strings are taken)."""
+    items = (report or {}).get("warnings")
+    if not isinstance(items, list):
+        return []
+    return [f"server: {item}" for item in items if isinstance(item, str)]
 
 
 def _cpu_by_role(spec: TestSpec, local: Optional[Cpu], remote: Optional[Cpu]) -> dict:

@@ -41,6 +41,7 @@ class Client:
         self.streams: list[LocalStream] = []
         self.side: Optional[Side] = None
         self.local_intervals: list[Interval] = []
+        self.sequence_base = 0
 
     def run(self) -> Result:
         """Run the test; TestFailed/TestInterrupted carry the partial result."""
@@ -136,9 +137,14 @@ class Client:
 
     def _request_test(self) -> bytes:
         assert self.channel is not None
-        self.channel.send({"type": "test", "spec": convert.unstructure(self.spec)})
+        self.channel.send({"type": "test", "spec": convert.unstructure(self.spec),
+                           "features": ["sequence_base"]})
         try:
             reply = self.channel.expect("accept", timeout=10.0)
+            base = reply.get("sequence_base", 0)
+            if not isinstance(base, int) or isinstance(base, bool) or not 0 <= base < 1 << 64:
+                raise ProtocolError("bad sequence base in the server's accept")
+            self.sequence_base = base
             return bytes.fromhex(protocol.field(reply, "cookie", str))
         except (OSError, ValueError, ProtocolError) as exc:
             raise TestFailed(f"server refused the test: {protocol.reason(exc)}") from None
@@ -158,7 +164,9 @@ class Client:
                     raise TestFailed(
                         f"cannot open data stream {stream_id}: {protocol.reason(exc)}"
                     ) from None
-                self.streams.append(LocalStream(stream_id, direction, role, sock))
+                stream = LocalStream(stream_id, direction, role, sock)
+                stream.counters.sequence_base = self.sequence_base
+                self.streams.append(stream)
 
     def _open_tcp(self, hello: DataHello) -> socket.socket:
         sock = self._tcp_socket()

@@ -222,6 +222,7 @@ def local_report(side: Side) -> dict[str, Any]:
         "streams": streams,
         "cpu": convert.unstructure(side.cpu()),
         "errors": side.errors(),
+        "warnings": side.warnings(),
         "system": system_name(),
     }
 

@@ -359,6 +359,7 @@ class Session:
         self._lock = threading.Lock()
         self._complete = threading.Event()
         self._expected = 0
+        self._sequence_base = 0
 
     def run(self) -> None:
         """Welcome, accept a test, gather its streams, run it, report."""
@@ -384,8 +385,10 @@ class Session:
         if request["type"] != "test":
             self.refuse(f"unknown request {request['type']!r}", code="unknown")
         spec = self.checked_spec(request)
+        features = request.get("features")
+        keyed = isinstance(features, list) and "sequence_base" in features
         with self.slot(spec):
-            self._serve(spec)
+            self._serve(spec, secrets.randbits(64) if keyed else 0)
 
     @contextlib.contextmanager
     def slot(self, spec: Optional[TestSpec] = None, kind: str = "test") -> Iterator[None]:
@@ -401,16 +404,20 @@ class Session:
         finally:
             self.server._free_slot(id(self))
 
-    def _serve(self, spec: TestSpec) -> None:
+    def _serve(self, spec: TestSpec, sequence_base: int) -> None:
         self.spec = spec
         who = client(self.peer)
         self.server.log(f"{who}: native test {spec_words(spec)}", event="test", client=who,
                         tool="native", spec=spec_words(spec))
+        self._sequence_base = sequence_base
         cookie = secrets.token_bytes(16)
         self._expected = len(spec.flow_directions()) * spec.streams
         self.server.register(cookie, self)
         try:
-            self.channel.send({"type": "accept", "cookie": cookie.hex()})
+            # The UDP sequence base keys the test's datagrams (see np_udp.c); an old client
+            # that does not ask for one numbers from 0.
+            self.channel.send({"type": "accept", "cookie": cookie.hex(),
+                               "sequence_base": sequence_base})
             self._run_test(spec)
         finally:
             self.server.unregister(cookie)
@@ -550,7 +557,9 @@ class Session:
             except SpecError as exc:
                 self.channel.send({"type": "error", "code": "option", "message": str(exc)})
                 raise
-            streams.append(LocalStream(stream_id, direction, role, sock))
+            stream = LocalStream(stream_id, direction, role, sock)
+            stream.counters.sequence_base = self._sequence_base
+            streams.append(stream)
         return streams
 
 

@@ -325,6 +325,16 @@ class Side:
         """What went wrong in the loops."""
         return [s.error for s in self.streams if s.error]
 
+    def warnings(self) -> list[str]:
+        """What the figures should be read with: a failed reporter, foreign datagrams."""
+        notes = list(self.reporter_errors)
+        for s in self.streams:
+            foreign = 0 if s.is_tcp or s.role != "receiver" else s.counters.foreign
+            if foreign:
+                notes.append(f"stream {s.stream_id} ({s.direction}): {foreign} datagrams not "
+                             "of this test (forged or stray) left out of the figures")
+        return notes
+
     def stream_summaries(self) -> list[tuple[LocalStream, SideSummary]]:
         """Each stream's summary over the test (after the warm-up)."""
         start = self.spec.omit_s
