@@ -13,6 +13,7 @@ Python 3.9, where cattrs evaluates them.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import attrs
@@ -49,6 +50,34 @@ def _positive_or_none(instance: object, attribute: attrs.Attribute, value: objec
 def _non_negative_or_none(instance: object, attribute: attrs.Attribute, value: object) -> None:
     if value is not None and not (isinstance(value, (int, float)) and value >= 0):
         raise SpecError(f"{attribute.name} must not be negative, got {value!r}")
+
+
+# What a value may be at most, whatever the tool: what the kernel's socket options take
+# (an int; TCP_MAXSEG a 16-bit MSS), an IPv4 UDP payload, what one write may reasonably
+# be, and what a 64-bit byte counter can reach with room to add to it.
+SPEC_BOUNDS = {
+    "window_bytes": (2**31 - 1, "--window"),
+    "mss_bytes": (65535, "--mss"),
+    "length_bytes": (1 << 30, "--length"),
+    "bytes_total": (1 << 62, "--bytes"),
+}
+UDP_MAX_LENGTH = 65507
+"""Largest UDP payload over IPv4 (65535 - 8 - 20)."""
+
+
+def _check_bounds(spec: Any) -> None:
+    """Refuse non-finite numbers and values past what any tool or kernel can take."""
+    for name in ("duration_s", "interval_s", "omit_s", "rate_bits_per_second"):
+        value = getattr(spec, name)
+        if value is not None and not math.isfinite(value):
+            raise SpecError(f"{name} must be a finite number, got {value!r}")
+    for name, (most, flag) in SPEC_BOUNDS.items():
+        value = getattr(spec, name)
+        if value is not None and value > most:
+            raise SpecError(f"{name} ({flag}) must be at most {most}, got {value}")
+    if spec.protocol == "udp" and (spec.length_bytes or 0) > UDP_MAX_LENGTH:
+        raise SpecError(f"length_bytes (--length) for UDP must be at most {UDP_MAX_LENGTH} bytes,"
+                        f" got {spec.length_bytes}")
 
 
 def _port_or_none(instance: object, attribute: attrs.Attribute, value: object) -> None:
@@ -115,6 +144,7 @@ class TestSpec:
             raise SpecError("a test needs a duration or a byte count")
         if self.protocol == "udp" and self.length_bytes is not None and self.length_bytes < 16:
             raise SpecError("UDP payload length must be at least 16 bytes")
+        _check_bounds(self)
 
     def planned_s(self) -> Optional[float]:
         """Seconds the test runs: the warm-up (``omit_s``), then ``duration_s``, as iperf3

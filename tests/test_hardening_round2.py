@@ -4,15 +4,20 @@ process on loopback."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, Optional
 
 import pytest
 
+from netprobe.engine import protocol
 from netprobe.engine.client import run_test
+from netprobe.engine.server import Server, ServerConfig
 from netprobe.plugin import NullReporter
 from netprobe.schema import Result, TestSpec
 
@@ -82,3 +87,105 @@ def test_forged_udp_datagrams_touch_no_figure() -> None:
     # every one that reached the loop is counted as foreign, none as the test's.
     counts = [int(w.split(": ")[1].split()[0]) for w in result.warnings if "not of this test" in w]
     assert len(counts) == 1 and 0 < counts[0] <= 346, result.warnings
+
+
+# --- raw control-protocol helpers -------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def engine_server(**config: Any) -> Iterator[Server]:
+    """An in-process engine server on loopback (cheaper than a process where the test
+    looks only at the answers)."""
+    server = Server(ServerConfig(bind_address="127.0.0.1", port=0, **config))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def ask(port: int, body: bytes, timeout: float = 10.0) -> dict[str, Any]:
+    """Send one raw test request (JSON text, NaN and all) and return the server's answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(protocol.pack_hello(protocol.KIND_CONTROL))
+        channel = protocol.Channel(sock)
+        channel.expect("welcome", timeout=timeout)
+        sock.sendall(struct.pack("!I", len(body)) + body)
+        return channel.recv(timeout=timeout)
+
+
+def request(spec: dict[str, Any]) -> bytes:
+    return b'{"type":"test","spec":' + json.dumps(spec).encode() + b"}"
+
+
+# --- item 14: every field of a request checked, with an answer ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "word"),
+    [
+        (request({"window_bytes": 2**40}), "window"),
+        (request({"mss_bytes": 2**40}), "mss"),
+        (request({"bytes_total": 2**64 - 10, "duration_s": None}), "bytes"),
+        (request({"interval_s": 1e-6}), "interval"),
+        (request({"streams": 70_000}), "stream"),
+        (request({"length_bytes": 70_000, "protocol": "udp"}), "length"),
+        (b'{"type":"test","spec":{"omit_s":Infinity}}', "finite"),
+        (b'{"type":"test","spec":{"duration_s":NaN}}', "finite"),
+        (b'{"type":"test","spec":{"rate_bits_per_second":1e999}}', "finite"),
+    ],
+)
+def test_request_values_are_refused_with_an_answer(body: bytes, word: str) -> None:
+    with engine_server() as server:
+        reply = ask(server.port, body)
+        assert reply["type"] == "error", reply
+        assert word in reply["message"], reply
+        # ... and the server is still whole.
+        assert run_spec_port(server.port).status == "ok"
+
+
+def run_spec_port(port: int, **kw: Any) -> Result:
+    spec = TestSpec(**{"duration_s": 0.3, "interval_s": None, "port": port, **kw})
+    return run_test(spec, NullReporter(), "127.0.0.1")
+
+
+# --- item 8: memory bounded per test and per server, refused before allocation ---------------
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_memory_is_refused_before_allocation() -> None:
+    with engine_server(max_memory_bytes=64 << 20, max_tests=3) as server:
+        before = _rss_bytes()
+        reply = ask(server.port, request(
+            {"direction": "reverse", "streams": 2, "length_bytes": 1 << 30}))
+        assert reply["type"] == "error" and "memory" in reply["message"], reply
+        assert _rss_bytes() - before < 32 << 20
+        # Per server: two tests of 24 MiB of buffers each fit, a third does not.
+        spec = {"direction": "reverse", "streams": 3, "length_bytes": 8 << 20,
+                "duration_s": 2.0, "interval_s": None, "port": server.port}
+        results: list[Any] = []
+        workers = [threading.Thread(target=lambda: results.append(
+            _try(lambda: run_test(TestSpec(**spec), NullReporter(), "127.0.0.1"))))
+            for _ in range(2)]
+        for worker in workers:
+            worker.start()
+        time.sleep(0.7)
+        third = ask(server.port, request(spec))
+        for worker in workers:
+            worker.join(20)
+    assert third["type"] == "error" and "memory" in third["message"], third
+    assert [getattr(r, "status", r) for r in results] == ["ok", "ok"]
+
+
+def _try(call: Any) -> Any:
+    try:
+        return call()
+    except Exception as exc:  # the test compares what came back
+        return repr(exc)

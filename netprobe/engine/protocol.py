@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import socket
 import struct
 import time
@@ -115,10 +116,31 @@ def decode_length(header: bytes, max_size: int = MAX_MESSAGE_BYTES) -> int:
     return int(length)
 
 
+class _NotFinite(ValueError):
+    """A number JSON cannot carry (NaN, Infinity, or one too large for a float)."""
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(text)
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise _NotFinite(text)
+
+
 def decode_body(body: bytes) -> dict[str, Any]:
-    """Parse a frame's JSON body, which must be an object with a string ``type``."""
+    """Parse a frame's JSON body, which must be an object with a string ``type``.
+
+    Non-finite numbers are refused: Python's decoder takes NaN, Infinity and 1e999, which
+    no figure or limit may be."""
     try:
-        message = json.loads(body.decode("utf-8"))
+        message = json.loads(body.decode("utf-8"), parse_float=_finite,
+                             parse_constant=_no_constant)
+    except _NotFinite as exc:
+        raise ProtocolError(f"bad message: the number {exc} is not finite") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ProtocolError(f"bad message: {type(exc).__name__}") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):

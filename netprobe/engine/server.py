@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import secrets
 import select
 import selectors
@@ -23,10 +24,11 @@ import attrs
 
 from netprobe import convert
 from netprobe.engine import auth, probes, protocol
+from netprobe.engine.capabilities import native_refusals
 from netprobe.engine.conduct import Conductor, Reader, system_name
 from netprobe.engine.log import Log, client, escape, null_log
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
-from netprobe.engine.side import LocalStream, Side
+from netprobe.engine.side import LocalStream, Side, buffer_bytes
 from netprobe.engine.sockets import apply_options
 from netprobe.errors import NetprobeError, ProtocolError, SpecError
 from netprobe.plugin import utc_now_iso
@@ -68,6 +70,10 @@ class ServerConfig:
     allow_third_party: bool = False
     """Run tests this agent is asked to send to another host (off: an agent that sends
     traffic wherever it is told would be a traffic amplifier)."""
+    max_memory_bytes: Optional[int] = None
+    """Buffer memory all running tests may take together (a test that alone needs more is
+    refused, one that does not fit beside the others is told the server is busy); None:
+    a quarter of this host's memory."""
     secret: Optional[bytes] = attrs.field(default=None, repr=False)
     """Shared secret clients must prove they know (HMAC challenge); None: no authentication."""
 
@@ -109,6 +115,8 @@ class Server:
         self._wake_r, self._wake_w = socket.socketpair()
         self._per_address: dict[str, int] = {}
         self._running: dict[int, dict] = {}  # what each held slot is doing (status request)
+        self.max_memory = config.max_memory_bytes or _quarter_of_memory()
+        self._memory = 0
 
     # -- listening --------------------------------------------------------------------
 
@@ -287,17 +295,23 @@ class Server:
         finally:
             channel.close()
 
-    def _take_slot(self, key: int, doing: dict) -> bool:
+    def _take_slot(self, key: int, doing: dict, memory: int) -> Optional[str]:
+        """Take a slot and ``memory`` bytes of the budget; the reason if there is none."""
         with self._lock:
             if self._active >= self.config.max_tests or self._closed.is_set():
-                return False
+                return f"{self.config.max_tests} test(s) running"
+            if self._memory + memory > self.max_memory:
+                return (f"the running tests' buffers leave {_mib(self.max_memory - self._memory)}"
+                        f" of the memory limit, this test needs {_mib(memory)}")
             self._active += 1
+            self._memory += memory
             self._running[key] = doing
-            return True
+            return None
 
-    def _free_slot(self, key: int) -> None:
+    def _free_slot(self, key: int, memory: int) -> None:
         with self._lock:
             self._active -= 1
+            self._memory -= memory
             self._running.pop(key, None)
             self._served += 1
             if self.config.one_off:
@@ -377,7 +391,10 @@ class Session:
         )
         if cfg.secret and challenge:
             self._authenticate(cfg.secret, challenge)
-        request = self.channel.recv(timeout=cfg.idle_timeout_s)
+        try:
+            request = self.channel.recv(timeout=cfg.idle_timeout_s)
+        except ProtocolError as exc:  # a request that cannot be read: say why, then end
+            self.refuse(f"bad request: {exc}", code="protocol")
         handler = self.server.handlers.get(str(request["type"]))
         if handler is not None:  # an agent request (tools, far end, third party)
             handler(self, request)
@@ -387,22 +404,26 @@ class Session:
         spec = self.checked_spec(request)
         features = request.get("features")
         keyed = isinstance(features, list) and "sequence_base" in features
-        with self.slot(spec):
+        with self.slot(spec, memory=test_memory(spec)):
             self._serve(spec, secrets.randbits(64) if keyed else 0)
 
     @contextlib.contextmanager
-    def slot(self, spec: Optional[TestSpec] = None, kind: str = "test") -> Iterator[None]:
-        """Hold one of the server's test slots (SpecError 'busy' if none is free); ``spec``
-        and ``kind`` say what it is used for, as the ``status`` request reports it.
+    def slot(
+        self, spec: Optional[TestSpec] = None, kind: str = "test", memory: int = 0
+    ) -> Iterator[None]:
+        """Hold one of the server's test slots and ``memory`` bytes of its buffer budget
+        (SpecError 'busy' if either is short); ``spec`` and ``kind`` say what it is used
+        for, as the ``status`` request reports it.
 
         A slot is taken only by a valid test, and held until its connection ends; a
         refused, idle or unauthenticated client never holds one."""
-        if not self.server._take_slot(id(self), _doing(kind, self.peer, spec)):
-            self.refuse(f"server busy: {self.server.config.max_tests} test(s) running", "busy")
+        short = self.server._take_slot(id(self), _doing(kind, self.peer, spec), memory)
+        if short is not None:
+            self.refuse(f"server busy: {short}", "busy")
         try:
             yield
         finally:
-            self.server._free_slot(id(self))
+            self.server._free_slot(id(self), memory)
 
     def _serve(self, spec: TestSpec, sequence_base: int) -> None:
         self.spec = spec
@@ -437,13 +458,23 @@ class Session:
             raise ProtocolError("bad client challenge")
         self.channel.send({"type": "auth_ok", "response": auth.respond(secret, theirs, "server")})
 
-    def checked_spec(self, request: dict) -> TestSpec:
-        """The request's spec, refused (to the client, and raised) if invalid or over a limit."""
+    def checked_spec(
+        self, request: dict, refusals: Callable[[TestSpec], list[str]] = native_refusals
+    ) -> TestSpec:
+        """The request's spec, refused (to the client, and raised) if invalid, if the tool
+        cannot run it (the same rules the CLI applies) or if it is over a limit."""
         cfg = self.server.config
         try:
             spec = convert.structure(request.get("spec"), TestSpec)
         except NetprobeError as exc:
             self.refuse(f"bad test spec: {exc}")
+        found = refusals(spec)
+        if found:
+            self.refuse("; ".join(found))
+        memory = test_memory(spec)
+        if memory > self.server.max_memory:
+            self.refuse(f"the test's buffers need {_mib(memory)} of memory, over this server's "
+                        f"limit of {_mib(self.server.max_memory)}")
         if spec.duration_s and spec.duration_s > cfg.max_duration_s:
             self.refuse(
                 f"duration {spec.duration_s} s exceeds this server's limit of "
@@ -612,6 +643,25 @@ def _peer_closed(sock: socket.socket) -> bool:
         return False
     except OSError:
         return True
+
+
+def test_memory(spec: TestSpec) -> int:
+    """Buffer memory a native test of ``spec`` takes on this side, every stream together."""
+    total = 0
+    for direction in spec.flow_directions():
+        role = "receiver" if direction == "client_to_server" else "sender"
+        total += spec.streams * buffer_bytes(spec, role)
+    return total
+
+
+def _quarter_of_memory() -> int:
+    # A server shares its host (often a small router): a quarter of the memory for test
+    # buffers leaves the rest to the system, whatever its size.
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+
+
+def _mib(count: int) -> str:
+    return f"{count / 2**20:.1f} MiB"
 
 
 def _planned(spec: TestSpec) -> Optional[float]:

@@ -45,6 +45,8 @@ GSO_MAX_BYTES = 64 * 1024
 TCP_DEFAULT_LENGTH = 4 * GSO_MAX_BYTES
 UDP_DEFAULT_LENGTH = 1448  # fits one datagram in a 1500-byte MTU over IPv4 and IPv6
 RECEIVER_GRACE_S = 10.0  # how long a receiver outlives the sender's deadline at most
+UDP_RECV_LENGTH = UDP_MAX_PAYLOAD  # a UDP receiver reads into slots any datagram fits
+UDP_BATCH = 32  # datagrams per recvmmsg/sendmmsg (the core's default batch)
 
 
 def default_length(spec: TestSpec) -> int:
@@ -68,6 +70,13 @@ def udp_datagrams(total: int, length: int) -> tuple[int, tuple[int, ...]]:
     if merged <= UDP_MAX_PAYLOAD:
         return full - 1, (merged,)
     return full - 1, (merged // 2, merged - merged // 2)
+
+
+def buffer_bytes(spec: TestSpec, role: str) -> int:
+    """Memory one stream's loop allocates for its buffers (what a server must budget)."""
+    if spec.protocol == "udp" and role == "receiver":
+        return UDP_RECV_LENGTH * UDP_BATCH
+    return default_length(spec)  # one buffer (UDP: shared padding behind per-datagram headers)
 
 
 @attrs.define(eq=False)
@@ -207,7 +216,7 @@ class Side:
         if stream.is_tcp:
             core.tcp_recv(fd, c, length=length, deadline=limit, skip_copy=spec.skip_rx_copy)
         else:
-            core.udp_recv(fd, c, length=65507, deadline=limit)  # any datagram fits
+            core.udp_recv(fd, c, length=UDP_RECV_LENGTH, deadline=limit, batch=UDP_BATCH)
 
     def _udp_send(self, fd: int, c: core.Counters, length: int, deadline: Optional[float],
                   rate: Optional[float]) -> None:

@@ -7,9 +7,9 @@ the self-test that works on any machine with nothing else installed or running.
 from __future__ import annotations
 
 from netprobe import __version__
-from netprobe._corerecords import UDP_HEADER_BYTES
+from netprobe.engine.capabilities import NATIVE_CAPABILITIES, native_refusals
 from netprobe.errors import TestFailed
-from netprobe.plugin import Availability, Capabilities, Reporter, Tool
+from netprobe.plugin import Availability, Reporter, Tool
 from netprobe.schema import Result, TestSpec
 
 
@@ -18,26 +18,7 @@ class NativeTool(Tool):
 
     name = "native"
     description = "netprobe's own engine: C data path, one port for control and data"
-    capabilities = Capabilities(
-        protocols=frozenset({"tcp", "udp"}),
-        directions=frozenset({"normal", "reverse", "bidir"}),
-        max_streams=128,
-        byte_count=True,
-        min_interval_s=0.1,
-        omit=True,
-        rate_limit=frozenset({"tcp", "udp"}),
-        length=True,
-        window=True,
-        mss=True,
-        nodelay=True,
-        dscp=True,
-        congestion=True,
-        ipv6=True,
-        bind=True,
-        port=True,
-        zerocopy=True,
-        skip_rx_copy=True,
-    )
+    capabilities = NATIVE_CAPABILITIES
 
     def probe(self) -> Availability:
         """Always available: the pure-Python data path stands in for the compiled one."""
@@ -53,14 +34,8 @@ class NativeTool(Tool):
         return Availability(True, __version__, details=(detail,))
 
     def refusals(self, spec: TestSpec) -> list[str]:
-        """The capability refusals, and a UDP byte count too small for one datagram."""
-        found = super().refusals(spec)
-        if spec.protocol == "udp" and spec.bytes_total is not None \
-                and spec.bytes_total < UDP_HEADER_BYTES:
-            found.append(f"{self.name} cannot honour --bytes {spec.bytes_total}: a UDP test "
-                         f"sends at least one datagram of {UDP_HEADER_BYTES} bytes (its "
-                         "header)")
-        return found
+        """The engine's own refusals: the same the netprobe server applies to a request."""
+        return native_refusals(spec)
 
     def run(self, spec: TestSpec, reporter: Reporter) -> Result:
         """Run against ``spec.host``'s netprobe server, or an embedded one on loopback."""
