@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import select
+import signal
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +22,7 @@ import pytest
 from netprobe.engine import protocol
 from netprobe.engine.client import run_test
 from netprobe.engine.server import Server, ServerConfig
+from netprobe.errors import TestFailed
 from netprobe.plugin import NullReporter
 from netprobe.schema import Result, TestSpec
 
@@ -189,3 +194,99 @@ def _try(call: Any) -> Any:
         return call()
     except Exception as exc:  # the test compares what came back
         return repr(exc)
+
+
+# --- item 11: a client that stops reading cannot hold its slot --------------------------------
+
+
+def test_a_suspended_client_frees_its_slot_after_the_planned_end() -> None:
+    with netprobe_server("--max-tests", "1", "--max-duration", "5") as server:
+        client = subprocess.Popen(
+            [sys.executable, "-c", SMALL_WINDOW_CLIENT, str(server.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        try:
+            time.sleep(1.0)
+            client.send_signal(signal.SIGSTOP)  # Ctrl-Z: it reads nothing from now on
+            stopped = time.monotonic()
+            freed = _wait_free(server, limit=26.0)
+        finally:
+            client.kill()
+            client.wait(5)
+    waited = freed - stopped
+    # The planned end (3 s away) plus the report wait (15 s) plus the session's wind-down.
+    assert waited < 3 + 15 + 5, f"slot still held {waited:.1f} s after the client stopped"
+
+
+# A native client whose sockets have a 4 KiB receive buffer: once it is suspended, the
+# server's interval messages (101 a tick) fill the window and the server's send buffer.
+SMALL_WINDOW_CLIENT = """
+import socket, sys
+from netprobe.engine.client import Client
+from netprobe.plugin import NullReporter
+from netprobe.schema import TestSpec
+
+class Small(Client):
+    def _tcp_socket(self):
+        sock = super()._tcp_socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        return sock
+
+spec = TestSpec(duration_s=4.0, streams=100, interval_s=0.1, port=int(sys.argv[1]))
+Small(spec, NullReporter(), "127.0.0.1").run()
+"""
+
+
+def _wait_free(server: ServerProcess, limit: float) -> float:
+    """Poll with tiny tests until one is accepted; when it was (time.monotonic())."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        try:
+            if run_spec(server, duration_s=0.1).status == "ok":
+                return time.monotonic()
+        except TestFailed as exc:
+            assert "busy" in str(exc), exc
+        time.sleep(0.5)
+    raise AssertionError(f"the slot was still taken {limit} s later")
+
+
+# --- items 9, 10: every pre-test phase has a deadline; handshakes cost no thread ---------------
+
+
+def _trickle_after_welcome(port: int, message: bytes, limit: float) -> float:
+    """Say hello, read the welcome, then send ``message`` a byte every 0.25 s; the seconds
+    until the server closed the connection (``limit`` if it never did)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(protocol.pack_hello(protocol.KIND_CONTROL))
+        protocol.Channel(sock).expect("welcome", timeout=5)
+        start = time.monotonic()
+        framed = struct.pack("!I", len(message)) + message
+        for byte in framed * 100:
+            if time.monotonic() - start > limit:
+                return limit
+            try:
+                sock.send(bytes([byte]))
+                if _closed_now(sock):
+                    break
+            except OSError:
+                break
+            time.sleep(0.25)
+        return time.monotonic() - start
+
+
+def _closed_now(sock: socket.socket) -> bool:
+    readable, _, _ = select.select([sock], [], [], 0)  # never wait: the trickle goes on
+    try:
+        return bool(readable) and sock.recv(65536) == b""
+    except OSError:
+        return True
+
+
+def test_a_trickled_auth_or_request_cannot_stretch_its_deadline(tmp_path: Any) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    auth = b'{"type":"auth","response":"' + b"0" * 64 + b'","challenge":"' + b"1" * 64 + b'"}'
+    with netprobe_server("--handshake-timeout", "2", "--secret-file", str(secret)) as server:
+        assert _trickle_after_welcome(server.port, auth, limit=12) < 2 + 1.5
+    with netprobe_server("--idle-timeout", "2") as server:
+        assert _trickle_after_welcome(server.port, request({"duration_s": 1}), limit=12) < 2 + 1.5

@@ -92,7 +92,8 @@ class Conductor:
         self.on_peer_interval = on_peer_interval
         self.planned_s = planned_s
         self.outcome = Outcome()
-        self._send_lock = threading.Lock()
+        self.dropped_intervals = 0
+        """Interval samples not sent because the peer was not taking them."""
         self._sent_told = False
         self._report_sent = False
         self._peer_sent_at: Optional[float] = None
@@ -101,17 +102,26 @@ class Conductor:
         side.on_change = lambda: reader.messages.put({"type": LOCAL})
 
     def send(self, message: dict[str, Any]) -> bool:
-        """Send a message from any thread; False if the connection is gone."""
-        with self._send_lock:
-            try:
-                self.channel.send(message)
-                return True
-            except (OSError, NetprobeError):
-                return False
+        """Send a message from any thread; False if the connection is gone or the peer
+        did not take it within the channel's send deadline."""
+        try:
+            self.channel.send(message)
+            return True
+        except (OSError, NetprobeError):
+            return False
 
     def send_interval(self, sample: Interval) -> None:
-        """Forward one local interval sample to the peer (called by the sampler)."""
-        self.send({"type": "interval", "sample": convert.unstructure(sample)})
+        """Forward one local interval sample to the peer (called by the sampler).
+
+        A sample is dropped, never waited for, when the peer is not reading: the sampler
+        must go on taking figures, and the test loop must reach its deadline checks."""
+        message = {"type": "interval", "sample": convert.unstructure(sample)}
+        try:
+            sent = self.channel.try_send(message)
+        except (OSError, NetprobeError):
+            sent = False
+        if not sent:
+            self.dropped_intervals += 1
 
     def run(self) -> Outcome:
         """Drive the test to its end; returns once both reports are exchanged or it failed."""
@@ -139,7 +149,11 @@ class Conductor:
                 self._stop_receivers(udp_only=since <= TCP_DRAIN_S)
         if not self._report_sent and self.side.done:
             self.side.wait(2.0)
-            self._report_sent = self.send(local_report(self.side))
+            report = local_report(self.side)
+            if self.dropped_intervals:
+                report["warnings"].append(f"{self.dropped_intervals} interval samples were not "
+                                          "sent: the peer was not reading them")
+            self._report_sent = self.send(report)
 
     def _udp_quiet(self) -> bool:
         # Once the peer has stopped sending, a UDP receiver that got nothing new for a

@@ -19,10 +19,13 @@ iperf2 (5001), nuttcp (5000, 5001, 5101) and NTttcp (5000 and 5001 upward).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
+import select
 import socket
 import struct
+import threading
 import time
 from typing import Any, Optional
 
@@ -206,8 +209,18 @@ class FrameReader:
             messages.append(decode_body(body))
 
 
+SEND_TIMEOUT_S = 10.0
+"""Longest a control message may take to leave: a peer that reads takes one within a round
+trip; one that has stopped reading (suspended, hostile) must not hold the sender for ever."""
+
+
 class Channel:
-    """A control connection: send and receive framed messages on a socket."""
+    """A control connection: send and receive framed messages on a socket.
+
+    The socket is non-blocking and every wait is a poll with its own deadline, so the
+    reader thread and a sender never share (or reset) one socket timeout, and neither a
+    slow sender nor a peer that stops reading can stretch one.
+    """
 
     def __init__(self, sock: socket.socket, max_size: int = MAX_MESSAGE_BYTES) -> None:
         self.sock = sock
@@ -218,21 +231,55 @@ class Channel:
         # 40 ms before any data came (its rate 4 % low on a 1 s test).
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(0.0)
         self._reader = FrameReader(max_size)
         self._ready: list[dict[str, Any]] = []
+        self._send_lock = threading.Lock()
+        self._broken = False
 
-    def send(self, message: dict[str, Any]) -> None:
-        """Send one message (OSError if the connection is gone)."""
-        self.sock.sendall(encode(message, self.max_size))
+    def send(self, message: dict[str, Any], timeout: float = SEND_TIMEOUT_S) -> None:
+        """Send one message within ``timeout`` (OSError if the connection is gone,
+        socket.timeout if the peer does not take it in time: the channel is then broken,
+        as a frame may be half sent)."""
+        data = memoryview(encode(message, self.max_size))
+        deadline = time.monotonic() + timeout
+        with self._send_lock:
+            if self._broken:
+                raise OSError(errno.EPIPE, "control connection broken by a send that timed out")
+            while data:
+                with contextlib.suppress(BlockingIOError):
+                    data = data[self.sock.send(data):]
+                if data and not _wait(self.sock, select.POLLOUT, deadline):
+                    self._broken = True
+                    raise socket.timeout("timed out sending a control message")
+
+    def try_send(self, message: dict[str, Any], timeout: float = 1.0) -> bool:
+        """Send a message that may be dropped: only when no other send is under way and
+        the socket can take more now. False (nothing sent) otherwise."""
+        if not self._send_lock.acquire(blocking=False):
+            return False
+        try:
+            if self._broken or not _wait(self.sock, select.POLLOUT, time.monotonic()):
+                return False
+        finally:
+            self._send_lock.release()
+        self.send(message, timeout)
+        return True
 
     def recv(self, timeout: Optional[float] = None) -> dict[str, Any]:
-        """Receive one message; socket.timeout if none arrives within ``timeout``.
+        """Receive one message; socket.timeout if it has not wholly arrived within
+        ``timeout`` (a deadline: a peer trickling bytes cannot extend it).
 
         A timeout mid-frame loses nothing: the bytes already read stay in the reader.
         """
-        self.sock.settimeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
         while not self._ready:
-            chunk = self.sock.recv(65536)
+            try:
+                chunk = self.sock.recv(65536)
+            except BlockingIOError:
+                if not _wait(self.sock, select.POLLIN, deadline):
+                    raise socket.timeout("timed out") from None
+                continue
             if not chunk:
                 raise ProtocolError("connection closed by peer")
             self._ready.extend(self._reader.feed(chunk))
@@ -255,6 +302,23 @@ class Channel:
         ever, on a cut link) and that thread stuck with it.
         """
         close_quietly(self.sock)
+
+
+def _wait(sock: socket.socket, events: int, deadline: Optional[float]) -> bool:
+    """Poll ``sock`` for ``events`` until ``deadline`` (None: no limit); False on timeout.
+
+    An error or hang-up counts as ready: the next call on the socket reports it."""
+    poller = select.poll()
+    try:
+        poller.register(sock, events)
+    except ValueError:  # closed by another thread (close_quietly on the way out)
+        raise OSError(errno.EBADF, "control connection closed") from None
+    while True:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if poller.poll(None if left is None else left * 1000):
+            return True
+        if left is not None and deadline is not None and time.monotonic() >= deadline:
+            return False
 
 
 def field(message: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:

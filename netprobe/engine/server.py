@@ -25,7 +25,7 @@ import attrs
 from netprobe import convert
 from netprobe.engine import auth, probes, protocol
 from netprobe.engine.capabilities import native_refusals
-from netprobe.engine.conduct import Conductor, Reader, system_name
+from netprobe.engine.conduct import REPORT_WAIT_S, Conductor, Reader, system_name
 from netprobe.engine.log import Log, client, escape, null_log
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side, buffer_bytes
@@ -34,6 +34,7 @@ from netprobe.errors import NetprobeError, ProtocolError, SpecError
 from netprobe.plugin import utc_now_iso
 from netprobe.schema import Interval, TestSpec
 
+WATCHDOG_GRACE_S = 5.0  # past the planned end and the report wait: the session is closed
 Handler = Callable[["Session", dict], None]
 
 
@@ -562,13 +563,23 @@ class Session:
         planned = _planned(spec) or self.server.config.max_duration_s
         conductor = Conductor(self.channel, reader, side, lambda _s: None, planned)
         forward.conductor = conductor
-        conductor.send({"type": "start"})
-        side.start()
-        outcome = conductor.run()
-        side.stop()
-        side.wait(2.0)
-        if outcome.error is None:
-            reader.get(5.0)  # the client's bye (or its close)
+        # Whatever the client does, the session ends by the planned end plus the report
+        # wait and a grace: the watchdog closes the connection, which wakes every thread
+        # of the session that is blocked on it.
+        limit = planned + REPORT_WAIT_S + WATCHDOG_GRACE_S
+        watchdog = threading.Timer(limit, self._expire, (side,))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            conductor.send({"type": "start"})
+            side.start()
+            outcome = conductor.run()
+            side.stop()
+            side.wait(2.0)
+            if outcome.error is None:
+                reader.get(5.0)  # the client's bye (or its close)
+        finally:
+            watchdog.cancel()
         self._log_end(side, outcome.error)
 
     def _log_end(self, side: Side, error: Optional[str]) -> None:
@@ -577,6 +588,13 @@ class Session:
         words = f"{status}, {figures}" + (f": {escape(error)}" if error else "")
         self.server.log(f"{who}: test ended {words}", event="test-end", client=who,
                         status=status, measured=figures, error=error)
+
+    def _expire(self, side: Side) -> None:
+        who = client(self.peer)
+        self.server.log(f"{who}: test past its planned end: session closed", event="watchdog",
+                        client=who)
+        side.stop()
+        self.channel.close()
 
     def _local_streams(self, spec: TestSpec) -> list[LocalStream]:
         streams = []
