@@ -290,3 +290,38 @@ def test_a_trickled_auth_or_request_cannot_stretch_its_deadline(tmp_path: Any) -
         assert _trickle_after_welcome(server.port, auth, limit=12) < 2 + 1.5
     with netprobe_server("--idle-timeout", "2") as server:
         assert _trickle_after_welcome(server.port, request({"duration_s": 1}), limit=12) < 2 + 1.5
+
+
+def _open_many(port: int, count: int, addresses: int) -> list[socket.socket]:
+    socks = []
+    for n in range(count):
+        sock = socket.socket()
+        sock.bind((f"127.0.0.{2 + n % addresses}", 0))
+        sock.connect(("127.0.0.1", port))
+        socks.append(sock)
+    return socks
+
+
+def test_handshakes_cost_no_thread_and_sessions_are_bounded() -> None:
+    with netprobe_server("--handshake-timeout", "5", "--idle-timeout", "5",
+                         "--max-connections-per-address", "100") as server:
+        base = server.threads()
+        trickling = _open_many(server.port, 300, addresses=10)
+        for sock in trickling:
+            with contextlib.suppress(OSError):  # past the limit: closed at once
+                sock.send(protocol.pack_hello(protocol.KIND_CONTROL)[:3])  # and no more
+        time.sleep(0.5)
+        during_hello = server.threads()
+        for sock in trickling:
+            with contextlib.suppress(OSError):
+                sock.send(protocol.pack_hello(protocol.KIND_CONTROL)[3:])  # into the session
+        time.sleep(1.0)
+        in_sessions = server.threads()
+        open_now = sum(not _closed_now(sock) for sock in trickling)
+        for sock in trickling:
+            sock.close()
+    assert during_hello <= base + 2, (base, during_hello)
+    # Past the hello, a connection is a session (a thread) until its request is read: the
+    # handshake limit (256) bounds them, and the rest are closed at once.
+    assert in_sessions <= base + 256 + 2, (base, in_sessions)
+    assert open_now <= 256, open_now

@@ -9,6 +9,7 @@ the reason, so the server is never stuck busy.
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import os
 import secrets
@@ -34,6 +35,7 @@ from netprobe.errors import NetprobeError, ProtocolError, SpecError
 from netprobe.plugin import utc_now_iso
 from netprobe.schema import Interval, TestSpec
 
+OUT_OF_FILES_PAUSE_S = 0.1  # accepting stops this long at the open-files limit
 WATCHDOG_GRACE_S = 5.0  # past the planned end and the report wait: the session is closed
 Handler = Callable[["Session", dict], None]
 
@@ -114,6 +116,9 @@ class Server:
         self._thread: Optional[threading.Thread] = None
         self._networks = _networks(config.allow)
         self._wake_r, self._wake_w = socket.socketpair()
+        self._hellos: dict[int, _Hello] = {}  # connections in their hello, by fd
+        self._selector = selectors.DefaultSelector()  # the accept loop's (see _accept_loop)
+        self._spare: Optional[int] = os.open(os.devnull, os.O_RDONLY)  # see _out_of_files
         self._per_address: dict[str, int] = {}
         self._running: dict[int, dict] = {}  # what each held slot is doing (status request)
         self.max_memory = config.max_memory_bytes or _quarter_of_memory()
@@ -153,11 +158,16 @@ class Server:
         self._listeners += [tcp, udp]
 
     def _accept_loop(self) -> None:
-        with selectors.DefaultSelector() as selector:
+        # One thread serves the listeners and every connection still in its hello: a
+        # connection costs a thread only once it is a control session.
+        with self._selector as selector:
             for sock in [*self._listeners, self._wake_r]:
                 selector.register(sock, selectors.EVENT_READ)
             while not self._closed.is_set():
-                for key, _ in selector.select(timeout=1.0):
+                for key, _ in selector.select(timeout=self._next_timeout()):
+                    if isinstance(key.data, _Hello):
+                        self._hello_bytes(key.data)
+                        continue
                     listener = key.fileobj
                     assert isinstance(listener, socket.socket)
                     if listener is self._wake_r:
@@ -166,11 +176,22 @@ class Server:
                         self._accept(listener)
                     else:
                         self._udp_hello(listener)
+                self._expire_hellos()
+            for hello in list(self._hellos.values()):
+                self._drop_hello(hello)
+
+    def _next_timeout(self) -> float:
+        soonest = min((h.deadline for h in self._hellos.values()), default=None)
+        if soonest is None:
+            return 1.0
+        return min(1.0, max(0.0, soonest - time.monotonic()))
 
     def _accept(self, listener: socket.socket) -> None:
         try:
             conn, peer = listener.accept()
-        except OSError:
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                self._out_of_files(listener)
             return
         # The allow-list comes before anything else: a refused address is only told why.
         if not self._allowed(peer[0]):
@@ -187,9 +208,80 @@ class Server:
             self.log(f"{client(peer)}: too many handshakes at once", event="refused",
                      client=client(peer), reason="handshakes")
             return
-        threading.Thread(
-            target=self._handshake, args=(conn, peer), name="np-conn", daemon=True
-        ).start()
+        conn.setblocking(False)
+        hello = _Hello(conn, peer, time.monotonic() + self.config.handshake_timeout_s)
+        self._hellos[conn.fileno()] = hello
+        self._selector.register(conn, selectors.EVENT_READ, hello)
+
+    def _out_of_files(self, listener: socket.socket) -> None:
+        # At the open-files limit the pending connection stays in the backlog and the
+        # listener stays readable: the loop would spin. Close it with the spare fd kept
+        # for this (as servers do), then pause a moment so the sessions can end.
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+            with contextlib.suppress(OSError):
+                conn, _ = listener.accept()
+                close_quietly(conn)
+        if self._spare is None:
+            with contextlib.suppress(OSError):
+                self._spare = os.open(os.devnull, os.O_RDONLY)
+        self.log("out of file descriptors: a connection was closed unread", event="refused",
+                 reason="open files")
+        time.sleep(OUT_OF_FILES_PAUSE_S)
+
+    def _hello_bytes(self, hello: _Hello) -> None:
+        try:
+            chunk = hello.conn.recv(hello.needed - len(hello.data))
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop_hello(hello)
+            return
+        hello.data += chunk
+        try:
+            if len(hello.data) == protocol.HELLO_BYTES:
+                kind = protocol.unpack_hello(bytes(hello.data))
+                if kind == protocol.KIND_DATA:
+                    hello.needed = protocol.DATA_HELLO_BYTES
+                elif kind == protocol.KIND_CONTROL:
+                    self._start_session(hello)
+                else:
+                    self._drop_hello(hello)
+                return
+            if len(hello.data) == protocol.DATA_HELLO_BYTES:
+                data = protocol.unpack_data_hello(bytes(hello.data[protocol.HELLO_BYTES:]))
+                self._forget_hello(hello)
+                hello.conn.setblocking(True)
+                if not self._attach(data, hello.conn):
+                    close_quietly(hello.conn)
+                self._count_out(hello.peer[0])
+                self._pending.release()
+        except NetprobeError:
+            self._drop_hello(hello)
+
+    def _start_session(self, hello: _Hello) -> None:
+        self._forget_hello(hello)
+        threading.Thread(target=self._session, args=(hello.conn, hello.peer),
+                         name="np-conn", daemon=True).start()
+
+    def _expire_hellos(self) -> None:
+        now = time.monotonic()
+        for hello in [h for h in self._hellos.values() if h.deadline <= now]:
+            self._drop_hello(hello)
+
+    def _forget_hello(self, hello: _Hello) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(hello.conn)
+        self._hellos.pop(hello.fd, None)
+
+    def _drop_hello(self, hello: _Hello) -> None:
+        self._forget_hello(hello)
+        close_quietly(hello.conn)
+        self._count_out(hello.peer[0])
+        self._pending.release()
 
     def _refuse_early(self, conn: socket.socket, peer: tuple, reason: str,
                       message: str) -> None:
@@ -230,35 +322,6 @@ class Server:
             else:
                 self._per_address.pop(address, None)
 
-    def _handshake(self, conn: socket.socket, peer: tuple) -> None:
-        try:
-            self._handshake_inner(conn, peer)
-        finally:
-            self._count_out(peer[0])
-
-    def _handshake_inner(self, conn: socket.socket, peer: tuple) -> None:
-        keep = False
-        try:
-            conn.settimeout(self.config.handshake_timeout_s)
-            deadline = time.monotonic() + self.config.handshake_timeout_s
-            hello = protocol.recv_exact(conn, protocol.HELLO_BYTES, deadline)
-            kind = protocol.unpack_hello(hello)
-            if kind == protocol.KIND_DATA:
-                size = protocol.DATA_HELLO_BYTES - protocol.HELLO_BYTES
-                rest = protocol.recv_exact(conn, size, deadline)
-                keep = self._attach(protocol.unpack_data_hello(rest), conn)
-            elif kind == protocol.KIND_CONTROL:
-                self._pending.release()
-                keep = True
-                self._session(conn, peer)
-                return
-        except (OSError, NetprobeError):
-            pass
-        finally:
-            if not keep:
-                close_quietly(conn)
-        self._pending.release()
-
     def _attach(self, hello: DataHello, sock: socket.socket) -> bool:
         with self._lock:
             session = self._sessions.get(hello.cookie)
@@ -286,15 +349,18 @@ class Server:
     def _session(self, conn: socket.socket, peer: tuple) -> None:
         channel = Channel(conn, self.config.max_message_bytes)
         self.log(f"{client(peer)}: control connection", event="accepted", client=client(peer))
+        session = Session(self, channel, peer)
         try:
-            Session(self, channel, peer).run()
+            session.run()
         except SpecError:
             pass  # refused: the refusal is logged already
         except (OSError, NetprobeError) as exc:
             self.log(f"{client(peer)}: session ended: {escape(exc)}", event="session",
                      client=client(peer))
         finally:
+            session.handshake_over()
             channel.close()
+            self._count_out(peer[0])
 
     def _take_slot(self, key: int, doing: dict, memory: int) -> Optional[str]:
         """Take a slot and ``memory`` bytes of the budget; the reason if there is none."""
@@ -358,6 +424,24 @@ class Server:
             self._thread.join(2.0)
         close_quietly(*self._listeners, self._wake_r, self._wake_w)
         self._listeners = []
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+
+
+@attrs.define(eq=False)
+class _Hello:
+    """A connection still sending its hello (read by the accept loop, no thread of its own)."""
+
+    conn: socket.socket
+    peer: tuple
+    deadline: float
+    data: bytearray = attrs.Factory(bytearray)
+    needed: int = protocol.HELLO_BYTES
+    fd: int = -1
+
+    def __attrs_post_init__(self) -> None:
+        self.fd = self.conn.fileno()
 
 
 class Session:
@@ -375,6 +459,7 @@ class Session:
         self._complete = threading.Event()
         self._expected = 0
         self._sequence_base = 0
+        self._handshaking = True
 
     def run(self) -> None:
         """Welcome, accept a test, gather its streams, run it, report."""
@@ -396,6 +481,7 @@ class Session:
             request = self.channel.recv(timeout=cfg.idle_timeout_s)
         except ProtocolError as exc:  # a request that cannot be read: say why, then end
             self.refuse(f"bad request: {exc}", code="protocol")
+        self.handshake_over()
         handler = self.server.handlers.get(str(request["type"]))
         if handler is not None:  # an agent request (tools, far end, third party)
             handler(self, request)
@@ -407,6 +493,12 @@ class Session:
         keyed = isinstance(features, list) and "sequence_base" in features
         with self.slot(spec, memory=test_memory(spec)):
             self._serve(spec, secrets.randbits(64) if keyed else 0)
+
+    def handshake_over(self) -> None:
+        """The request is in (or the session ended): it no longer counts as a handshake."""
+        if self._handshaking:
+            self._handshaking = False
+            self.server._pending.release()
 
     @contextlib.contextmanager
     def slot(
