@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from netprobe.driven import is_listening
 
@@ -78,9 +78,11 @@ class ServerProcess:
 
 @contextlib.contextmanager
 def netprobe_server(
-    *args: str, host: str = "127.0.0.1", env: dict | None = None
+    *args: str, host: str = "127.0.0.1", env: dict | None = None,
+    preexec: Callable[[], None] | None = None,
 ) -> Iterator[ServerProcess]:
-    """Run ``netprobe server -B host -p PORT ARGS`` for the duration of the block."""
+    """Run ``netprobe server -B host -p PORT ARGS`` for the duration of the block
+    (``preexec`` runs in the child before it starts: e.g. to lower a resource limit)."""
     port = free_port(host)
     with tempfile.NamedTemporaryFile(prefix="netprobe-server-", suffix=".log") as log:
         proc = subprocess.Popen(
@@ -88,6 +90,7 @@ def netprobe_server(
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
+            preexec_fn=preexec,
         )
         try:
             wait_listening(port, host)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import resource
 import select
 import signal
 import socket
@@ -325,3 +327,31 @@ def test_handshakes_cost_no_thread_and_sessions_are_bounded() -> None:
     # handshake limit (256) bounds them, and the rest are closed at once.
     assert in_sessions <= base + 256 + 2, (base, in_sessions)
     assert open_now <= 256, open_now
+
+
+# --- item 13: the open-files limit ---------------------------------------------------------
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_the_accept_loop_does_not_spin_at_the_open_files_limit() -> None:
+    with netprobe_server("--max-connections-per-address", "100",
+                         preexec=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+                         ) as server:
+        held = _open_many(server.port, 90, addresses=3)  # more than the server can open
+        for sock in held:
+            with contextlib.suppress(OSError):
+                sock.send(protocol.pack_hello(protocol.KIND_CONTROL))
+        time.sleep(1.0)
+        before = _cpu_seconds(server.pid)
+        time.sleep(3.0)
+        spent = _cpu_seconds(server.pid) - before
+        for sock in held:
+            sock.close()
+        time.sleep(0.5)
+        assert run_spec(server).status == "ok"  # and it serves again once they are gone
+    assert spent < 0.5, f"{spent:.2f} CPU s in 3 s at the open-files limit"
