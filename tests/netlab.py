@@ -35,8 +35,9 @@ def _sh(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
 class Lab:
     """Namespaces, links and processes that exist only inside a ``with Lab() as lab`` block."""
 
-    def __init__(self) -> None:
-        self.tag = f"np{os.getpid() % 100000}x{next(_ids)}"
+    def __init__(self, prefix: str = "np") -> None:
+        # The prefix starts every namespace's name, so each helper's labs are told apart.
+        self.tag = f"{prefix}{os.getpid() % 100000}x{next(_ids)}"
         self.namespaces: list[str] = []
         self.procs: list[subprocess.Popen] = []
 
@@ -237,19 +238,27 @@ def wait_listening(lab: Lab, ns: str, port: int, udp: bool = False, timeout: flo
 
 
 @contextlib.contextmanager
-def switched_hosts(names: Sequence[str], subnet: str = "10.77.2") -> Iterator[tuple[Lab, dict]]:
-    """Hosts on one Ethernet segment (a bridge in a namespace of its own), unshaped;
-    yields (lab, {name: (namespace, address)}) with addresses subnet.1, .2, ..."""
-    with Lab() as lab:
+def switched_hosts(names: Sequence[str], subnet: str = "10.77.2",
+                   rate_mbit: Optional[float] = None, prefix: str = "np"
+                   ) -> Iterator[tuple[Lab, dict]]:
+    """Hosts on one Ethernet segment (a bridge in a namespace of its own), each link shaped
+    to ``rate_mbit`` both ways when it is given; yields (lab, {name: (namespace, address)})
+    with addresses subnet.1, .2, ...; the switch namespace is lab.namespaces[0], with
+    subnet.254 on its bridge (somewhere to run a controller from)."""
+    with Lab(prefix) as lab:
         switch = lab.host("sw")
         _sh(["ip", "-n", switch, "link", "add", "br0", "type", "bridge"])
         lab.ip(switch, "link", "set", "br0", "up")
+        lab.ip(switch, "addr", "add", f"{subnet}.254/24", "dev", "br0")
         hosts = {}
         for n, name in enumerate(names, start=1):
             ns = lab.host(name)
             address = f"{subnet}.{n}"
-            _, port = lab.link(ns, f"{address}/24", switch, f"{subnet}.{200 + n}/24")
+            dev, port = lab.link(ns, f"{address}/24", switch, f"{subnet}.{200 + n}/24")
             lab.ip(switch, "addr", "flush", "dev", port)
             lab.ip(switch, "link", "set", port, "master", "br0")
+            if rate_mbit is not None:
+                lab.shape(ns, dev, rate_mbit)
+                lab.shape(switch, port, rate_mbit)
             hosts[name] = (ns, address)
         yield lab, hosts

@@ -181,6 +181,18 @@ def test_fleet_commands(agents: dict[str, int], tmp_path: Path) -> None:
     assert states == {"a": "idle", "b": "idle", "c": "idle", "gone": "unreachable"}
     human = _cli("fleet", "matrix", str(fleet_file))
     assert human.returncode == 0 and "unreachable" in human.stdout
+    page = tmp_path / "page.html"
+    report = _cli("report", "--archive", str(tmp_path / "loop.db"), "--group-by", "run",
+                  "--json", "--html", str(page))
+    assert report.returncode == 0, report.stderr
+    groups = {g["group"]: g for g in json.loads(report.stdout)}
+    label = f"run={done['run_id']}"
+    assert set(groups) == {label} and groups[label]["results"] == 6
+    text = page.read_text()
+    assert "Latest matrix: group m" in text and "Latest matrix: group l" in text
+    assert "<td class=bad" in text and "unreachable" in text
+    nothing = _cli("report")
+    assert nothing.returncode == 2 and "--archive URL" in nothing.stderr
 
 
 def test_fleet_file_mistakes_are_one_line(tmp_path: Path) -> None:

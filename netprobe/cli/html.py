@@ -58,21 +58,26 @@ def charts_missing() -> Optional[str]:
 
 def write_page(path: str, results: Sequence[Result], groups: Sequence[Group],
                stats: Sequence[GroupStats], *, sources: Sequence[str] = (),
-               keys: Sequence[str] = ("tool",)) -> None:
+               keys: Sequence[str] = ("tool",),
+               sections: Sequence[tuple[str, str]] = ()) -> None:
     """Write the report page to ``path`` (OutputError if it cannot be)."""
-    write_text(path, render_page(results, groups, stats, sources=sources, keys=keys))
+    write_text(path, render_page(results, groups, stats, sources=sources, keys=keys,
+                                 sections=sections))
 
 
 def render_page(results: Sequence[Result], groups: Sequence[Group],
                 stats: Sequence[GroupStats], *, sources: Sequence[str] = (),
-                keys: Sequence[str] = ("tool",)) -> str:
-    """The report page as one HTML document."""
+                keys: Sequence[str] = ("tool",),
+                sections: Sequence[tuple[str, str]] = ()) -> str:
+    """The report page as one HTML document; ``sections`` (title, HTML made safe by its
+    maker) go after the summary, e.g. a fleet's matrix."""
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
         f"<h1>netprobe report</h1><p class=meta>{len(results)} results in {len(groups)} "
         f"groups (by {_e(', '.join(keys))}) from {_e(', '.join(sources) or '-')}; made "
         f"{when} by netprobe {_e(__version__)}</p>",
         "<h2>Summary</h2>", stats_html(stats, keys),
+        *(f"<h2>{_e(title)}</h2>{body}" for title, body in sections),
         "<h2>Over time</h2>", *charts_html(groups),
         *_latency_section(results),
         "<h2>Results</h2>", results_html(results),

@@ -336,3 +336,29 @@ def matrix_table(m: Matrix) -> Any:
                 cells.append(f"[red]{cell.outcome}[/red]")
         table.add_row(source, *cells)
     return table
+
+
+def matrix_html(m: Matrix) -> str:
+    """A matrix as an HTML table (every text escaped): received rate or what went wrong."""
+    import html
+
+    from netprobe.cli.units import format_rate
+
+    e = html.escape
+    head = "".join(f"<th>{e(h)}</th>" for h in m.hosts)
+    rows = []
+    for source in m.hosts:
+        cells = []
+        for target in m.hosts:
+            cell = m.cells.get((source, target))
+            if source == target or cell is None:
+                cells.append("<td></td>")
+            elif cell.outcome == "ok" and cell.receiver_bits_per_second is not None:
+                cells.append(f"<td title='{e(cell.time)}'>"
+                             f"{e(format_rate(cell.receiver_bits_per_second))}</td>")
+            else:
+                cells.append(f"<td class=bad title='{e(str(cell.error))}'>"
+                             f"{e(cell.outcome)}</td>")
+        rows.append(f"<tr><th>{e(source)}</th>{''.join(cells)}</tr>")
+    return (f"<table class=matrix><tr><th>from \\ to</th>{head}</tr>{''.join(rows)}"
+            "</table>")

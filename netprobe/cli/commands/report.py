@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from netprobe.cli import args as opts
 from netprobe.cli.common import RegistryLoader, read_input
-from netprobe.cli.exitcodes import ExitCode
+from netprobe.cli.exitcodes import ExitCode, UsageError
 from netprobe.errors import SpecError, ToolUnavailable
 
 if TYPE_CHECKING:
@@ -20,11 +20,16 @@ if TYPE_CHECKING:
 def add_parser(commands: Any, summary: str, epilog: str) -> None:
     """The ``report`` command's options."""
     parser = opts.subparser(commands, "report", summary, epilog,
-                            "%(prog)s FILE... [--group-by KEYS] [--html OUT.html]")
+                            "%(prog)s [FILE...] [--archive URL] [--group-by KEYS] "
+                            "[--html OUT.html]")
     parser.set_defaults(handler=handle)
-    parser.add_argument("files", nargs="+", metavar="FILE",
+    parser.add_argument("files", nargs="*", metavar="FILE",
                         help="saved results: JSON documents (--json, `netprobe parse "
                              "--json`), JSON lines (-o results.jsonl), or both; - reads stdin")
+    parser.add_argument("--archive", action="append", metavar="URL",
+                        help="also read every result of a fleet archive (sqlite:///x.db or a "
+                             "path, postgresql://...); repeatable. The HTML page then shows "
+                             "the latest pair-by-pair matrix too")
     parser.add_argument("--group-by", default="tool", metavar="KEYS",
                         help="comma-separated: tool, hosts (client and server), run (run id) "
                              "or any spec field, e.g. protocol, streams, direction "
@@ -62,20 +67,45 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
         from netprobe.cli.outfile import check_target
 
         check_target(args.html)
+    if not args.files and not args.archive:
+        raise UsageError("name saved results (FILE...) or a fleet archive (--archive URL)")
     loaded = load_texts([(path, read_input(path)) for path in args.files])
     _warn(loaded.warnings)
-    if not loaded.results:
-        raise SpecError(f"no results in {', '.join(args.files)}")
-    groups = group_results(loaded.results, keys)
+    archived, sections = _archived(args.archive or [])
+    results = [*loaded.results, *archived]
+    sources = [*args.files, *(args.archive or [])]
+    if not results:
+        raise SpecError(f"no results in {', '.join(sources)}")
+    groups = group_results(results, keys)
     _warn(_mixed_warnings(groups, keys))
     stats = group_stats(groups)
     if args.html:
         from netprobe.cli.html import write_page
 
-        write_page(args.html, loaded.results, groups, stats, sources=args.files, keys=keys)
+        write_page(args.html, results, groups, stats, sources=sources, keys=keys,
+                   sections=sections)
     if not args.quiet:
-        _print_report(args.format, loaded.results, stats, keys, args.summary_only)
+        _print_report(args.format, results, stats, keys, args.summary_only)
     return ExitCode.OK
+
+
+def _archived(urls: Sequence[str]) -> tuple[list[Result], list[tuple[str, str]]]:
+    """Every result in the archives, and an HTML matrix section per archive and group."""
+    if not urls:
+        return [], []
+    from netprobe.archives import open_archive
+    from netprobe.cli.commands.fleet import matrix_html
+    from netprobe.fleet.matrix import build, groups_of
+
+    results: list[Result] = []
+    sections = []
+    for url in urls:
+        with open_archive(url) as archive:
+            results += [r.result for r in archive.records() if r.result is not None]
+            latest = archive.latest()
+        sections += [(f"Latest matrix: group {g} ({url})", matrix_html(build(latest, g)))
+                     for g in groups_of(latest)]
+    return results, sections
 
 
 def _require_charts() -> None:
