@@ -52,6 +52,7 @@ COMMANDS = {
     "path": "test each segment of a path and the whole path; name the bottleneck",
     "fleet": "tests among many agents on a conflict-free schedule, archived",
     "bufferbloat": "latency under load: idle, download, upload, both; grade and culprit",
+    "exporter": "serve netprobe's figures to Prometheus (/probe, /metrics)",
 }
 """Each command and its summary; its module is ``netprobe.cli.commands.<name>``."""
 
