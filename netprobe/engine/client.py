@@ -8,7 +8,7 @@ import socket
 from typing import Any, Optional
 
 from netprobe import convert, core
-from netprobe.engine import auth, protocol
+from netprobe.engine import auth, greeting, protocol
 from netprobe.engine.assemble import build_result
 from netprobe.engine.conduct import Conductor, Outcome, Reader
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
@@ -93,17 +93,7 @@ class Client:
     # -- set-up ----------------------------------------------------------------------
 
     def _connect(self) -> None:
-        sock = self._tcp_socket()
-        try:
-            sock.connect(self.address)
-        except OSError as exc:
-            close_quietly(sock)
-            where = f"{self.host} port {self.port}"
-            raise TestFailed(
-                f"cannot connect to netprobe server at {where}: {exc.strerror}"
-            ) from None
-        sock.sendall(protocol.pack_hello(protocol.KIND_CONTROL))
-        self.channel = Channel(sock)
+        self.channel = Channel(self._check_who_answers(self._say_hello()))
         try:
             self.welcome = self.channel.expect("welcome", timeout=10.0)
             if self.welcome.get("auth"):
@@ -111,6 +101,36 @@ class Client:
         except (OSError, ProtocolError) as exc:
             raise TestFailed(f"server at {self.host}: {protocol.reason(exc)}") from None
         self.reporter.note(f"connected to {self.welcome.get('server', 'a netprobe server')}")
+
+    def _say_hello(self) -> socket.socket:
+        sock = self._tcp_socket()
+        try:
+            sock.connect(self.address)
+            sock.sendall(protocol.pack_hello(protocol.KIND_CONTROL))
+        except OSError as exc:
+            close_quietly(sock)
+            raise TestFailed(
+                greeting.connect_failure(self.host, self.port, exc, CONNECT_TIMEOUT_S)
+            ) from None
+        return sock
+
+    def _check_who_answers(self, sock: socket.socket) -> socket.socket:
+        # A netprobe server welcomes at once; text or silence is something else on the port.
+        first = greeting.peek_first(sock, greeting.FIRST_ANSWER_S)
+        if first is None:
+            # Silence. iperf3 waits so for a cookie and serves one connection at a time:
+            # close this one, ask as iperf3's client would, then (not iperf3, only a slow
+            # server) say hello again.
+            close_quietly(sock)
+            state = greeting.iperf3_there(self.address, self.family)
+            if state is not None:
+                raise TestFailed(greeting.iperf3_message(self.host, self.port, state))
+            return self._say_hello()
+        problem = greeting.not_netprobe(self.host, self.port, first)
+        if problem:
+            close_quietly(sock)
+            raise TestFailed(problem)
+        return sock
 
     def _authenticate(self) -> None:
         assert self.channel is not None
