@@ -7,11 +7,13 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 
 import pytest
 
+from netprobe.driven import is_listening
 from netprobe.engine.greeting import connect_failure, not_netprobe
-from tests.servers import free_port, wait_listening
+from tests.servers import free_port
 from tests.test_cli import assert_one_error_line, builtin_registry, needs_native, run_main
 
 IPERF3 = [path for path in ("/usr/bin/iperf3",
@@ -41,6 +43,16 @@ def test_http_server_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     assert f"127.0.0.1:{port} is not a netprobe server (it answered like HTTP)" in err, err
 
 
+def _wait_either_family(port: int, timeout: float = 20.0) -> None:
+    # iperf3 listens on both families through one IPv6 socket (or IPv4 only without v6).
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if is_listening(port, socket.AF_INET6) or is_listening(port, socket.AF_INET):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"iperf3 does not listen on port {port}")
+
+
 @needs_native
 @pytest.mark.skipif(not IPERF3, reason="no iperf3 binary installed")
 @pytest.mark.parametrize("binary", IPERF3)
@@ -49,7 +61,7 @@ def test_iperf3_server_is_named(capsys: pytest.CaptureFixture[str], binary: str)
     server = subprocess.Popen([binary, "-s", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_listening(port, "::")  # iperf3 listens on both families through IPv6
+        _wait_either_family(port)
         code, _, err = run_main(capsys, "run", "127.0.0.1", "-p", str(port), "-t", "1",
                                 registry=builtin_registry())
     finally:

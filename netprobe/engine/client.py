@@ -19,6 +19,7 @@ from netprobe.plugin import Reporter, utc_now_iso
 from netprobe.schema import Endpoint, Interval, Result, TestSpec
 
 CONNECT_TIMEOUT_S = 5.0
+WELCOME_TIMEOUT_S = 10.0  # a netprobe server welcomes at once; a loaded router, later
 UDP_HELLO_TRIES = 15
 UDP_HELLO_WAIT_S = 0.2
 
@@ -95,7 +96,7 @@ class Client:
     def _connect(self) -> None:
         self.channel = Channel(self._check_who_answers(self._say_hello()))
         try:
-            self.welcome = self.channel.expect("welcome", timeout=10.0)
+            self.welcome = self.channel.expect("welcome", timeout=WELCOME_TIMEOUT_S)
             if self.welcome.get("auth"):
                 self._authenticate()
         except (OSError, ProtocolError) as exc:
@@ -125,7 +126,11 @@ class Client:
             state = greeting.iperf3_there(self.address, self.family)
             if state is not None:
                 raise TestFailed(greeting.iperf3_message(self.host, self.port, state))
-            return self._say_hello()
+            sock = self._say_hello()
+            first = greeting.peek_first(sock, WELCOME_TIMEOUT_S)
+            if first is None:
+                close_quietly(sock)
+                raise TestFailed(greeting.silent(self.host, self.port, WELCOME_TIMEOUT_S))
         problem = greeting.not_netprobe(self.host, self.port, first)
         if problem:
             close_quietly(sock)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import time
 from typing import Optional
 
 from netprobe.engine.protocol import close_quietly, reason
@@ -66,19 +67,33 @@ def peek_first(sock: socket.socket, timeout_s: float) -> Optional[bytes]:
         return b""  # reset: the channel reports it in its own words
 
 
-def iperf3_there(address: tuple, family: int, timeout_s: float = 1.0) -> Optional[str]:
+def silent(host: str, port: int, waited_s: float) -> str:
+    """The message when the service accepted the connection and never said a word."""
+    return (f"the service at {host}:{port} accepted the connection but said nothing within "
+            f"{waited_s:g} s: it is not a netprobe server (or one that is stuck)")
+
+
+def iperf3_there(address: tuple, family: int, timeout_s: float = 3.0) -> Optional[str]:
     """``ready`` or ``busy`` if an iperf3 server answers a cookie at ``address``, else None."""
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout_s)
-        sock.connect(address)
-        sock.sendall(b"netprobe-checks-for-an-iperf3-server"[:IPERF3_COOKIE_BYTES - 1] + b"\0")
-        return _IPERF3_REPLIES.get(sock.recv(1))
-    except OSError:
-        return None
-    finally:
-        with contextlib.suppress(OSError):
-            close_quietly(sock)
+    # An iperf3 server that lost a client before its cookie listens anew: a refused
+    # connection for a moment is that, not the end.
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            sock.connect(address)
+            sock.sendall(b"netprobe-checks-for-an-iperf3-server"[:IPERF3_COOKIE_BYTES - 1]
+                         + b"\0")
+            return _IPERF3_REPLIES.get(sock.recv(1))
+        except ConnectionRefusedError:
+            time.sleep(0.1)
+        except OSError:
+            return None
+        finally:
+            with contextlib.suppress(OSError):
+                close_quietly(sock)
+    return None
 
 
 def iperf3_message(host: str, port: int, state: str) -> str:
@@ -90,4 +105,4 @@ def iperf3_message(host: str, port: int, state: str) -> str:
 
 
 __all__ = ["FIRST_ANSWER_S", "connect_failure", "iperf3_message", "iperf3_there",
-           "not_netprobe", "peek_first"]
+           "not_netprobe", "peek_first", "silent"]
