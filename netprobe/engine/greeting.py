@@ -75,8 +75,8 @@ def silent(host: str, port: int, waited_s: float) -> str:
 
 def iperf3_there(address: tuple, family: int, timeout_s: float = 3.0) -> Optional[str]:
     """``ready`` or ``busy`` if an iperf3 server answers a cookie at ``address``, else None."""
-    # An iperf3 server that lost a client before its cookie listens anew: a refused
-    # connection for a moment is that, not the end.
+    # An iperf3 server that lost a client mid-handshake closes its listener and listens
+    # anew, refusing or resetting what waited in the old one: that is a moment, not the end.
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -86,7 +86,7 @@ def iperf3_there(address: tuple, family: int, timeout_s: float = 3.0) -> Optiona
             sock.sendall(b"netprobe-checks-for-an-iperf3-server"[:IPERF3_COOKIE_BYTES - 1]
                          + b"\0")
             return _IPERF3_REPLIES.get(sock.recv(1))
-        except ConnectionRefusedError:
+        except (ConnectionRefusedError, ConnectionResetError):
             time.sleep(0.1)
         except OSError:
             return None
