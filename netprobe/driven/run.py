@@ -102,16 +102,16 @@ class DrivenRun:
         return True
 
     def wait(self, done: Callable[[], bool], deadline_s: float | None,
-             tick: Callable[[], None] | None = None) -> bool:
+             tick: Callable[[], None] | None = None, poll_s: float = POLL_S) -> bool:
         """Deliver intervals until ``done()`` (True) or ``deadline_s`` seconds pass (False).
-        ``tick`` runs at every look, on this thread."""
+        ``tick`` runs at every look (every ``poll_s``), on this thread."""
         end = None if deadline_s is None else time.monotonic() + deadline_s
         while not done():
             if end is not None and time.monotonic() > end:
                 return False
             if tick is not None:
                 tick()
-            self._pause()
+            self._pause(poll_s)
         self.deliver()
         return True
 
@@ -133,9 +133,9 @@ class DrivenRun:
         """Every started process's output, in the order started."""
         return tuple(process.raw() for process in self.processes.values())
 
-    def _pause(self) -> None:
+    def _pause(self, seconds: float = POLL_S) -> None:
         self.deliver()
-        time.sleep(POLL_S)
+        time.sleep(seconds)
 
     # -- the reporter ------------------------------------------------------------------
 
@@ -144,6 +144,11 @@ class DrivenRun:
         with self._lock:
             self.intervals.append(sample)
         self._pending.put(sample)
+
+    def interval(self, sample: Interval) -> None:
+        """The Reporter's method, so that code written for a reporter (a sampler) can be
+        handed the run: the same as :meth:`emit`."""
+        self.emit(sample)
 
     def deliver(self) -> None:
         """Hand the queued samples to the reporter, on the calling thread."""

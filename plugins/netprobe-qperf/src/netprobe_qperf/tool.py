@@ -31,20 +31,21 @@ have no qperf equivalent for the socket tests and are refused.
 from __future__ import annotations
 
 import os
-import platform
 import re
 import socket
-import time
 from collections.abc import Sequence
 from typing import Any, ClassVar, Optional
 
 from netprobe.driven import (
     DrivenProcess,
+    DrivenRun,
+    Ready,
     find_binary,
     free_port,
-    is_listening,
     is_local_host,
+    listening,
     run_once,
+    system_name,
 )
 from netprobe.errors import ParseError, TestFailed, TestInterrupted, ToolUnavailable
 from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
@@ -183,11 +184,6 @@ def _not_found(override: Optional[str]) -> str:
     return f"qperf not found on PATH (install the qperf package, or set ${ENV_VAR})"
 
 
-def _system() -> str:
-    uname = platform.uname()
-    return f"{uname.system} {uname.release} {uname.machine}"
-
-
 class _Session:
     """One run: the server (for a local test), the client runs, and the result."""
 
@@ -195,7 +191,6 @@ class _Session:
                  options: dict[str, Any]) -> None:
         assert available.path is not None
         self.spec = spec
-        self.reporter = reporter
         self.binary = available.path
         self.version = available.version
         self.latency_s = int(options.get("latency_s", DEFAULT_LATENCY_S))
@@ -208,6 +203,7 @@ class _Session:
         self.outputs: list[Output] = []
         self.problems: list[str] = []
         self.sampler: Optional[Sampler] = None
+        self.driven = DrivenRun(reporter, tool="qperf")
 
     def _connect_host(self) -> str:
         six = self.spec.ip_version == 6 or (self.spec.host is not None and ":" in self.spec.host)
@@ -218,68 +214,53 @@ class _Session:
 
     def run(self) -> Result:
         """The Result; TestFailed or TestInterrupted (with what was measured) otherwise."""
-        try:
-            if self.local:
-                self._start_server()
-            self._client(results.bw_test(self.spec), int(self.spec.duration_s or 0))
-            if self.latency_s > 0 and not self.problems:
-                self._client(results.lat_test(self.spec), self.latency_s)
-        except KeyboardInterrupt:
-            self._stop_all()
+        with self.driven as run:
+            if self._start_server():
+                self._client(results.bw_test(self.spec), int(self.spec.duration_s or 0))
+                if self.latency_s > 0 and not self.problems:
+                    self._client(results.lat_test(self.spec), self.latency_s)
+        if run.interrupted:
             partial = self._result("interrupted", ["interrupted by the user"])
-            raise TestInterrupted("interrupted: qperf stopped", partial) from None
-        finally:
-            self._stop_all()
+            raise TestInterrupted("interrupted: qperf stopped", partial)
         return self._finish()
 
-    def _start_server(self) -> None:
+    def _start_server(self) -> bool:
+        """Start the local server (a test on this machine); False if it did not listen."""
+        if not self.local:
+            return True
         argv = (self.binary, "--listen_port", str(self.port))
-        self.server = DrivenProcess(argv, name="server").start()
-        self.reporter.note(f"qperf server started on port {self.port} (pid {self.server.pid})")
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not _listening(self.port):
-            if self.server.returncode is not None or time.monotonic() > deadline:
-                self.server.stop(grace_s=0.5)
-                why = self.server.text.strip() or f"exit code {self.server.returncode}"
-                raise TestFailed(f"qperf server did not listen on port {self.port}: {why}",
-                                 self._result("failed", [why]))
-            time.sleep(0.02)
+        self.server = self.driven.start("server", argv)
+        if self.driven.wait_ready(self.server, _listening(self.port), _START_TIMEOUT_S):
+            return True
+        why = self.server.text.strip() or f"exit code {self.server.returncode}"
+        self.problems.append(f"qperf server did not listen on port {self.port}: {why}")
+        return False
 
     def _client(self, test: str, seconds: int) -> None:
         argv = [self.binary, self.host, "--listen_port", str(self.port), "-t", str(seconds),
                 *_FLAGS, *results.size_args(self.spec, test), test]
-        client = DrivenProcess(argv, name=test).start()
+        client = self.driven.start(test, argv)
         self.clients.append(client)
-        self.reporter.note(f"qperf {test} running for {seconds} s (pid {client.pid})")
-        code = self._wait(client, seconds + _GRACE_S, self._sampler(client, test))
-        if code is None:
+        sampler = self._sampler(client, test)
+        tick = sampler.poll if sampler is not None else None
+        if not self.driven.wait(lambda: _exited(client.pid), seconds + _GRACE_S, tick,
+                                poll_s=_SAMPLE_POLL_S):
             client.stop()
             self.problems.append(f"qperf {test} did not finish within {seconds + _GRACE_S:g} s")
             return
-        self._read(client, test, code)
+        if sampler is not None:
+            sampler.finish()  # before the wait reaps it: its counters are still readable
+        code = client.wait(_START_TIMEOUT_S)
+        self._read(client, test, -1 if code is None else code)
 
     def _sampler(self, client: DrivenProcess, test: str) -> Optional[Sampler]:
         """Interval samples for the throughput test, when the spec asks for them."""
         if self.spec.interval_s is None or not test.endswith("_bw"):
             return None
         server = self.server.pid if self.server is not None else None
-        self.sampler = Sampler(self.reporter, self.spec.interval_s, client.pid, server,
+        self.sampler = Sampler(self.driven, self.spec.interval_s, client.pid, server,
                                receiver_counted=self.spec.protocol == "tcp")
         return self.sampler
-
-    @staticmethod
-    def _wait(client: DrivenProcess, bound_s: float, sampler: Optional[Sampler]) -> Optional[int]:
-        """Wait for the client to exit (at most ``bound_s``), sampling meanwhile."""
-        if sampler is None:
-            return client.wait(bound_s)
-        deadline = time.monotonic() + bound_s
-        while time.monotonic() < deadline:
-            if _exited(client.pid):
-                sampler.finish()
-                return client.wait(_START_TIMEOUT_S)
-            sampler.poll()
-            time.sleep(_SAMPLE_POLL_S)
-        return None
 
     def _read(self, client: DrivenProcess, test: str, code: int) -> None:
         try:
@@ -293,12 +274,6 @@ class _Session:
             why = "; ".join(out.errors) or "no figures printed"
             self.problems.append(f"qperf {test} failed (exit code {code}): {why}")
 
-    def _stop_all(self) -> None:
-        for client in self.clients:
-            client.stop()
-        if self.server is not None:
-            self.server.stop(grace_s=0.5)
-
     def _finish(self) -> Result:
         if not self.problems:
             return self._result("ok", [])
@@ -308,15 +283,16 @@ class _Session:
     def _result(self, status: str, errors: list[str]) -> Result:
         figures = results.Figures.from_outputs(self.outputs, self.spec)
         figures.lat_when = f", a {self.latency_s} s test after the throughput test"
-        local = Endpoint(role="client", system=_system())
+        local = Endpoint(role="client", system=system_name())
         remote = Endpoint(role="server", host=self.spec.host, address=self.host,
-                          port=self.port, system=_system() if self.local else None)
+                          port=self.port, system=system_name() if self.local else None)
         return Result(
             tool=ToolInfo(name="qperf", version=self.version), spec=self.spec,
             start_time=self.start_time, local=local, remote=remote, status=status,
             duration_s=figures.duration_s(), summaries=figures.summaries(True, self.local),
             streams=figures.streams(), latency=figures.latency(),
-            intervals=self._intervals(), warnings=tuple(self._warnings(figures)),
+            intervals=self._intervals(),
+            warnings=(*self._warnings(figures), *self.driven.warnings),
             errors=tuple(errors), raw=self._raw(),
         )
 
@@ -344,6 +320,8 @@ def _exited(pid: int) -> bool:
     return found is not None
 
 
-def _listening(port: int) -> bool:
+def _listening(port: int) -> Ready:
     """qperf's server listens on [::] (both families) where IPv6 is on, else on 0.0.0.0."""
-    return is_listening(port, socket.AF_INET6) or is_listening(port, socket.AF_INET)
+    six, four = listening([(port, False)], socket.AF_INET6), listening([(port, False)],
+                                                                       socket.AF_INET)
+    return lambda server: six(server) or four(server)
