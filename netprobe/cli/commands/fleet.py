@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from netprobe.archives import Record
     from netprobe.fleet.config import Fleet
-    from netprobe.fleet.matrix import Matrix
+    from netprobe.fleet.matrix import Cell, Matrix
     from netprobe.fleet.schedule import PlannedRound
 
 
@@ -314,27 +314,38 @@ def matrix_json(m: Matrix) -> dict[str, Any]:
                        "time": c.time, "error": c.error} for (s, t), c in m.cells.items()]}
 
 
+def matrix_rows(m: Matrix) -> list[tuple[str, list[tuple[str, bool, Optional[Cell]]]]]:
+    """Each source and its row: per target the text (the received rate when ok, else what
+    went wrong; empty when untested), whether it is ok, and the cell."""
+    from netprobe.cli.units import format_rate
+
+    rows = []
+    for source in m.hosts:
+        row: list[tuple[str, bool, Optional[Cell]]] = []
+        for target in m.hosts:
+            cell = None if source == target else m.cells.get((source, target))
+            if cell is None:
+                row.append(("", True, None))
+            elif cell.outcome == "ok" and cell.receiver_bits_per_second is not None:
+                row.append((format_rate(cell.receiver_bits_per_second), True, cell))
+            else:
+                row.append((cell.outcome, False, cell))
+        rows.append((source, row))
+    return rows
+
+
 def matrix_table(m: Matrix) -> Any:
     """A rich table: sources down, targets across, received rate or what went wrong."""
     from rich.table import Table
-
-    from netprobe.cli.units import format_rate
+    from rich.text import Text
 
     table = Table(title=f"group {m.group}" if m.group else None, title_justify="left")
     table.add_column("from \\ to")
     for host in m.hosts:
-        table.add_column(host, justify="right")
-    for source in m.hosts:
-        cells = []
-        for target in m.hosts:
-            cell = m.cells.get((source, target))
-            if source == target or cell is None:
-                cells.append("")
-            elif cell.outcome == "ok" and cell.receiver_bits_per_second is not None:
-                cells.append(format_rate(cell.receiver_bits_per_second))
-            else:
-                cells.append(f"[red]{cell.outcome}[/red]")
-        table.add_row(source, *cells)
+        table.add_column(Text(host), justify="right")
+    for source, row in matrix_rows(m):  # Text: names from an archive are never markup
+        table.add_row(Text(source), *(Text(text, style="" if ok else "red")
+                                      for text, ok, _ in row))
     return table
 
 
@@ -342,23 +353,14 @@ def matrix_html(m: Matrix) -> str:
     """A matrix as an HTML table (every text escaped): received rate or what went wrong."""
     import html
 
-    from netprobe.cli.units import format_rate
-
     e = html.escape
     head = "".join(f"<th>{e(h)}</th>" for h in m.hosts)
     rows = []
-    for source in m.hosts:
-        cells = []
-        for target in m.hosts:
-            cell = m.cells.get((source, target))
-            if source == target or cell is None:
-                cells.append("<td></td>")
-            elif cell.outcome == "ok" and cell.receiver_bits_per_second is not None:
-                cells.append(f"<td title='{e(cell.time)}'>"
-                             f"{e(format_rate(cell.receiver_bits_per_second))}</td>")
-            else:
-                cells.append(f"<td class=bad title='{e(str(cell.error))}'>"
-                             f"{e(cell.outcome)}</td>")
-        rows.append(f"<tr><th>{e(source)}</th>{''.join(cells)}</tr>")
+    for source, row in matrix_rows(m):
+        cells = "".join(
+            "<td></td>" if cell is None else
+            f"<td{'' if ok else ' class=bad'} title='{e(cell.time if ok else str(cell.error))}'>"
+            f"{e(text)}</td>" for text, ok, cell in row)
+        rows.append(f"<tr><th>{e(source)}</th>{cells}</tr>")
     return (f"<table class=matrix><tr><th>from \\ to</th>{head}</tr>{''.join(rows)}"
             "</table>")
