@@ -22,6 +22,10 @@ T = TypeVar("T")
 DEFAULT_DURATION_S = 10.0
 """Test length when neither ``--time`` nor ``--bytes`` is given."""
 
+FOREVER_S = 3600.0
+"""What ``-t 0`` (iperf3's "until interrupted") asks for: the longest test a netprobe server
+accepts by default (its --max-duration), so that Ctrl-C, not the server, ends it."""
+
 UDP_DEFAULT_RATE = 1_000_000
 """UDP's rate per stream without ``-b`` (bit/s), as in iperf3 and nuttcp."""
 
@@ -112,9 +116,14 @@ def add_test_options(parser: argparse.ArgumentParser,
                      bytes_flags: tuple[str, ...] = ("-n", "--bytes")) -> None:
     """What the test is: length, streams, protocol, rate, direction, intervals."""
     group = parser.add_argument_group("test")
-    group.add_argument("-t", "--time", type=SECONDS, metavar="SECONDS",
+    group.add_argument("-t", "--time", type=SECONDS_OR_ZERO, metavar="SECONDS",
                        help=f"seconds to send (default: {DEFAULT_DURATION_S:g}, or until "
-                            "--bytes are sent when that is given)")
+                            "--bytes are sent when that is given); 0: until Ctrl-C, as "
+                            f"iperf3 -t 0 (at most {FOREVER_S:g} s, a server's default "
+                            "--max-duration)")
+    group.add_argument("-k", "--blockcount", type=COUNT, metavar="N",
+                       help="send N buffers (-l bytes each) per stream instead of a "
+                            "duration, as iperf3 -k")
     group.add_argument(*bytes_flags, dest="bytes", type=BYTES, metavar="BYTES",
                        help="bytes to send per stream instead of a duration; k/m/g suffixes "
                             "are 1024-based like iperf3 (64k = 65,536)")
@@ -178,8 +187,17 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
                             "stdout, and the FILE's extension for FILE). json: one "
                             "document; jsonl: one line per result; csv: a header and one "
                             "row per direction")
-    group.add_argument("--json", dest="format", action="store_const", const="json",
-                       help="same as --format json")
+    group.add_argument("-J", "--json", dest="format", action="store_const", const="json",
+                       help="same as --format json (-J as in iperf3)")
+    group.add_argument("-f", "--units", metavar="LETTER", type=_units,
+                       help="show rates and byte counts in one unit, as iperf3 -f: k m g t "
+                            "for Kbit/s .. Tbit/s, K M G T for KByte/s .. TByte/s (default: "
+                            "the unit that fits)")
+    group.add_argument("-V", "--verbose", action="store_true",
+                       help="every stream's lines and rows, not only the sums")
+    group.add_argument("--logfile", metavar="FILE",
+                       help="append what would go to stdout to FILE instead (as iperf3 "
+                            "--logfile); errors still go to stderr")
     group.add_argument("-o", "--output", metavar="FILE",
                        help="also write the result to FILE, in the format its extension "
                             "names (.json, .jsonl, .csv, .txt; other names get JSON) unless "
@@ -256,7 +274,7 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
     return TestSpec(
         tool=args.tool, host=_host(args), protocol="udp" if args.udp else "tcp",
         direction=args.direction, streams=args.parallel, duration_s=_duration(args),
-        bytes_total=args.bytes, interval_s=args.interval or None, omit_s=args.omit,
+        bytes_total=_bytes(args), interval_s=args.interval or None, omit_s=args.omit,
         length_bytes=args.length, window_bytes=args.window,
         rate_bits_per_second=_rate(args), mss_bytes=args.mss, nodelay=args.nodelay,
         dscp=args.dscp, congestion=args.congestion, ip_version=args.ip_version,
@@ -284,5 +302,31 @@ def _host(args: argparse.Namespace) -> str | None:
 def _duration(args: argparse.Namespace) -> float | None:
     # A byte count bounds the test by itself (as in iperf3 -n) unless -t is also given.
     if args.time is not None:
-        return float(args.time)
-    return None if args.bytes is not None else DEFAULT_DURATION_S
+        return float(args.time) or FOREVER_S
+    return None if _bytes(args) is not None else DEFAULT_DURATION_S
+
+
+def _bytes(args: argparse.Namespace) -> int | None:
+    """-n as given, or -k buffers of -l bytes (the native engine's lengths by default)."""
+    blocks = getattr(args, "blockcount", None)
+    if blocks is None:
+        return args.bytes
+    if args.bytes is not None:
+        raise UsageError("-k and -n both say how much to send: give one")
+    length = args.length
+    if length is None and args.tool == "native":
+        from netprobe.engine.side import TCP_DEFAULT_LENGTH, UDP_DEFAULT_LENGTH
+
+        length = UDP_DEFAULT_LENGTH if args.udp else TCP_DEFAULT_LENGTH
+    if length is None:
+        raise UsageError(f"-k needs -l with --tool {args.tool} (its buffer size is its own)")
+    return int(blocks * length)
+
+
+def _units(text: str) -> Any:
+    from netprobe.cli.units import Units
+
+    try:
+        return Units(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

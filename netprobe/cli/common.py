@@ -82,8 +82,9 @@ def output(args: argparse.Namespace) -> Output:
     chosen = choose_formats(args.format, args.output)
     if chosen.warning:
         warning(chosen.warning)
-    return Output(chosen.stdout, args.output, quiet=args.quiet, per_stream=args.per_stream,
-                  file_fmt=chosen.file)
+    per_stream = args.per_stream or getattr(args, "verbose", False)
+    return Output(chosen.stdout, args.output, quiet=args.quiet, per_stream=per_stream,
+                  file_fmt=chosen.file, units=getattr(args, "units", None))
 
 
 def warning(message: str) -> None:

@@ -61,7 +61,8 @@ CSV_COLUMNS = (
 """CSV columns, one row per flow direction of the spec; an unknown figure is an empty cell."""
 
 
-def format_result(result: Result, fmt: str, per_stream: bool = False) -> str:
+def format_result(result: Result, fmt: str, per_stream: bool = False,
+                  units: Any = None) -> str:
     """The text of ``result`` in format ``fmt`` (one of :data:`FORMATS`), newline-terminated."""
     if fmt == "json":
         return to_json(result) + "\n"
@@ -72,7 +73,7 @@ def format_result(result: Result, fmt: str, per_stream: bool = False) -> str:
     if fmt == "human":
         from netprobe.cli.render import human_text  # rich only when a person reads it
 
-        return human_text(result, per_stream)
+        return human_text(result, per_stream, units)
     raise ValueError(f"unknown format {fmt!r}")
 
 
@@ -135,7 +136,10 @@ class Output:
     """
 
     def __init__(self, fmt: str = "human", path: str | None = None, quiet: bool = False,
-                 per_stream: bool = False, file_fmt: str | None = None) -> None:
+                 per_stream: bool = False, file_fmt: str | None = None,
+                 units: Any = None) -> None:
+        self.units = units
+        """How human output shows rates and byte counts (netprobe.cli.units.Units)."""
         self.fmt = fmt
         self.path = path
         self.file_fmt = file_fmt or fmt
@@ -158,7 +162,7 @@ class Output:
             return NullReporter()
         from netprobe.cli.render import LiveReporter
 
-        return LiveReporter(spec, per_stream=self.per_stream)
+        return LiveReporter(spec, per_stream=self.per_stream, units=self.units)
 
     def emit(self, result: Result, intervals_shown: bool = False) -> None:
         """Deliver ``result`` to stdout and to the file (OutputError if that fails; stdout
@@ -170,7 +174,8 @@ class Output:
         """
         try:
             if self.path is not None:
-                self._to_file(format_result(result, self.file_fmt, self.per_stream))
+                self._to_file(format_result(result, self.file_fmt, self.per_stream,
+                                            self.units))
         finally:
             if not self.quiet:
                 self._to_stdout(result, intervals_shown)
@@ -190,7 +195,7 @@ class Output:
 
         try:
             print_result(stdout_console(), result, intervals=not intervals_shown,
-                         per_stream=self.per_stream)
+                         per_stream=self.per_stream, units=self.units)
         except BrokenPipeError:
             raise
         except OSError as exc:  # a full disk or a failing device behind stdout: exit 6

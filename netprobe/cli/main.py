@@ -28,13 +28,15 @@ is chosen, and rich, the schema and the plugins only when the command needs them
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import importlib
 import os
 import platform
 import sys
 import traceback
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, NoReturn
 
 from netprobe import __version__
 from netprobe.cli.args import HelpFormatter, spec_from_args
@@ -69,16 +71,18 @@ def main(argv: Sequence[str] | None = None, *,
     """
     if argv is None:
         _terminate_as_interrupt()
-    words = list(sys.argv[1:] if argv is None else argv)
+    words = iperf3_words(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser(only=_chosen(words) or "")
+    parser.words = words  # type: ignore[attr-defined]  # for the nearest-flag hint
     try:
         args = parser.parse_args(words)
     except SystemExit as exc:  # argparse has printed usage/help/version already
         return exc.code if isinstance(exc.code, int) else (ExitCode.OK if exc.code is None
                                                            else ExitCode.USAGE)
     try:
-        code: int = args.handler(args, registry_loader or load_registry)
-        _flush_stdout()
+        with _logfile(getattr(args, "logfile", None) if args.command != "server" else None):
+            code: int = args.handler(args, registry_loader or load_registry)
+            _flush_stdout()
         return code
     except KeyboardInterrupt:
         error("interrupted")
@@ -113,6 +117,34 @@ def _report(exc: Exception) -> int:
     else:
         error(f"internal error: {one_line(exc)} (NETPROBE_DEBUG=1 shows the traceback)")
     return code
+
+
+def iperf3_words(words: list[str]) -> list[str]:
+    """iperf3's first words as netprobe commands: ``-c HOST ...`` is ``run -c HOST ...`` and
+    ``-s ...`` is ``server ...`` (when no netprobe command is named)."""
+    if not words or not words[0].startswith("-") or words[0] in ("-h", "--help", "--version"):
+        return words
+    if "-s" in words or "--server" in words:
+        return ["server", *(w for w in words if w not in ("-s", "--server"))]
+    if "-c" in words or "--client" in words:
+        return ["run", *words]
+    return words
+
+
+@contextlib.contextmanager
+def _logfile(path: str | None) -> Iterator[None]:
+    # --logfile (iperf3's): what stdout would show goes to the end of FILE instead.
+    if path is None:
+        yield
+        return
+    try:
+        handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 (held for the command)
+    except OSError as exc:
+        from netprobe.cli.outfile import OutputError
+
+        raise OutputError(f"cannot write the log {path}: {exc.strerror or exc}") from None
+    with handle, contextlib.redirect_stdout(handle):
+        yield
 
 
 def _flush_stdout() -> None:
@@ -154,7 +186,12 @@ def version_text() -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with help printed through rich (highlighted on a terminal)."""
+    """argparse, with help printed through rich (highlighted on a terminal), and an
+    unknown option answered with the nearest known one."""
+
+    def error(self, message: str) -> NoReturn:
+        """Usage and the one-line error, with ``did you mean --time?`` when one is near."""
+        super().error(message + _nearest_hint(self, message))
 
     def print_help(self, file: Any = None) -> None:
         from netprobe.cli.render import print_help
@@ -169,6 +206,30 @@ class _VersionAction(argparse.Action):
                  values: Any, option_string: str | None = None) -> None:
         sys.stdout.write(version_text() + "\n")
         parser.exit(ExitCode.OK)
+
+
+def _nearest_hint(parser: argparse.ArgumentParser, message: str) -> str:
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    unknown = [w.split("=", 1)[0] for w in message.split(":", 1)[1].split()
+               if w.startswith("-")]
+    known = _option_strings(parser, getattr(parser, "words", []))
+    hints = []
+    for word in unknown:
+        near = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+        if near:
+            hints.append(f"{word}: did you mean {near[0]}?")
+    return f" ({'; '.join(hints)})" if hints else ""
+
+
+def _option_strings(parser: argparse.ArgumentParser, words: Sequence[str]) -> list[str]:
+    """The options of the command the words name (the top level's without one)."""
+    found = list(parser._option_string_actions)
+    chosen = _chosen(words)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and chosen in action.choices:
+            found += list(action.choices[chosen]._option_string_actions)
+    return found
 
 
 def _chosen(words: Sequence[str]) -> str | None:

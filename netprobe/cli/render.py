@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from netprobe.cli.units import format_bytes, format_ms_from_us, format_percent, format_rate
+from netprobe.cli.units import Units, format_bytes, format_ms_from_us, format_percent
 from netprobe.schema import Interval, Result, SideSummary, TestSpec
 
 FILE_WIDTH = 120
@@ -120,15 +120,16 @@ def interval_header(show_ids: bool) -> Text:
                 style="bold")
 
 
-def interval_line(sample: Interval, show_ids: bool) -> Text:
+def interval_line(sample: Interval, show_ids: bool, units: Units | None = None) -> Text:
     """One interval as a line: span, direction, side, bytes, rate, then what is known."""
     ids = ""
     if show_ids:
         ids = "[SUM] " if sample.stream_id is None else f"[{sample.stream_id:>3}] "
     span = f"{sample.start_s:6.2f}-{sample.end_s:<6.2f} s  "
     line = Text(f"{ids}{span}{_DIRECTION_LABELS[sample.direction]:<6}{sample.role:<10}")
-    line.append(f"{format_bytes(sample.bytes):>13}  ")
-    line.append(f"{format_rate(sample.bits_per_second):>13}", style="bold")
+    units = units or Units()
+    line.append(f"{units.bytes(sample.bytes):>13}  ")
+    line.append(f"{units.rate(sample.bits_per_second):>13}", style="bold")
     for extra in _interval_extras(sample):
         line.append("  " + extra)
     if sample.omitted:
@@ -168,7 +169,9 @@ class LiveReporter:
     """
 
     def __init__(self, spec: TestSpec, per_stream: bool = False,
-                 console: Console | None = None, notes: Console | None = None) -> None:
+                 console: Console | None = None, notes: Console | None = None,
+                 units: Units | None = None) -> None:
+        self._units = units or Units()
         self._console = console or stdout_console()
         self._notes = notes or stderr_console()
         self._filter = IntervalFilter(spec.streams, per_stream)
@@ -184,7 +187,8 @@ class LiveReporter:
                 return
             if self.lines == 0:
                 self._print(self._console, interval_header(self._filter.show_ids))
-            self._print(self._console, interval_line(sample, self._filter.show_ids))
+            self._print(self._console, interval_line(sample, self._filter.show_ids,
+                                                     self._units))
             self.lines += 1
 
     def note(self, message: str) -> None:
@@ -204,16 +208,17 @@ class LiveReporter:
 
 
 def print_result(console: Console, result: Result, *, intervals: bool = False,
-                 per_stream: bool = False) -> None:
+                 per_stream: bool = False, units: Units | None = None) -> None:
     """Draw a result: a title, optionally its intervals, the summary table, then warnings,
     errors and the status."""
     console.print(_title(result), soft_wrap=True)
     if intervals:  # drawn as the live lines would have been
-        reporter = LiveReporter(result.spec, per_stream, console=console, notes=console)
+        reporter = LiveReporter(result.spec, per_stream, console=console, notes=console,
+                                units=units)
         for sample in result.intervals:
             reporter.interval(sample)
     if result.summaries or result.streams:
-        console.print(summary_table(result, per_stream))
+        console.print(summary_table(result, per_stream, units))
     _print_sparkline(console, result)
     if result.latency is not None and result.latency.phases:
         from netprobe.cli.latencyview import print_latency
@@ -250,12 +255,12 @@ def _print_sparkline(console: Console, result: Result) -> None:
         console.print(line, soft_wrap=True)
 
 
-def human_text(result: Result, per_stream: bool = False) -> str:
+def human_text(result: Result, per_stream: bool = False, units: Units | None = None) -> str:
     """The human rendering of a result, with its intervals, as plain text (for files)."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=FILE_WIDTH, color_system=None, highlight=False,
                       force_terminal=False)
-    print_result(console, result, intervals=True, per_stream=per_stream)
+    print_result(console, result, intervals=True, per_stream=per_stream, units=units)
     return buffer.getvalue()
 
 
@@ -276,20 +281,21 @@ _COLUMNS = ("Dir", "Role", "Transfer", "Bitrate", "CPU", "Retr", "RTT mean/min",
             "Jitter", "OOO")
 
 
-def summary_table(result: Result, per_stream: bool = False) -> Table:
+def summary_table(result: Result, per_stream: bool = False, units: Units | None = None
+                  ) -> Table:
     """Per direction: sender and receiver totals (and per stream if asked). Columns that
     no row knows anything about are left out."""
     rows: list[tuple[str, ...]] = []
     for flow in result.summaries:
         for side in (flow.sender, flow.receiver):
             if side is not None:
-                rows.append(_summary_row(_DIRECTION_LABELS[flow.direction], side))
+                rows.append(_summary_row(_DIRECTION_LABELS[flow.direction], side, units))
     if per_stream:
         for stream in result.streams:
             label = f"{_DIRECTION_LABELS[stream.direction]} #{stream.stream_id}"
             for side in (stream.sender, stream.receiver):
                 if side is not None:
-                    rows.append(_summary_row(label, side))
+                    rows.append(_summary_row(label, side, units))
     keep = [i for i in range(len(_COLUMNS)) if i < 4 or any(row[i] != "-" for row in rows)]
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for i in keep:
@@ -299,12 +305,14 @@ def summary_table(result: Result, per_stream: bool = False) -> Table:
     return table
 
 
-def _summary_row(label: str, side: SideSummary) -> tuple[str, ...]:
+def _summary_row(label: str, side: SideSummary, units: Units | None = None
+                 ) -> tuple[str, ...]:
+    units = units or Units()
     return (
         label,
         side.role,
-        format_bytes(side.bytes),
-        format_rate(side.bits_per_second),
+        units.bytes(side.bytes),
+        units.rate(side.bits_per_second),
         _cpu_cell(side),
         _retransmits_cell(side),
         _rtt_cell(side),

@@ -119,3 +119,34 @@ def format_ms_from_us(value_us: float | None) -> str:
         return "-"
     ms = value_us / 1000
     return f"{ms:.3f} ms" if ms < 10 else f"{ms:.1f} ms"
+
+
+UNIT_LETTERS = "kmgtKMGT"
+"""``-f`` letters as iperf3 takes them: k m g t for bit/s, K M G T for Byte/s."""
+
+
+class Units:
+    """How rates and byte counts are shown: adaptive (the default), or fixed by iperf3's
+    ``-f`` letter (``m``: rates in Mbit/s and counts in MBytes; ``M``: rates in MByte/s)."""
+
+    def __init__(self, letter: str | None = None) -> None:
+        if letter is not None and (len(letter) != 1 or letter not in UNIT_LETTERS):
+            raise ValueError(f"-f takes one of {', '.join(UNIT_LETTERS)}, not {letter!r}")
+        self.letter = letter
+
+    def rate(self, bits_per_second: float | None) -> str:
+        """A rate in the chosen unit."""
+        if self.letter is None or bits_per_second is None:
+            return format_rate(bits_per_second)
+        power = _POWERS[self.letter.lower()]
+        if self.letter.isupper():
+            return f"{_three_figures(bits_per_second / 8 / 1024**power)} " \
+                   f"{self.letter}Byte/s"
+        return f"{_three_figures(bits_per_second / 1000**power)} {self.letter.upper()}bit/s"
+
+    def bytes(self, value: float | None) -> str:
+        """A byte count in the chosen unit's prefix (1024-based)."""
+        if self.letter is None or value is None:
+            return format_bytes(value)
+        power = _POWERS[self.letter.lower()]
+        return f"{value / 1024**power:.2f} {self.letter.upper()}Bytes"
