@@ -332,7 +332,7 @@ BAD_ARGUMENTS = [
     ["run", "--no-such-option"],
     ["run", "-t", "-5"],
     ["run", "-t=-5"],
-    ["run", "-t", "0"],
+    ["run", "-t", "0", "-n", "1k", "-k", "3"],  # -t 0 is iperf3's "forever"; -n and -k clash
     ["run", "-t", "soon"],
     ["run", "-t", "nan"],
     ["run", "-b", "fast"],
