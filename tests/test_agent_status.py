@@ -31,7 +31,7 @@ def test_status_idle_then_busy_with_a_third_party_test() -> None:
         port = str(server.port)
         client = subprocess.Popen(
             [*NETPROBE, "run", "--from", "127.0.0.1", "--agent-port", port, "--to", "127.0.0.1",
-             "-p", port, "-t", "3", "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             "-p", port, "-t", "2", "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             assert _wait_for(lambda: len(agent_status("127.0.0.1", port=server.port)["running"])
                              == 2), "the third-party test and its native far end should show"
@@ -40,7 +40,7 @@ def test_status_idle_then_busy_with_a_third_party_test() -> None:
             assert busy["state"] == "busy" and set(kinds) == {"third_party", "test"}
             assert kinds["third_party"]["tool"] == "native"
             assert kinds["third_party"]["target"] == "127.0.0.1"
-            assert kinds["test"]["peer"] == "127.0.0.1" and kinds["test"]["duration_s"] == 3.0
+            assert kinds["test"]["peer"] == "127.0.0.1" and kinds["test"]["duration_s"] == 2.0
         finally:
             _, err = client.communicate(timeout=30)
         assert client.returncode == 0, err

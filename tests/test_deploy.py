@@ -59,6 +59,7 @@ def test_manifests_say_what_a_fleet_needs() -> None:
     assert [g.kind for g in parsed.groups] == ["mesh"] and len(parsed.agents) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("ansible-playbook", path=str(Path(sys.executable).parent))
                     and not shutil.which("ansible-playbook"),
                     reason="ansible-core is not installed")
@@ -72,9 +73,7 @@ def test_ansible_role_runs_in_check_mode(tmp_path: Path) -> None:
                          "[netprobe_agents]\nlocalhost\n")
     root = tmp_path / "root"
     base = [playbook, "-i", str(inventory), str(DEPLOY / "ansible" / "playbook.yml")]
-    syntax = subprocess.run([*base, "--syntax-check"], capture_output=True, text=True,
-                            timeout=120)
-    assert syntax.returncode == 0, syntax.stdout + syntax.stderr
+    # Check mode parses the whole playbook (what --syntax-check does) and runs every task.
     run = subprocess.run([*base, "--check", "--diff", "-e",
                           f'{{"netprobe_root": "{root}", "netprobe_manage_service": false, '
                           '"netprobe_secret": "fleet-secret"}'],
