@@ -296,6 +296,10 @@ def _host(args: argparse.Namespace) -> str | None:
         raise UsageError(f"two hosts given: {' and '.join(sorted(given))}")
     if getattr(args, "from_host", None) and not given:
         raise UsageError("--from needs the target host: --to HOST")
+    if not given and getattr(args, "no_agent", False) and args.port is not None:
+        # --no-agent -p PORT: the user's own server listens there, here on loopback; the
+        # tool must not start a second one on the same port.
+        return "::1" if args.ip_version == 6 else "127.0.0.1"
     return given.pop() if given else None
 
 

@@ -59,8 +59,13 @@ def make_tool(registry: Registry, name: str, options: dict[str, Any] | None = No
 
 
 def secret_options(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The tool options a ``--secret-file`` gives (None without one)."""
-    return {"secret_file": args.secret_file} if args.secret_file else None
+    """The tool options the command line gives (None without any): ``--secret-file``, and
+    ``start_server`` off for ``--no-agent -p PORT``, where the user's own server listens
+    (on this machine too: a second one on its port would fail)."""
+    options: dict[str, Any] = {"secret_file": args.secret_file} if args.secret_file else {}
+    if getattr(args, "no_agent", False) and getattr(args, "port", None) is not None:
+        options["start_server"] = False
+    return options or None
 
 
 def agent_access(args: argparse.Namespace) -> AgentAccess:

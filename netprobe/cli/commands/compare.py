@@ -37,7 +37,7 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     from netprobe.cli.trialsink import run_trials_shown
     from netprobe.trials import Skipped, screen
 
-    spec = opts.spec_from_args(args)
+    spec = _one_datagram_size(opts.spec_from_args(args))
     registry = load()
     names = _tool_names(args.tools, registry.names())
     tools = [make_tool(registry, name, secret_options(args))
@@ -51,6 +51,24 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
         raise (SpecError if refused else ToolUnavailable)(f"no tool can run this test: "
                                                           f"{reasons}")
     return run_trials_shown(args, spec, ready, args.trials, skipped)
+
+
+UDP_COMPARE_LENGTH = 1448
+"""Datagram payload every tool gets in ``compare -u`` without ``-l``: one datagram in a
+1500-byte MTU over IPv4 and IPv6. Left to themselves the tools differ (native 1448, iperf3
+32768 or the MTU, nuttcp 8192, iperf2 1470), and so would their loss and rate."""
+
+
+def _one_datagram_size(spec: Any) -> Any:
+    if spec.protocol != "udp" or spec.length_bytes is not None:
+        return spec
+    import attrs
+
+    from netprobe.cli.render import print_note
+
+    print_note(f"every tool sends {UDP_COMPARE_LENGTH}-byte datagrams (-l sets another "
+               "size)")
+    return attrs.evolve(spec, length_bytes=UDP_COMPARE_LENGTH)
 
 
 def _tool_names(given: Optional[str], installed: list[str]) -> list[str]:
