@@ -19,6 +19,7 @@ from netprobe.archives import open_archive
 from netprobe.fleet import config
 from netprobe.fleet.runner import FleetRunner
 from netprobe.fleet.schedule import PlannedRound, next_start
+from netprobe.schema import Result
 
 from .servers import NETPROBE, free_port, netprobe_server
 
@@ -216,3 +217,16 @@ def test_unknown_tool_is_refused_before_anything_runs(agents: dict[str, int],
     run = _cli("fleet", "run", str(fleet_file))
     assert run.returncode == 3 and "nosuchtool" in run.stderr, run.stderr
     assert not (tmp_path / "t.db").exists() or not open_archive(str(tmp_path / "t.db")).runs()
+
+
+def test_a_plugin_bug_fails_its_pair_not_the_round(tmp_path: Path) -> None:
+    def broken(source: object, spec: object) -> Result:
+        raise ValueError("plugin bug")
+
+    fleet = _fleet({"a": 1, "b": 2}, round_timeout='"2s"')
+    with open_archive(str(tmp_path / "f.db")) as archive:
+        runner = FleetRunner(fleet, archive, third_party=broken,
+                             status=lambda agent: {"state": "idle", "running": []})
+        summary = runner.run_once()
+    assert [r.outcome for r in summary.records] == ["failed", "failed"]
+    assert all("plugin bug" in str(r.error) for r in summary.records)

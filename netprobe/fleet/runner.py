@@ -245,8 +245,9 @@ class RoundRun:
                    for h in hosts]
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join(STATUS_TIMEOUT_S * 2 + self.runner.busy_wait_s)
+        deadline = self.runner.clock() + STATUS_TIMEOUT_S * 2 + self.runner.busy_wait_s
+        for thread in threads:  # one deadline for all: hosts that hang do not add up
+            thread.join(max(0.0, deadline - self.runner.clock()))
         down = {}
         for host in hosts:
             answer = answers.get(host, "did not answer the status request in time")
@@ -283,6 +284,8 @@ class RoundRun:
             outcome, error = "failed", str(exc)
         except (NetprobeError, OSError) as exc:
             result, outcome, error = None, "failed", str(exc) or type(exc).__name__
+        except Exception as exc:  # a plugin's own bug fails its pair, not the whole round
+            result, outcome, error = None, "failed", f"internal error: {exc!r}"
         try:
             self._keep(source, target, started, outcome, error, result)
         except ArchiveError as exc:  # raised in the round's own thread once all have ended
