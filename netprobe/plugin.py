@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import abc
 import datetime
+import queue
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Callable, ClassVar, Optional, Protocol
 
@@ -135,13 +137,74 @@ class Availability:
 
 
 class Reporter(Protocol):
-    """Receives live events from a running tool. Tools never print; the CLI renders these."""
+    """Receives live events from a running tool. Tools never print; the CLI renders these.
+
+    The contract, for tools and reporters alike (the conformance kit checks it for every
+    tool, ``reporter_contract``):
+
+    - Thread: during one run, every call comes from one thread. Tools built on
+      :class:`netprobe.driven.DrivenRun` (every driven tool) call from the thread that
+      called :meth:`Tool.run`; a tool whose events arise on several threads (the native
+      engine) hands them to a :class:`RelayReporter`, whose one thread calls the reporter.
+      A reporter that draws on a screen needs no lock for its own state.
+    - Errors: an exception from the reporter never ends or fails the test. The tool goes on
+      measuring, says so once in ``Result.warnings`` (naming the reporter), keeps every
+      interval in the Result, and may stop calling the reporter. KeyboardInterrupt is no
+      error: it interrupts the test as Ctrl-C does.
+    - Speed: calls should return quickly; a slow reporter delays a driven tool's deadline
+      checks, never its measurements (the tool's output is read by other threads).
+    """
 
     def interval(self, sample: Interval) -> None:
         """One interval sample, as soon as it is known."""
 
     def note(self, message: str) -> None:
         """A progress message (connected, server started, ...)."""
+
+
+class RelayReporter:
+    """Calls a reporter from one thread of its own, in the order events were given, with
+    the reporter's errors contained (the Reporter contract, for a tool whose events arise
+    on several threads). Use as a context manager around the run; :attr:`warnings` then
+    says whether the reporter failed."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self.warnings: list[str] = []
+        """One line if the reporter raised (it is not called again after that)."""
+        self._reporter: Optional[Reporter] = reporter
+        self._events: queue.SimpleQueue[Optional[tuple[str, Any]]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._relay, name="netprobe-reporter",
+                                        daemon=True)
+
+    def interval(self, sample: Interval) -> None:
+        """Queue ``sample`` for the reporter."""
+        self._events.put(("interval", sample))
+
+    def note(self, message: str) -> None:
+        """Queue ``message`` for the reporter."""
+        self._events.put(("note", message))
+
+    def _relay(self) -> None:
+        while True:
+            event = self._events.get()
+            if event is None:
+                return
+            if self._reporter is None:
+                continue
+            try:
+                getattr(self._reporter, event[0])(event[1])
+            except Exception as exc:  # outside code: it must not cost the test
+                self._reporter = None
+                self.warnings.append(f"the live reporter failed and was not called again: "
+                                     f"{type(exc).__name__}: {exc}")
+
+    def __enter__(self) -> RelayReporter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._events.put(None)
+        self._thread.join()  # every event given is delivered before the run returns
 
 
 class NullReporter:
@@ -364,6 +427,7 @@ __all__ = [
     "NetprobeError",
     "NullReporter",
     "Registry",
+    "RelayReporter",
     "Reporter",
     "Tool",
     "bits_per_second",

@@ -32,6 +32,11 @@ The checks (names in :data:`CHECKS`):
     A plain loopback run returns a Result that validates against the shipped JSON Schema,
     with intervals in time order and units that agree (bits_per_second equals
     bytes * 8 / seconds within 1 %, for intervals and summaries).
+``reporter_contract``
+    The Reporter contract (:class:`netprobe.plugin.Reporter`): in a loopback run whose
+    reporter raises at its first interval, every interval call comes from one thread, the
+    run still returns its Result (status ``ok``) with a warning about the reporter, and
+    the Result keeps at least the intervals the reporter was handed.
 ``interrupt``
     Ctrl-C (SIGINT to this process) in the middle of a run raises TestInterrupted with the
     partial Result, promptly, and no process the run started is left alive.
@@ -86,6 +91,7 @@ CHECKS: tuple[str, ...] = (
     "refuses_outside_capabilities",
     "honours_capabilities",
     "loopback_run",
+    "reporter_contract",
     "interrupt",
     "timeout",
 )
@@ -169,6 +175,36 @@ class RecordingReporter:
         self.notes.append(message)
         self.threads.add(threading.get_ident())
         self.event.set()
+
+
+class _FailingReporter:
+    """Raises at its first interval (as a broken screen would); records every call's thread."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def interval(self, sample: Interval) -> None:
+        self.calls.append(threading.get_ident())
+        if len(self.calls) == 1:
+            raise RuntimeError("reporter failure injected by the conformance kit")
+
+    def note(self, message: str) -> None:
+        pass
+
+
+def _reporter_problems(result: Result, reporter: _FailingReporter) -> list[str]:
+    problems = []
+    if len(set(reporter.calls)) > 1:
+        problems.append(f"intervals reached the reporter from {len(set(reporter.calls))} "
+                        "threads; the contract is one thread per run")
+    if result.status != "ok":
+        problems.append(f"a failing reporter changed the status to {result.status!r}")
+    if not any("reporter" in warning for warning in result.warnings):
+        problems.append("the reporter's failure is not in the result's warnings")
+    if len(result.intervals) < len(reporter.calls):
+        problems.append(f"the result keeps {len(result.intervals)} intervals; the reporter "
+                        f"was handed {len(reporter.calls)}")
+    return problems
 
 
 # --- public entry points -------------------------------------------------------------------
@@ -904,17 +940,37 @@ class Conformance:
 
     def check_loopback_run(self, notes: list[str]) -> list[str]:
         """A plain loopback run gives a valid, consistent Result."""
+        spec, problems = self.plain_spec()
+        return problems or self.run_and_verify(spec)[0]
+
+    def plain_spec(self) -> tuple[TestSpec, list[str]]:
+        """The plainest loopback spec (the tool must be available), and problems if the
+        tool refuses it."""
         self.require_available()
         spec = self.base_spec()
-        problems = self.refused_plain(spec)
-        if problems:
-            return problems
-        return self.run_and_verify(spec)[0]
+        return spec, self.refused_plain(spec)
 
     def refused_plain(self, spec: TestSpec) -> list[str]:
         """Problems if the tool refuses its own plainest spec."""
         reasons = self.tool().refusals(spec)
         return [f"the plainest loopback spec is refused: {'; '.join(reasons)}"] if reasons else []
+
+    # -- reporter_contract ----------------------------------------------------------------
+
+    def check_reporter_contract(self, notes: list[str]) -> list[str]:
+        """A reporter that raises costs no result; intervals come from one thread."""
+        spec, problems = self.plain_spec()
+        if problems:
+            return problems
+        reporter = _FailingReporter()
+        try:
+            result = self.tool().run(spec, reporter)
+        except TestFailed as exc:
+            return [f"a reporter that raised made the run fail: {exc}"]
+        if not reporter.calls:
+            notes.append("no live intervals: a failing reporter was not exercised")
+            return []
+        return _reporter_problems(result, reporter)
 
     # -- interrupt ------------------------------------------------------------------------
 

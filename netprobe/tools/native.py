@@ -9,7 +9,7 @@ from __future__ import annotations
 from netprobe import __version__
 from netprobe.engine.capabilities import NATIVE_CAPABILITIES, native_refusals
 from netprobe.errors import TestFailed
-from netprobe.plugin import Availability, Reporter, Tool
+from netprobe.plugin import Availability, RelayReporter, Reporter, Tool
 from netprobe.schema import Result, TestSpec
 
 
@@ -38,11 +38,25 @@ class NativeTool(Tool):
         return native_refusals(spec)
 
     def run(self, spec: TestSpec, reporter: Reporter) -> Result:
-        """Run against ``spec.host``'s netprobe server, or an embedded one on loopback."""
+        """Run against ``spec.host``'s netprobe server, or an embedded one on loopback.
+
+        The engine's events arise on its sampler and control threads: a RelayReporter
+        hands them to ``reporter`` from one thread (the Reporter contract)."""
+        self.check(spec)  # refused here too, not only by the CLI: a plugin host may call run()
+        relay = RelayReporter(reporter)
+        try:
+            with relay:
+                result = self._run(spec, relay)
+        except TestFailed as exc:
+            if isinstance(exc.partial, Result):
+                exc.partial = _warned(exc.partial, relay.warnings)
+            raise
+        return _warned(result, relay.warnings)
+
+    def _run(self, spec: TestSpec, reporter: Reporter) -> Result:
         from netprobe.engine.auth import load_secret
         from netprobe.engine.client import run_test
 
-        self.check(spec)  # refused here too, not only by the CLI: a plugin host may call run()
         if spec.host:
             return run_test(spec, reporter, spec.host, load_secret(self.options.get("secret_file")))
         return self._self_test(spec, reporter)
@@ -62,6 +76,12 @@ class NativeTool(Tool):
             return run_test(_with_port(spec, port), reporter, loopback)
         finally:
             server.close()
+
+
+def _warned(result: Result, warnings: list[str]) -> Result:
+    import attrs
+
+    return attrs.evolve(result, warnings=(*result.warnings, *warnings)) if warnings else result
 
 
 def _with_port(spec: TestSpec, port: int) -> TestSpec:
