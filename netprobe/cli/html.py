@@ -13,9 +13,7 @@ Writes a file, prints nothing, and does not import rich.
 from __future__ import annotations
 
 import datetime
-import html
 import io
-import re
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -31,6 +29,7 @@ from netprobe.analysis import (
     stream_series,
     throughput_series,
 )
+from netprobe.cli.htmlparts import _RC, _e, _scoped
 from netprobe.cli.outfile import write_text
 from netprobe.cli.tabulate import DIRECTION_LABELS, scale, stats_header, stats_rows
 from netprobe.schema import Result
@@ -43,10 +42,6 @@ _GROUP_COLOURS = tuple(f"C{k}" for k in range(10))  # matplotlib's default cycle
 # ColorBrewer Dark2 (its orange last, being nearest tab10's), so streams never look like tools.
 _STREAM_COLOURS = ("#1b9e77", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d",
                    "#666666", "#d95f02")
-_RC = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
-       "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3}
-
-
 def charts_missing() -> Optional[str]:
     """None if charts can be drawn here, else one line saying how to get matplotlib."""
     try:
@@ -90,10 +85,6 @@ def _latency_section(results: Sequence[Result]) -> list[str]:
 
     charts = latency_html(results)
     return ["<h2>Latency under load</h2>", *charts] if charts else []
-
-
-def _e(text: Any) -> str:
-    return html.escape(str(text))
 
 
 # --- tables ------------------------------------------------------------------------------
@@ -221,21 +212,6 @@ def _chart(chart_id: str, title: str, kind: str, lines: Sequence[Line], thin: bo
     return f"<figure class=chart id=chart-{chart_id}>{svg_text}</figure>"
 
 
-_ID = re.compile(r'\bid="([^"]+)"')
-_REFERENCE = re.compile(r'(url\(#|href="#)([^")]+)')
-
-
-def _scoped(svg: str, scope: str) -> str:
-    """matplotlib names its elements ``figure_1``, ``axes_1``, ... in every SVG: prefix
-    them (and what refers to them) with the chart's id so that ids stay unique in a page
-    of many charts. The series ids assigned here are already unique and stay as they are."""
-    own = {name for name in _ID.findall(svg) if not name.startswith(("series-", "trial-"))}
-
-    def rename(name: str) -> str:
-        return f"{scope}-{name}" if name in own else name
-
-    svg = _ID.sub(lambda m: f'id="{rename(m.group(1))}"', svg)
-    return _REFERENCE.sub(lambda m: m.group(1) + rename(m.group(2)), svg)
 
 
 def _plot(axes: Any, points: list[Point], divisor: float, gid: str, color: str,

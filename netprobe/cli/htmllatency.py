@@ -11,7 +11,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-from netprobe.cli.html import _RC, _e, _scoped
+from netprobe.cli.htmlparts import _RC, _e, _scoped
 from netprobe.schema import Latency, Result
 
 _PHASE_COLOURS = {"idle": "#dddddd", "idle_tail": "#dddddd", "loaded": "#fdd0a2",

@@ -1,0 +1,112 @@
+"""No import cycle among netprobe's modules, function-local imports included (DESIGN.md,
+"Layers"): every ``import`` in every module's syntax tree is an edge, except those under
+``if TYPE_CHECKING:``, which never run."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "netprobe"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+class _Imports(ast.NodeVisitor):
+    """The netprobe modules one module imports, wherever the import statement stands."""
+
+    def __init__(self, name: str, is_package: bool, known: set[str]) -> None:
+        self.package = name if is_package else name.rpartition(".")[0]
+        self.known = known
+        self.found: set[str] = set()
+
+    def visit_If(self, node: ast.If) -> None:
+        test = node.test
+        if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING":
+            for child in node.orelse:
+                self.visit(child)
+            return
+        self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(alias.name)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = node.module or ""
+        if node.level:
+            anchor = self.package.split(".")[: len(self.package.split(".")) - node.level + 1]
+            base = ".".join([*anchor, base] if base else anchor)
+        for alias in node.names:
+            name = f"{base}.{alias.name}"
+            self._add(name if name in self.known else base)
+
+    def _add(self, name: str) -> None:
+        if name in self.known:
+            self.found.add(name)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the netprobe modules it imports."""
+    modules = _modules()
+    known = set(modules)
+    graph = {}
+    for name, path in modules.items():
+        visitor = _Imports(name, path.name == "__init__.py", known)
+        visitor.visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        graph[name] = visitor.found - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle() -> None:
+    found = cycles(import_graph())
+    assert found == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_check_sees_function_local_imports() -> None:
+    graph = import_graph()
+    # netprobe/__init__.py imports the session only inside __getattr__.
+    assert "netprobe.session" in graph["netprobe"]
+    # A cycle made by hand is found.
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
