@@ -355,3 +355,28 @@ def test_the_accept_loop_does_not_spin_at_the_open_files_limit() -> None:
         time.sleep(0.5)
         assert run_spec(server).status == "ok"  # and it serves again once they are gone
     assert spent < 0.5, f"{spent:.2f} CPU s in 3 s at the open-files limit"
+
+
+# --- items 15, 16: nothing about the host before authentication; v4-mapped --allow ---------
+
+
+def test_the_welcome_says_nothing_about_the_host_before_authentication(tmp_path: Any) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    with netprobe_server("--secret-file", str(secret)) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(protocol.pack_hello(protocol.KIND_CONTROL))
+            welcome = protocol.Channel(sock).expect("welcome", timeout=5)
+        result = run_spec(server, secret=b"s3cret")
+    assert welcome.get("auth") and not welcome.get("system") and not welcome.get("server")
+    assert os.uname().sysname not in json.dumps(welcome)
+    assert result.remote.system and os.uname().release in result.remote.system  # told after
+
+
+@pytest.mark.parametrize("cidr", ["::ffff:127.0.0.1/128", "::ffff:127.0.0.0/104"])
+def test_allow_takes_ipv4_mapped_networks(cidr: str) -> None:
+    with netprobe_server("--allow", cidr) as server:
+        assert run_spec(server).status == "ok"
+    with netprobe_server("--allow", "::ffff:10.0.0.0/104") as server, \
+            pytest.raises(TestFailed):
+        run_spec(server)

@@ -152,6 +152,8 @@ class Client:
         reply = self.channel.expect("auth_ok", timeout=10.0)
         if not auth.verify(self.secret, ours, "server", reply.get("response")):
             raise ProtocolError("the server could not prove it knows the shared secret")
+        # A server with a secret says what it is only now, to a client that proved itself.
+        self.welcome.update({k: reply[k] for k in ("server", "system") if k in reply})
 
     def _tcp_socket(self) -> socket.socket:
         sock = socket.socket(self.family, socket.SOCK_STREAM)

@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Callable, NoReturn, Optional, Protocol
+from typing import Any, Callable, NoReturn, Optional, Protocol
 
 import attrs
 
@@ -301,7 +301,7 @@ class Server:
         if not self._networks:
             return True
         try:
-            ip = ipaddress.ip_address(address.split("%", 1)[0])
+            ip = _plain_address(ipaddress.ip_address(address.split("%", 1)[0]))
         except ValueError:
             return False
         return any(ip in network for network in self._networks)
@@ -465,16 +465,11 @@ class Session:
         """Welcome, accept a test, gather its streams, run it, report."""
         cfg = self.server.config
         challenge = auth.new_challenge() if cfg.secret else None
-        self.channel.send(
-            {
-                "type": "welcome",
-                "version": protocol.VERSION,
-                "server": _version(),
-                "system": system_name(),
-                "auth": auth.METHOD if challenge else None,
-                "challenge": challenge,
-            }
-        )
+        # With a secret set, nothing about this host (version, kernel) goes to a client
+        # before it has proved itself: the auth_ok carries it instead.
+        about = {} if challenge else _about()
+        self.channel.send({"type": "welcome", "version": protocol.VERSION, **about,
+                           "auth": auth.METHOD if challenge else None, "challenge": challenge})
         if cfg.secret and challenge:
             self._authenticate(cfg.secret, challenge)
         try:
@@ -549,7 +544,8 @@ class Session:
         theirs = message.get("challenge")
         if not isinstance(theirs, str) or len(theirs) > 2 * auth.CHALLENGE_BYTES:
             raise ProtocolError("bad client challenge")
-        self.channel.send({"type": "auth_ok", "response": auth.respond(secret, theirs, "server")})
+        self.channel.send({"type": "auth_ok", "response": auth.respond(secret, theirs, "server"),
+                           **_about()})
 
     def checked_spec(
         self, request: dict, refusals: Callable[[TestSpec], list[str]] = native_refusals
@@ -778,11 +774,29 @@ def _planned(spec: TestSpec) -> Optional[float]:
     return spec.planned_s()
 
 
+def _about() -> dict[str, str]:
+    """What a client is told about this host (once it may know)."""
+    return {"server": _version(), "system": system_name()}
+
+
 def _networks(allow: tuple) -> list:
     try:
-        return [ipaddress.ip_network(cidr, strict=False) for cidr in allow]
+        return [_plain_network(ipaddress.ip_network(cidr, strict=False)) for cidr in allow]
     except ValueError as exc:
         raise SpecError(f"bad --allow network: {exc}") from None
+
+
+def _plain_network(network: Any) -> Any:
+    # ::ffff:a.b.c.d/n is an IPv4 network written as IPv6: compare it as IPv4, since an
+    # IPv4 client's address is compared as IPv4 (and a v4-mapped one is made plain too).
+    mapped = getattr(network.network_address, "ipv4_mapped", None)
+    if mapped is None or network.prefixlen < 96:
+        return network
+    return ipaddress.ip_network(f"{mapped}/{network.prefixlen - 96}")
+
+
+def _plain_address(ip: Any) -> Any:
+    return getattr(ip, "ipv4_mapped", None) or ip
 
 
 def _bind_addresses(bind: Optional[str]) -> list[tuple[int, str]]:
