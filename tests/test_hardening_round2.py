@@ -24,7 +24,7 @@ import pytest
 from netprobe.engine import protocol
 from netprobe.engine.client import run_test
 from netprobe.engine.server import Server, ServerConfig
-from netprobe.errors import TestFailed
+from netprobe.errors import ProtocolError, TestFailed
 from netprobe.plugin import NullReporter
 from netprobe.schema import Result, TestSpec
 
@@ -380,3 +380,52 @@ def test_allow_takes_ipv4_mapped_networks(cidr: str) -> None:
     with netprobe_server("--allow", "::ffff:10.0.0.0/104") as server, \
             pytest.raises(TestFailed):
         run_spec(server)
+
+
+# --- item 12: the client gives up on a stalled server, and survives a malformed report --------
+
+
+def test_a_byte_count_test_gives_up_on_a_frozen_server() -> None:
+    with netprobe_server() as server:
+        outcome: list[Any] = []
+        worker = threading.Thread(target=lambda: outcome.append(_try(lambda: run_spec(
+            server, duration_s=None, bytes_total=40_000_000, rate_bits_per_second=8e6))))
+        worker.start()
+        time.sleep(1.0)
+        server.proc.send_signal(signal.SIGSTOP)  # frozen: it reads and says nothing more
+        frozen = time.monotonic()
+        try:
+            worker.join(45)
+            waiting = worker.is_alive()
+        finally:
+            server.proc.send_signal(signal.SIGCONT)
+        gave_up = time.monotonic() - frozen
+        worker.join(10)
+    assert not waiting, "the client still waits on a frozen server"
+    assert "no progress" in str(outcome[0]), outcome
+    assert gave_up < 20 + 5, gave_up
+
+
+def test_a_malformed_report_keeps_what_was_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    from netprobe.engine import conduct
+
+    real = conduct.local_report
+
+    def hostile(side: Any) -> dict[str, Any]:
+        report = real(side)
+        return {**report, "errors": 5} if side.streams[0].role == "receiver" else report
+
+    monkeypatch.setattr(conduct, "local_report", hostile)  # the in-process server's report
+    with engine_server() as server, pytest.raises(TestFailed) as failed:
+        run_spec_port(server.port, duration_s=0.5)
+    assert "malformed report" in str(failed.value)
+    partial = failed.value.partial
+    assert isinstance(partial, Result) and partial.status == "failed"
+    sender = partial.summaries[0].sender
+    assert sender is not None and sender.bytes > 0  # the client's own figures are kept
+
+
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
+def test_the_decoder_refuses_non_finite_numbers(number: bytes) -> None:
+    with pytest.raises(ProtocolError, match="not finite"):
+        protocol.decode_body(b'{"type":"report","x":' + number + b"}")

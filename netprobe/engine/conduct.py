@@ -18,7 +18,7 @@ import attrs
 
 from netprobe import convert, core
 from netprobe.engine.protocol import Channel
-from netprobe.engine.side import Side
+from netprobe.engine.side import Side, default_length
 from netprobe.errors import NetprobeError, ProtocolError
 from netprobe.schema import Interval
 
@@ -27,6 +27,7 @@ TCP_DRAIN_S = 5.0  # a TCP receiver should see EOF well within this after the pe
 REPORT_WAIT_S = 15.0  # how long past the planned end to wait for the peer's report
 UDP_QUIET_S = 0.05  # ... but a receiver with no new datagram for this long has drained
 POLL_S = 0.05
+NO_PROGRESS_S = 20.0  # a byte-count test with nothing moving this long has stalled
 # While data flows nothing needs a poll: messages and the local loops' ends wake the
 # conductor at once. It looks in twice a second for an overdue peer, and polls fast only
 # while a receiver drains after the peer's "sent" (idle wake-ups are CPU on a router).
@@ -93,6 +94,9 @@ class Conductor:
         self.planned_s = planned_s
         self.outcome = Outcome()
         self.dropped_intervals = 0
+        self._messages = 0
+        self._progress_mark: tuple = ()
+        self._progress_at = 0.0
         """Interval samples not sent because the peer was not taking them."""
         self._sent_told = False
         self._report_sent = False
@@ -133,6 +137,8 @@ class Conductor:
                 break
             if self._overdue():
                 self._fail("the peer did not finish in time")
+            elif self._stalled():
+                self._fail(f"no progress for {self._stall_limit():.0f} s: the peer seems stalled")
             message = self.reader.get(POLL_S if self._peer_sent_at is not None else IDLE_POLL_S)
             if message is not None:
                 self._handle(message)
@@ -174,10 +180,29 @@ class Conductor:
             return False
         return core.monotonic() - self.side.t0 > self.planned_s + REPORT_WAIT_S
 
+    def _stalled(self) -> bool:
+        # A byte-count test has no planned end: it gives up when neither its own streams
+        # nor the peer have moved for a while (a frozen server, a cut link).
+        if self.planned_s is not None or not self.side.t0:
+            return False
+        now = core.monotonic()
+        mark = (sum(s.counters.bytes for s in self.side.streams), self._messages)
+        if mark != self._progress_mark or not self._progress_at:
+            self._progress_mark, self._progress_at = mark, now
+            return False
+        return now - self._progress_at > self._stall_limit()
+
+    def _stall_limit(self) -> float:
+        # At a low rate one buffer takes a while to go: never give up before two would.
+        rate = self.side.spec.rate_bits_per_second
+        per_buffer = 8 * default_length(self.side.spec) / rate if rate else 0.0
+        return max(NO_PROGRESS_S, 2 * per_buffer)
+
     def _handle(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
         if kind == LOCAL:
             return  # only a wake-up: the loop re-checks the local side
+        self._messages += 1
         if kind == "interval":
             self._peer_interval(message)
         elif kind == "sent":
@@ -185,7 +210,10 @@ class Conductor:
             elapsed = message.get("elapsed_s")
             self.side.peer_done(float(elapsed) if isinstance(elapsed, (int, float)) else None)
         elif kind == "report":
-            self.outcome.peer_report = message
+            try:
+                self.outcome.peer_report = check_report(message)
+            except ProtocolError as exc:
+                self._fail(f"{exc}: only this side's figures are kept")
         elif kind == "abort":
             self.outcome.aborted_by_peer = True
             self.outcome.error = (
@@ -248,7 +276,12 @@ def system_name() -> str:
 
 
 def check_report(message: dict[str, Any]) -> dict[str, Any]:
-    """Validate the shape of a peer's report before it is used."""
-    if not isinstance(message.get("streams"), list) or not isinstance(message.get("errors"), list):
+    """Validate the shape of a peer's report before it is used (ProtocolError if it is
+    not one); its errors and warnings come back as lists of strings."""
+    streams, errors = message.get("streams"), message.get("errors")
+    warnings = message.get("warnings", [])
+    if not isinstance(streams, list) or not all(isinstance(s, dict) for s in streams) \
+            or not isinstance(errors, list) or not isinstance(warnings, list):
         raise ProtocolError("malformed report from peer")
-    return message
+    return {**message, "errors": [str(e) for e in errors],
+            "warnings": [str(w) for w in warnings]}
