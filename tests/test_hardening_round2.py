@@ -429,3 +429,20 @@ def test_a_malformed_report_keeps_what_was_measured(monkeypatch: pytest.MonkeyPa
 def test_the_decoder_refuses_non_finite_numbers(number: bytes) -> None:
     with pytest.raises(ProtocolError, match="not finite"):
         protocol.decode_body(b'{"type":"report","x":' + number + b"}")
+
+
+# --- item 17: refusals echo bounded, escaped values ------------------------------------------
+
+
+@pytest.mark.parametrize("body", [
+    request({"streams": [[]] * 20_000}),
+    request({"streams": "\x1b[2J\x1b[31mforged\nline " * 300}),
+    json.dumps({"type": "\x1b[2J\x1b[31mforged\nline " * 2000}).encode(),
+    json.dumps({"type": "\x01" * 10_000}).encode(),
+])
+def test_a_refusal_echoes_a_bounded_escaped_value(body: bytes) -> None:
+    with engine_server() as server:
+        reply = ask(server.port, body)
+    assert reply["type"] == "error", reply
+    assert len(reply["message"]) < 2_000
+    assert "\x1b" not in reply["message"] and "\n" not in reply["message"]

@@ -36,6 +36,7 @@ from netprobe.plugin import utc_now_iso
 from netprobe.schema import Interval, TestSpec
 
 OUT_OF_FILES_PAUSE_S = 0.1  # accepting stops this long at the open-files limit
+REFUSAL_CHARS = 1000  # longest refusal told to a client (it may echo what the client sent)
 WATCHDOG_GRACE_S = 5.0  # past the planned end and the report wait: the session is closed
 Handler = Callable[["Session", dict], None]
 
@@ -581,9 +582,12 @@ class Session:
         """Tell the client why not, log it, then end the session (SpecError)."""
         who = client(self.peer)
         self.server.log(f"{who}: {escape(message)}", event="refused", client=who, reason=code)
+        # What goes back is cut and escaped too: a refusal that echoes a client's value
+        # must stay under the frame limit (it was never sent) and carry no escape codes.
+        told = escape(message, REFUSAL_CHARS)
         with contextlib.suppress(OSError, NetprobeError):  # the refusal is the error
-            self.channel.send({"type": "error", "code": code, "message": message})
-        raise SpecError(message)
+            self.channel.send({"type": "error", "code": code, "message": told})
+        raise SpecError(told)
 
     def attach(self, hello: DataHello, sock: socket.socket) -> bool:
         """Take a TCP data connection for this test; False if it does not belong."""
