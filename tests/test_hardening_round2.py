@@ -9,6 +9,7 @@ import json
 import os
 import resource
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -17,10 +18,12 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Optional
 
 import pytest
 
+from netprobe.agent.client import AgentConnection
 from netprobe.engine import protocol
 from netprobe.engine.client import run_test
 from netprobe.engine.server import Server, ServerConfig
@@ -446,3 +449,52 @@ def test_a_refusal_echoes_a_bounded_escaped_value(body: bytes) -> None:
     assert reply["type"] == "error", reply
     assert len(reply["message"]) < 2_000
     assert "\x1b" not in reply["message"] and "\n" not in reply["message"]
+
+
+# --- the agent: item 3, far ends never outlive it ------------------------------------------------
+
+needs_iperf3 = pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 not installed")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if f"\nPPid:\t{pid}\n" in (entry / "status").read_text():
+                    found.append(int(entry.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _far_end(port: int, **kw: Any) -> tuple[AgentConnection, int]:
+    agent = AgentConnection.open("127.0.0.1", port, None)
+    assert agent is not None
+    spec = TestSpec(**{"tool": "iperf3", "duration_s": 5.0, "interval_s": None, **kw})
+    return agent, agent.far_end("iperf3", spec)
+
+
+@needs_iperf3
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_far_ends_die_with_the_agent(sig: int) -> None:
+    with netprobe_server() as server:
+        agent, _port = _far_end(server.port)
+        far = _children(server.pid)
+        assert far and all(_running(pid) for pid in far)
+        server.proc.send_signal(sig)
+        server.proc.wait(10)
+        end = time.monotonic() + 5
+        while any(_running(pid) for pid in far) and time.monotonic() < end:
+            time.sleep(0.05)
+        left = [pid for pid in far if _running(pid)]
+        for pid in left:  # by PID, only what this test's agent started
+            os.kill(pid, signal.SIGKILL)
+        agent.close()
+    assert not left, f"far ends {left} outlived the agent ({signal.Signals(sig).name})"

@@ -102,14 +102,14 @@ def _tool(session: Session, message: dict, loader: RegistryLoader) -> Tool:
 
 def _far_end(session: Session, message: dict, loader: RegistryLoader) -> None:
     tool = _tool(session, message, loader)
-    spec = session.checked_spec(message)
+    spec = session.checked_spec(message, tool.refusals)
     with session.slot(spec, "far_end"):
         family = socket.AF_INET6 if ":" in session.local_address else socket.AF_INET
         port = _free_block(spec.streams, family)
         argv = tool.far_end_argv(spec, session.local_address, port)
         if argv is None:
             session.refuse(f"{tool.name} has no server side for an agent to start")
-        server = DrivenProcess(argv, name="server").start()
+        server = DrivenProcess(argv, name="server", die_with_parent=True).start()
         who = client(session.peer)
         session.server.log(f"{who}: started {tool.name} server, pid {server.pid}",
                            event="far-end", client=who, tool=tool.name, pid=server.pid,
@@ -187,7 +187,7 @@ def _third_party(session: Session, message: dict, loader: RegistryLoader) -> Non
         session.refuse("third-party tests are off on this agent "
                        "(start it with --allow-third-party to allow them)", "third_party")
     tool = _tool(session, message, loader)
-    spec = session.checked_spec(message)
+    spec = session.checked_spec(message, tool.refusals)
     if not spec.host:
         session.refuse("a third-party test needs a target host")
     with session.slot(spec, "third_party"):

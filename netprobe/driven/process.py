@@ -9,10 +9,12 @@ started, by its process group. :func:`run_once` runs a short command (a version 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -48,6 +50,24 @@ def _resolve(candidate: str) -> str | None:
     return shutil.which(candidate)
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A preexec function that has the child killed when its parent thread ends (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the child
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(1)
+
+    return preexec
+
+
 class DrivenProcess:
     """Runs one external tool: stdout+stderr merged, read continuously by a thread (never
     blocks on a full pipe), each line passed to ``on_line`` as it arrives; own process group
@@ -65,8 +85,13 @@ class DrivenProcess:
         name: str = "client",
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        die_with_parent: bool = False,
     ) -> None:
+        """``die_with_parent``: the kernel kills the tool (SIGKILL) when the thread that
+        started it ends, however this process ends (a SIGKILL of it included); for an
+        agent's far ends. Only for a tool started and stopped by one thread."""
         self.argv: tuple[str, ...] = tuple(argv)
+        self._die_with_parent = die_with_parent
         self.name = name
         self.callback_error: BaseException | None = None
         self._on_line = on_line
@@ -92,6 +117,7 @@ class DrivenProcess:
                 env=self._env,
                 cwd=self._cwd,
                 start_new_session=True,  # own process group: stop() reaches its children
+                preexec_fn=_parent_death_signal() if self._die_with_parent else None,
             )
         except OSError as exc:
             raise ToolUnavailable(f"cannot run {self.argv[0]}: {exc.strerror or exc}") from None
