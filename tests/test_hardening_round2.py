@@ -498,3 +498,38 @@ def test_far_ends_die_with_the_agent(sig: int) -> None:
             os.kill(pid, signal.SIGKILL)
         agent.close()
     assert not left, f"far ends {left} outlived the agent ({signal.Signals(sig).name})"
+
+
+# --- the agent: items 1, 4, driven far ends held to the agent's limits ------------------------
+
+
+@needs_iperf3
+def test_a_driven_far_end_is_held_to_the_agents_limits() -> None:
+    with netprobe_server("--max-streams", "1", "--max-rate", "1M", "--max-duration", "5") as server:
+        agent, port = _far_end(server.port, streams=1, rate_bits_per_second=1e6,
+                               duration_s=2.0)
+        started = time.monotonic()
+        # The client then asks the stock iperf3 server for far more than it was allowed.
+        run = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-R", "-b", "0",
+                              "-P", "8", "-t", "8", "--json"],
+                             capture_output=True, text=True, timeout=30)
+        took = time.monotonic() - started
+        agent.finish()
+        agent.close()
+    assert agent.stopped and "connections" in agent.stopped, agent.stopped
+    assert took < 4, f"the far end served {took:.1f} s of an 8 s, 8-stream test"
+    moved = json.loads(run.stdout or "{}").get("end", {}).get("sum_received", {}).get("bytes", 0)
+    assert moved < 2e9, moved  # what it served in the moment before the guard saw it
+
+
+@needs_iperf3
+def test_a_far_end_is_stopped_at_its_planned_end_whatever_the_client_does() -> None:
+    with netprobe_server() as server:
+        agent, _port = _far_end(server.port, duration_s=1.0, omit_s=2.0)
+        far = _children(server.pid)
+        asked = time.monotonic()
+        while any(_running(pid) for pid in far) and time.monotonic() - asked < 20:
+            time.sleep(0.1)
+        lasted = time.monotonic() - asked
+        agent.close()
+    assert lasted < 3 + 5 + 1.5, f"the far end ran {lasted:.1f} s for a 3 s test"

@@ -30,6 +30,8 @@ class AgentConnection:
     def __init__(self, channel: protocol.Channel, host: str) -> None:
         self.channel = channel
         self.host = host
+        self.stopped: Optional[str] = None
+        """Why the agent stopped the far end before its client was done (its limits)."""
 
     @classmethod
     def open(cls, host: str, port: int, secret: Optional[bytes]) -> Optional[AgentConnection]:
@@ -82,6 +84,8 @@ class AgentConnection:
         try:
             self.channel.send({"type": "far_end_done"})
             reply = self.channel.expect("far_end_output", timeout=timeout)
+            stopped = reply.get("stopped")
+            self.stopped = stopped if isinstance(stopped, str) else None
             return convert.structure(reply.get("raw"), RawOutput)
         except (OSError, NetprobeError):
             return None
@@ -129,12 +133,23 @@ def _run_far(agent: AgentConnection, tool: Tool, spec: TestSpec, reporter: Repor
     except TestFailed as exc:
         far = agent.finish()
         if far is not None and isinstance(exc.partial, Result):
-            exc.partial = tool.merge_far_end(exc.partial, far)
+            exc.partial = _stopped(agent, tool.merge_far_end(exc.partial, far))
         raise
     far = agent.finish()
     if far is None:
         return attrs.evolve(result, warnings=(*result.warnings, "the far end's output was lost"))
-    return tool.merge_far_end(result, far)
+    merged = _stopped(agent, tool.merge_far_end(result, far))
+    if merged.status == "failed" and result.status == "ok":
+        raise TestFailed(merged.errors[-1], merged)
+    return merged
+
+
+def _stopped(agent: AgentConnection, result: Result) -> Result:
+    """``result`` failed with the agent's reason, if it stopped the far end."""
+    if agent.stopped is None:
+        return result
+    reason = f"the agent at {agent.host} stopped the far end: {agent.stopped}"
+    return attrs.evolve(result, status="failed", errors=(*result.errors, reason))
 
 
 def third_party(source: str, spec: TestSpec, reporter: Reporter, secret: Optional[bytes] = None,

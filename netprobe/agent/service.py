@@ -12,11 +12,12 @@ import contextlib
 import socket
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import attrs
 
 from netprobe import convert
+from netprobe.agent.guard import CHECK_S, Guard, limits_for
 from netprobe.driven import DrivenProcess, is_listening, port_is_free
 from netprobe.engine.log import client, escape
 from netprobe.engine.server import Session
@@ -27,7 +28,6 @@ from netprobe.session import AgentAccess, availability, run_spec
 
 READY_TIMEOUT_S = 10.0  # how long a tool's server may take to start listening
 EXIT_WAIT_S = 5.0  # how long a one-shot server may take to exit after the client is done
-GRACE_S = 30.0  # past the planned end, how long the agent waits for the client's "done"
 
 RegistryLoader = Callable[..., Registry]
 
@@ -115,27 +115,43 @@ def _far_end(session: Session, message: dict, loader: RegistryLoader) -> None:
                            event="far-end", client=who, tool=tool.name, pid=server.pid,
                            state="started")
         try:
-            _serve_far_end(session, spec, server, port, family)
+            stopped = _serve_far_end(session, spec, server, port, family)
         finally:
             code = server.stop()
             session.server.log(f"{who}: {tool.name} server ended ({code})", event="far-end",
                                client=who, tool=tool.name, pid=server.pid, state="stopped",
                                exit_code=code)
-        _send_quietly(session, {"type": "far_end_output", "raw": convert.unstructure(server.raw())})
+        if stopped:
+            session.server.log(f"{who}: {tool.name} server stopped: {stopped}", event="refused",
+                               client=who, reason="limit")
+        _send_quietly(session, {"type": "far_end_output", "raw": convert.unstructure(server.raw()),
+                                "stopped": stopped})
 
 
 def _serve_far_end(session: Session, spec: TestSpec, server: DrivenProcess, port: int,
-                   family: int) -> None:
+                   family: int) -> Optional[str]:
+    """Serve the far end until its client is done; why the agent stopped it, if it did."""
     if not _wait_ready(server, port, family):
         tail = " | ".join(server.text.strip().splitlines()[-3:]) or "no output"
         session.refuse(f"the tool's server did not start listening: {tail}")
     session.channel.send({"type": "far_end_ready", "port": port})
-    planned = (spec.duration_s or session.server.config.max_duration_s) + spec.omit_s
-    try:
-        session.channel.expect("far_end_done", timeout=planned + GRACE_S)
-    except (OSError, NetprobeError):
-        return  # client gone or late: the finally of the caller stops the server
-    server.wait(EXIT_WAIT_S)  # one-shot servers exit by themselves; the rest are stopped
+    config = session.server.config
+    guard = Guard(server.pid, limits_for(
+        spec.streams, len(spec.flow_directions()), spec.planned_s() or config.max_duration_s,
+        config.max_rate_bps, session.server.allows))
+    while True:
+        try:
+            message = session.channel.recv(timeout=CHECK_S)
+        except socket.timeout:
+            breach = guard.breach()
+            if breach is not None:
+                return breach  # the caller's finally stops it
+            continue
+        except (OSError, NetprobeError):
+            return None  # client gone: the finally of the caller stops the server
+        if message.get("type") == "far_end_done":
+            server.wait(EXIT_WAIT_S)  # one-shot servers exit by themselves; others are stopped
+            return None
 
 
 def _wait_ready(server: DrivenProcess, port: int, family: int) -> bool:

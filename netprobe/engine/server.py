@@ -298,6 +298,10 @@ class Server:
             conn.send(protocol.encode({"type": "error", "code": reason, "message": message}))
         close_quietly(conn)
 
+    def allows(self, address: str) -> bool:
+        """Whether the --allow list accepts ``address`` (every address without one)."""
+        return self._allowed(address)
+
     def _allowed(self, address: str) -> bool:
         if not self._networks:
             return True
@@ -565,9 +569,10 @@ class Session:
         if memory > self.server.max_memory:
             self.refuse(f"the test's buffers need {_mib(memory)} of memory, over this server's "
                         f"limit of {_mib(self.server.max_memory)}")
-        if spec.duration_s and spec.duration_s > cfg.max_duration_s:
+        planned = spec.planned_s()  # the warm-up runs on top of the duration
+        if planned and planned > cfg.max_duration_s:
             self.refuse(
-                f"duration {spec.duration_s} s exceeds this server's limit of "
+                f"duration {planned:g} s (with the warm-up) exceeds this server's limit of "
                 f"{cfg.max_duration_s:g} s"
             )
         if spec.streams > cfg.max_streams:

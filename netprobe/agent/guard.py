@@ -1,0 +1,170 @@
+"""Holding a far end to the agent's limits, whatever its client asks of it.
+
+A stock tool server (``iperf3 -s``, ``iperf -s``, ``nuttcp -S``) obeys its client: the
+spec the agent checked is only what the client *said* it would run. So while a far end
+runs, the agent watches it from outside, through /proc, and stops it (by PID) at the first
+breach:
+
+* its planned end plus a small grace has passed;
+* it holds more established TCP connections than the spec's streams allow (plus the
+  tool's control and sync connections);
+* a connected socket of it talks to an address the agent's ``--allow`` list refuses;
+* with ``--max-rate``, it moves more bytes per second (read + written, /proc/PID/io)
+  than the streams at that rate could.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import struct
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import attrs
+
+CHECK_S = 0.2  # how often the far end is looked at
+GRACE_S = 5.0  # past the planned end, how long a far end may run on
+EXTRA_CONNECTIONS = 2  # a tool's control connection and, for ntttcp, its sync connection
+RATE_SLACK = 1.5  # headroom over the allowed rate (bursts, protocol overhead)
+RATE_FLOOR_BYTES_S = 256 * 1024  # control traffic and a slow start's overshoot
+_TCP_ESTABLISHED = "01"
+
+
+@attrs.define
+class Limits:
+    """What one far end may do."""
+
+    deadline: float
+    """time.monotonic() by which it must have ended."""
+    max_connections: int
+    """Established TCP connections it may hold at once."""
+    max_bytes_per_s: Optional[float]
+    """Bytes it may read and write per second, together; None: no limit."""
+    allowed: Callable[[str], bool]
+    """Whether the agent would accept this address as a client (its --allow list)."""
+
+
+def limits_for(streams: int, directions: int, planned_s: float, rate_bps: Optional[float],
+               allowed: Callable[[str], bool]) -> Limits:
+    """The limits of a far end for ``streams`` per direction, starting now."""
+    per_s = None
+    if rate_bps:
+        per_s = rate_bps * streams * directions / 8 * RATE_SLACK + RATE_FLOOR_BYTES_S
+    return Limits(deadline=time.monotonic() + planned_s + GRACE_S,
+                  max_connections=streams * directions + EXTRA_CONNECTIONS,
+                  max_bytes_per_s=per_s, allowed=allowed)
+
+
+class Guard:
+    """Watches one far end's process (and its children); :meth:`breach` says why it must
+    be stopped, or None."""
+
+    def __init__(self, pid: int, limits: Limits) -> None:
+        self.pid = pid
+        self.limits = limits
+        self._io: Optional[tuple[float, int]] = None
+
+    def breach(self) -> Optional[str]:
+        """The first limit broken right now, in words; None if all hold."""
+        if time.monotonic() > self.limits.deadline:
+            return "it ran past the test's planned end"
+        inodes = _socket_inodes(_family(self.pid))
+        connections, foreign = _connections(inodes)
+        if connections > self.limits.max_connections:
+            return (f"it held {connections} connections, more than the "
+                    f"{self.limits.max_connections} the test's streams need")
+        for address in foreign:
+            if not self.limits.allowed(address):
+                return f"it talked to {address}, which this agent's --allow list refuses"
+        return self._rate_breach()
+
+    def _rate_breach(self) -> Optional[str]:
+        if self.limits.max_bytes_per_s is None:
+            return None
+        now, moved = time.monotonic(), sum(_io_bytes(pid) for pid in _family(self.pid))
+        if self._io is None:
+            self._io = (now, moved)
+            return None
+        start, before = self._io
+        if now - start < 1.0:
+            return None  # a rate over at least a second: bursts are allowed
+        self._io = (now, moved)
+        rate = (moved - before) / (now - start)
+        if rate > self.limits.max_bytes_per_s:
+            return (f"it moved {rate * 8 / 1e6:.1f} Mbit/s, over the "
+                    f"{self.limits.max_bytes_per_s * 8 / 1e6:.1f} Mbit/s the test's limits allow")
+        return None
+
+
+def _family(pid: int) -> list[int]:
+    """``pid`` and its descendants (a tool may fork a server per client)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                todo += [int(child) for child in (task / "children").read_text().split()]
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def _socket_inodes(pids: list[int]) -> set[str]:
+    inodes = set()
+    for pid in pids:
+        try:
+            entries = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{entry}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    return inodes
+
+
+def _connections(inodes: set[str]) -> tuple[int, list[str]]:
+    """Established TCP connections among ``inodes``, and the remote addresses of every
+    connected TCP or UDP socket among them."""
+    established, remotes = 0, []
+    for table in ("tcp", "tcp6", "udp", "udp6"):
+        try:
+            lines = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[9] not in inodes:
+                continue
+            address, port = _decode(fields[2])
+            if table.startswith("tcp") and fields[3] == _TCP_ESTABLISHED:
+                established += 1
+            if port:
+                remotes.append(address)
+    return established, remotes
+
+
+def _decode(text: str) -> tuple[str, int]:
+    """An address:port of /proc/net/{tcp,udp}[6] (hex, host-order 32-bit words)."""
+    raw, port = text.split(":")
+    words = [int(raw[i:i + 8], 16) for i in range(0, len(raw), 8)]
+    packed = b"".join(struct.pack("<I", word) for word in words)
+    family = socket.AF_INET if len(packed) == 4 else socket.AF_INET6
+    ip = ipaddress.ip_address(socket.inet_ntop(family, packed))
+    plain = getattr(ip, "ipv4_mapped", None) or ip
+    return str(plain), int(port, 16)
+
+
+def _io_bytes(pid: int) -> int:
+    try:
+        text = Path(f"/proc/{pid}/io").read_text()
+    except OSError:
+        return 0
+    values = dict(line.split(": ") for line in text.splitlines() if ": " in line)
+    return int(values.get("rchar", 0)) + int(values.get("wchar", 0))
