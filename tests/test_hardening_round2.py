@@ -533,3 +533,27 @@ def test_a_far_end_is_stopped_at_its_planned_end_whatever_the_client_does() -> N
         lasted = time.monotonic() - asked
         agent.close()
     assert lasted < 3 + 5 + 1.5, f"the far end ran {lasted:.1f} s for a 3 s test"
+
+
+# --- the agent: item 2, no far end sends outside the ACL ----------------------------------------
+
+
+@needs_iperf3
+def test_a_far_end_talking_outside_the_allow_list_is_stopped() -> None:
+    with netprobe_server("--allow", "127.0.0.1/32") as server:
+        agent, port = _far_end(server.port, duration_s=3.0)
+        run = subprocess.run(["iperf3", "-c", "127.0.0.1", "-B", "127.0.0.5", "-p", str(port),
+                              "-t", "3", "--json"], capture_output=True, text=True, timeout=30)
+        agent.finish()
+        agent.close()
+    assert run.returncode is not None
+    assert agent.stopped and "127.0.0.5" in agent.stopped, agent.stopped
+
+
+def test_a_third_party_target_outside_the_allow_list_is_refused() -> None:
+    from netprobe.agent.client import third_party
+
+    with netprobe_server("--allow", "127.0.0.1/32", "--allow-third-party") as server, \
+            pytest.raises(TestFailed, match="outside this agent's --allow"):
+        third_party("127.0.0.1", TestSpec(host="127.0.0.9", duration_s=0.5), NullReporter(),
+                    port=server.port)

@@ -173,6 +173,15 @@ def _free_block(streams: int, family: int) -> int:
     raise TestFailed("no block of free ports on the agent")
 
 
+def _addresses(host: str) -> list[str]:
+    """Every address ``host`` resolves to (itself if it does not resolve: refused then)."""
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return [host]
+    return sorted({str(info[4][0]) for info in infos})
+
+
 def _send_quietly(session: Session, message: dict) -> None:
     with contextlib.suppress(OSError, NetprobeError):  # the client went away: nothing to tell
         session.channel.send(message)
@@ -206,6 +215,10 @@ def _third_party(session: Session, message: dict, loader: RegistryLoader) -> Non
     spec = session.checked_spec(message, tool.refusals)
     if not spec.host:
         session.refuse("a third-party test needs a target host")
+    refused = [a for a in _addresses(spec.host) if not session.server.allows(a)]
+    if refused:
+        session.refuse(f"the target {escape(spec.host)} ({refused[0]}) is outside this agent's "
+                       "--allow list: it sends only to addresses it would accept as clients")
     with session.slot(spec, "third_party"):
         who = client(session.peer)
         session.server.log(f"{who}: third-party {tool.name} test to {escape(spec.host)}",
