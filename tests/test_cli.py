@@ -572,17 +572,21 @@ def test_netprobe_debug_shows_the_traceback(capsys: pytest.CaptureFixture[str],
     assert "Traceback" in err and "RuntimeError" in err
 
 
-def test_live_reporter_prints_each_sample_as_it_arrives() -> None:
+def test_live_reporter_prints_each_interval_once_both_sides_sent_it() -> None:
     buffer = io.StringIO()
     console = Console(file=buffer, width=200, color_system=None)
     reporter = LiveReporter(TestSpec(streams=1), console=console, notes=console)
     samples = sample_result().intervals
+    reporter.interval(samples[1])  # the receiver's line of 0-1 s came first: held back
+    assert reporter.lines == 0
     reporter.interval(samples[0])
-    assert "0.00-1.00" in buffer.getvalue() and reporter.lines == 1
+    assert "0.00-1.00" in buffer.getvalue() and reporter.lines == 2
+    assert buffer.getvalue().index(" sender ") < buffer.getvalue().index(" receiver ")
     reporter.interval(samples[0])  # the same span again (a sum equal to the stream)
-    assert reporter.lines == 1
-    reporter.interval(samples[1])
     assert reporter.lines == 2
+    reporter.interval(samples[2])
+    reporter.finish()  # the test is over: what is held back is drawn
+    assert reporter.lines == 3
 
 
 # --- tools -------------------------------------------------------------------------------

@@ -89,7 +89,8 @@ def output(args: argparse.Namespace) -> Output:
         warning(chosen.warning)
     per_stream = args.per_stream or getattr(args, "verbose", False)
     return Output(chosen.stdout, args.output, quiet=args.quiet, per_stream=per_stream,
-                  file_fmt=chosen.file, units=getattr(args, "units", None))
+                  file_fmt=chosen.file, units=getattr(args, "units", None),
+                  wide=getattr(args, "verbose", False))
 
 
 def warning(message: str) -> None:
@@ -128,7 +129,11 @@ def failed_result(tool_name: str, spec: TestSpec, message: str, status: str = "f
 
 
 def lines_shown(reporter: Reporter) -> bool:
-    """Whether the reporter drew interval lines already (the table then leaves them out)."""
+    """Whether the reporter drew interval lines (the table then leaves them out); a live
+    reporter first draws the lines it held back."""
+    finish = getattr(reporter, "finish", None)
+    if finish is not None:  # a live reporter holds back lines until an interval is whole
+        finish()
     return getattr(reporter, "lines", 0) > 0
 
 

@@ -137,7 +137,9 @@ class Output:
 
     def __init__(self, fmt: str = "human", path: str | None = None, quiet: bool = False,
                  per_stream: bool = False, file_fmt: str | None = None,
-                 units: Any = None) -> None:
+                 units: Any = None, wide: bool = False) -> None:
+        self.wide = wide
+        """Interval lines with every figure, whatever the width (``-V``)."""
         self.units = units
         """How human output shows rates and byte counts (netprobe.cli.units.Units)."""
         self.fmt = fmt
@@ -162,7 +164,8 @@ class Output:
             return NullReporter()
         from netprobe.cli.render import LiveReporter
 
-        return LiveReporter(spec, per_stream=self.per_stream, units=self.units)
+        return LiveReporter(spec, per_stream=self.per_stream, units=self.units,
+                            wide=self.wide)
 
     def emit(self, result: Result, intervals_shown: bool = False) -> None:
         """Deliver ``result`` to stdout and to the file (OutputError if that fails; stdout

@@ -116,24 +116,27 @@ class IntervalFilter:
 def interval_header(show_ids: bool) -> Text:
     """The column titles printed above the first interval line."""
     ids = "[ ID] " if show_ids else ""
-    return Text(f"{ids}  {'Interval':<15}{'Dir':<6}{'Role':<10}{'Transfer':>13}  {'Bitrate':>13}",
+    return Text(f"{ids}{'Interval':<15}{'Dir':<5}{'Role':<9}{'Transfer':>14} {'Bitrate':>13}",
                 style="bold")
 
 
-def interval_line(sample: Interval, show_ids: bool, units: Units | None = None) -> Text:
-    """One interval as a line: span, direction, side, bytes, rate, then what is known."""
+def interval_line(sample: Interval, show_ids: bool, units: Units | None = None,
+                  width: int | None = None) -> Text:
+    """One interval as a line: span, direction, side, bytes, rate, then what is known, as
+    much of it as fits ``width`` columns (all of it without a width)."""
     ids = ""
     if show_ids:
         ids = "[SUM] " if sample.stream_id is None else f"[{sample.stream_id:>3}] "
-    span = f"{sample.start_s:6.2f}-{sample.end_s:<6.2f} s  "
-    line = Text(f"{ids}{span}{_DIRECTION_LABELS[sample.direction]:<6}{sample.role:<10}")
+    span = f"{sample.start_s:6.2f}-{sample.end_s:<6.2f}s "
+    line = Text(f"{ids}{span}{_DIRECTION_LABELS[sample.direction]:<5}{sample.role:<9}")
     units = units or Units()
-    line.append(f"{units.bytes(sample.bytes):>13}  ")
+    line.append(f"{units.bytes(sample.bytes):>14} ")
     line.append(f"{units.rate(sample.bits_per_second):>13}", style="bold")
-    for extra in _interval_extras(sample):
-        line.append("  " + extra)
-    if sample.omitted:
-        line.append("  (omitted)", style="dim")
+    tail = [*_interval_extras(sample), *(["(omitted)"] if sample.omitted else [])]
+    for extra in tail:
+        if width is not None and len(line) + 2 + len(extra) > width:
+            continue  # the figures that fit: a wider terminal or -V shows the rest
+        line.append("  " + extra, style="dim" if extra == "(omitted)" else "")
     return line
 
 
@@ -163,6 +166,12 @@ def _interval_extras(sample: Interval) -> list[str]:
 class LiveReporter:
     """A Reporter (see netprobe.plugin) that prints interval lines as the tool sends them.
 
+    Lines come in a fixed order whichever end reported first: per interval and direction,
+    each stream's sender then receiver line, then the sums. An interval is drawn once
+    every side the spec has reported it, or once a side is past it (a tool that reports
+    one side only); :meth:`finish` draws what is left. Each line fits the console's width
+    (``wide``: every figure, however long).
+
     Tools may report from their own threads, so printing is serialised by a lock. It never
     raises into the tool: if the terminal or pipe goes away, it stops printing and the
     test runs on (writing the result then fails, and the CLI exits 6).
@@ -170,25 +179,60 @@ class LiveReporter:
 
     def __init__(self, spec: TestSpec, per_stream: bool = False,
                  console: Console | None = None, notes: Console | None = None,
-                 units: Units | None = None) -> None:
+                 units: Units | None = None, wide: bool = False) -> None:
         self._units = units or Units()
         self._console = console or stdout_console()
         self._notes = notes or stderr_console()
+        self._width = None if wide else self._console.width
         self._filter = IntervalFilter(spec.streams, per_stream)
+        self._sides = {(d, r) for d in spec.flow_directions() for r in ("sender", "receiver")}
+        self._summed = spec.streams > 1
+        self._pending: dict[float, list[Interval]] = {}
+        self._latest: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
         self._closed = False
         self.lines = 0
         """Interval lines printed so far."""
 
     def interval(self, sample: Interval) -> None:
-        """Print ``sample`` if it is one the user wants to see."""
+        """Take ``sample``; draw the intervals it completes."""
         with self._lock:
             if self._closed or not self._filter.wants(sample):
                 return
+            key = round(sample.start_s, 3)
+            self._pending.setdefault(key, []).append(sample)
+            side = (sample.direction, sample.role)
+            self._latest[side] = max(self._latest.get(side, key), key)
+            for start in sorted(self._pending):
+                if not (self._complete(start) or self._passed(start)):
+                    break
+                self._draw(self._pending.pop(start))
+
+    def finish(self) -> None:
+        """Draw the intervals still held back (the test is over)."""
+        with self._lock:
+            for start in sorted(self._pending):
+                self._draw(self._pending.pop(start))
+
+    def _complete(self, start: float) -> bool:
+        # Every side of the spec has its last line of this interval (the sum, with -P).
+        done = {(s.direction, s.role) for s in self._pending[start]
+                if s.stream_id is None or not self._summed}
+        return self._sides <= done
+
+    def _passed(self, start: float) -> bool:
+        # Every side heard from has reported a later interval: nothing more will come.
+        return bool(self._latest) and all(latest > start for latest in self._latest.values())
+
+    def _draw(self, samples: list[Interval]) -> None:
+        order = {"sender": 0, "receiver": 1}
+        samples.sort(key=lambda s: (s.direction, s.stream_id is None, s.stream_id or 0,
+                                    order.get(s.role, 2)))
+        for sample in samples:
             if self.lines == 0:
                 self._print(self._console, interval_header(self._filter.show_ids))
             self._print(self._console, interval_line(sample, self._filter.show_ids,
-                                                     self._units))
+                                                     self._units, self._width))
             self.lines += 1
 
     def note(self, message: str) -> None:
@@ -217,8 +261,9 @@ def print_result(console: Console, result: Result, *, intervals: bool = False,
                                 units=units)
         for sample in result.intervals:
             reporter.interval(sample)
+        reporter.finish()
     if result.summaries or result.streams:
-        console.print(summary_table(result, per_stream, units))
+        console.print(summary_table(result, per_stream, units, console.width))
     _print_sparkline(console, result)
     if result.latency is not None and result.latency.phases:
         from netprobe.cli.latencyview import print_latency
@@ -281,41 +326,61 @@ _COLUMNS = ("Dir", "Role", "Transfer", "Bitrate", "CPU", "Retr", "RTT mean/min",
             "Jitter", "OOO")
 
 
-def summary_table(result: Result, per_stream: bool = False, units: Units | None = None
-                  ) -> Table:
+def summary_table(result: Result, per_stream: bool = False, units: Units | None = None,
+                  width: int | None = None) -> Table:
     """Per direction: sender and receiver totals (and per stream if asked). Columns that
-    no row knows anything about are left out."""
+    no row knows anything about are left out; when the table would not fit ``width``
+    columns, the cells shrink (CPU of the process only, the mean RTT only) rather than
+    being cut."""
+    titles, rows = _summary_cells(result, per_stream, units, compact=False)
+    if width is not None and _natural_width(titles, rows) > width:
+        titles, rows = _summary_cells(result, per_stream, units, compact=True)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  collapse_padding=True)
+    for i, title in enumerate(titles):
+        table.add_column(title, justify="left" if i < 2 else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _summary_cells(result: Result, per_stream: bool, units: Units | None, compact: bool
+                   ) -> tuple[list[str], list[tuple[str, ...]]]:
     rows: list[tuple[str, ...]] = []
     for flow in result.summaries:
         for side in (flow.sender, flow.receiver):
             if side is not None:
-                rows.append(_summary_row(_DIRECTION_LABELS[flow.direction], side, units))
+                rows.append(_summary_row(_DIRECTION_LABELS[flow.direction], side, units,
+                                         compact))
     if per_stream:
         for stream in result.streams:
             label = f"{_DIRECTION_LABELS[stream.direction]} #{stream.stream_id}"
             for side in (stream.sender, stream.receiver):
                 if side is not None:
-                    rows.append(_summary_row(label, side, units))
+                    rows.append(_summary_row(label, side, units, compact))
     keep = [i for i in range(len(_COLUMNS)) if i < 4 or any(row[i] != "-" for row in rows)]
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for i in keep:
-        table.add_column(_COLUMNS[i], justify="left" if i < 2 else "right", no_wrap=True)
-    for row in rows:
-        table.add_row(*(row[i] for i in keep))
-    return table
+    titles = [("RTT" if compact and _COLUMNS[i].startswith("RTT") else _COLUMNS[i])
+              for i in keep]
+    return titles, [tuple(row[i] for i in keep) for row in rows]
 
 
-def _summary_row(label: str, side: SideSummary, units: Units | None = None
-                 ) -> tuple[str, ...]:
+def _natural_width(titles: Sequence[str], rows: Sequence[tuple[str, ...]]) -> int:
+    widths = [max(len(cell) for cell in column) for column in zip(titles, *rows)]
+    return sum(widths) + 2 * (len(widths) - 1)  # a space of padding, the box's space
+
+
+def _summary_row(label: str, side: SideSummary, units: Units | None = None,
+                 compact: bool = False) -> tuple[str, ...]:
     units = units or Units()
+    cpu = side.cpu.process if side.cpu else None
     return (
         label,
         side.role,
         units.bytes(side.bytes),
         units.rate(side.bits_per_second),
-        _cpu_cell(side),
+        format_percent(cpu.total_percent if cpu else None) if compact else _cpu_cell(side),
         _retransmits_cell(side),
-        _rtt_cell(side),
+        format_ms_from_us(side.rtt_us) if compact else _rtt_cell(side),
         _lost_cell(side),
         "-" if side.jitter_ms is None else f"{side.jitter_ms:.3f} ms",
         "-" if side.out_of_order_packets is None else str(side.out_of_order_packets),
