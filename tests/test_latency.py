@@ -280,3 +280,35 @@ def test_native_run_with_latency_fills_phases_and_intervals() -> None:
     assert streams and all(i.latency_p50_us is not None for i in streams)
     assert len(lat.samples) == sum(p.rtt.count + (p.rtt.lost or 0) for p in lat.phases if p.rtt)
     assert lat.test_start_s is not None and lat.test_start_s >= 0.5
+
+
+# --- the human view -------------------------------------------------------------------
+
+
+def test_human_view_fits_80_columns_and_names_the_culprit() -> None:
+    import io
+
+    from rich.console import Console
+
+    from netprobe.cli.latencyview import latency_chart, print_latency
+    from netprobe.schema import Endpoint, Result, ToolInfo
+
+    summary = latency.summarize(_deep_queue_log())
+    result = Result(tool=ToolInfo(name="native"), spec=TestSpec(), start_time=None,
+                    local=Endpoint(role="client"), remote=Endpoint(role="server"),
+                    latency=summary)
+    buffer = io.StringIO()
+    print_latency(Console(file=buffer, width=80, color_system=None), result)
+    text = buffer.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text  # no column squeezed into an ellipsis
+    assert "+150.0" in text and " C " in text  # the loaded row: increase and grade
+    assert "the queue builds from client to server (upload)" in " ".join(text.split())
+    chart = latency_chart(summary.samples, summary.phases, width=40, rows=4)
+    assert chart is not None
+    lines = chart.plain.splitlines()
+    assert len(lines) == 6  # four rows, the lost marks, the phase ruler
+    assert lines[-1].strip().startswith("|idle") and "|loaded" in lines[-1]
+    assert lines[-2].rstrip().endswith("x")  # the three lost probes, at the end
+    assert "█" in lines[0]  # the 151 ms probes reach the top row; the idle ones do not
+    assert lines[0].split("|", 1)[1].startswith(" ")

@@ -40,7 +40,7 @@ def print_latency(console: Console, result: Result) -> None:
     rates = rate_table(latency.phases)
     if rates is not None:
         console.print(rates)
-    console.print(verdict(latency), soft_wrap=True)
+    console.print(verdict(latency))  # wrapped at words to the terminal's width
     chart = latency_chart(latency.samples, latency.phases)
     if chart:
         console.print(chart, soft_wrap=True)
