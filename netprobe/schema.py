@@ -21,12 +21,13 @@ from attrs import field, frozen
 
 from netprobe.errors import SpecError
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 """Version of the result format; bumped on any change, minor for additions (1.1: latency
 fields documented for plugins, run_id and trial; 1.2: latency under load: phases, one-way
 delay variation, probe loss, RPM, grade, per-interval latency; 1.3: the probes' own samples
 and the test's start on their clock; 1.4: the busiest data thread's CPU,
-CpuUsage.max_thread_percent). Results of an older minor version load."""
+CpuUsage.max_thread_percent; 1.5: UDP receive-buffer drops apart from the path's loss,
+SideSummary.receive_buffer_dropped_packets). Results of an older minor version load."""
 
 PROTOCOLS = ("tcp", "udp")
 DIRECTIONS = ("normal", "reverse", "bidir")
@@ -320,6 +321,12 @@ class SideSummary:
     """UDP datagrams out of order (receiver)."""
     duplicate_packets: Optional[int] = None
     """UDP datagrams received twice (receiver)."""
+    receive_buffer_dropped_packets: Optional[int] = None
+    """UDP datagrams the receiving host's kernel dropped during the test because a
+    socket's receive buffer was full (its Udp and Udp6 ``RcvbufErrors`` counters; receiver,
+    native engine). They are in ``lost_packets`` too, but were lost in the receiving host,
+    not on the path. Host-wide: each stream shows its side's count, which may include
+    other sockets' drops."""
     jitter_ms: Optional[float] = None
     """UDP interarrival jitter at the end (receiver)."""
     cpu: Optional[Cpu] = None

@@ -262,3 +262,25 @@ def switched_hosts(names: Sequence[str], subnet: str = "10.77.2",
                 lab.shape(switch, port, rate_mbit)
             hosts[name] = (ns, address)
         yield lab, hosts
+
+
+HOP_A_ADDR, HOP_B_ADDR = "10.77.3.1", "10.77.4.2"
+
+
+@contextlib.contextmanager
+def shaped_hop(
+    rate_mbit: float, latency_ms: int = 50
+) -> Iterator[tuple[Lab, str, str, str, str]]:
+    """a (HOP_A_ADDR) - r - b (HOP_B_ADDR): a router namespace r in the middle whose link
+    to b is shaped to ``rate_mbit`` with a queue of ``latency_ms``. Unlike a qdisc on the
+    sender's own device, which holds the sending socket back, a hop drops what it cannot
+    queue, as a real bottleneck does. Yields (lab, a, r, b, r's device towards b)."""
+    with Lab() as lab:
+        a, r, b = lab.host("a"), lab.host("r"), lab.host("b")
+        lab.link(a, f"{HOP_A_ADDR}/24", r, "10.77.3.2/24")
+        dev_r, _ = lab.link(r, "10.77.4.1/24", b, f"{HOP_B_ADDR}/24")
+        lab.forward(r)
+        lab.route(a, "10.77.4.0/24", "10.77.3.2")
+        lab.route(b, "10.77.3.0/24", "10.77.4.1")
+        lab.shape(r, dev_r, rate_mbit, latency_ms=latency_ms)
+        yield lab, a, r, b, dev_r

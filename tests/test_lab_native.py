@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from .netlab import B_ADDR, Lab, shaped_pair, wait_listening
+from .netlab import B_ADDR, HOP_B_ADDR, Lab, shaped_hop, shaped_pair, wait_listening
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -32,16 +32,17 @@ def link():  # type: ignore[no-untyped-def]
         yield lab_a_b
 
 
-def start_server(lab: Lab, ns: str) -> subprocess.Popen:
+def start_server(lab: Lab, ns: str, address: str = B_ADDR) -> subprocess.Popen:
     server = lab.start(
-        ns, [*NETPROBE, "server", "-B", B_ADDR], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        ns, [*NETPROBE, "server", "-B", address], stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE
     )
     wait_listening(lab, ns, 5301)
     return server
 
 
-def run_client(lab: Lab, ns: str, *args: str) -> dict:
-    proc = lab.run(ns, [*NETPROBE, "run", B_ADDR, "--json", *args], timeout=60)
+def run_client(lab: Lab, ns: str, *args: str, host: str = B_ADDR) -> dict:
+    proc = lab.run(ns, [*NETPROBE, "run", host, "--json", *args], timeout=60)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -78,3 +79,50 @@ def test_retransmits_match_the_kernel_under_loss(link) -> None:  # type: ignore[
     assert sender["retransmits"] > 0
     # The control connection may retransmit a segment or two of its own.
     assert abs(sender["retransmits"] - (after - before)) <= 3
+
+
+# UDP through a 100 Mbit/s hop with a 200 ms queue: offered 150 Mbit/s, the queue fills and
+# drains for up to 200 ms after the sender stops. On the wire a 1400-byte payload is a
+# 1466-byte frame (UDP 8, IP 20, Ethernet 14, tbf's overhead 24), so the hop carries at most
+# 100 x 1400 / 1466 = 95.5 Mbit/s of payload: iperf3 there says 95.46 over 0-2.203 s.
+UDP_CEILING_MBIT = 100 * 1400 / 1466
+
+
+def test_udp_receiver_figures_stay_under_the_link_with_a_deep_queue() -> None:
+    with shaped_hop(100, latency_ms=200) as (lab, a, _, b, _):
+        start_server(lab, b, HOP_B_ADDR)
+        result = run_client(lab, a, "-u", "-b", "150M", "-l", "1400", "-t", "2", "-i", "0.5",
+                            host=HOP_B_ADDR)
+    flow = result["summaries"][0]
+    receiver = flow["receiver"]
+    span = receiver["end_s"] - receiver["start_s"]
+    assert receiver["bits_per_second"] / 1e6 <= UDP_CEILING_MBIT * 1.005, receiver
+    assert receiver["bits_per_second"] / 1e6 == pytest.approx(UDP_CEILING_MBIT, rel=0.03)
+    # its own span: the sender's 2 s plus the queue's drain (at most 200 ms and a little)
+    assert 2.05 < span < 2.3, receiver
+    assert receiver["bytes"] * 8 / span == pytest.approx(receiver["bits_per_second"])
+    for sample in result["intervals"]:
+        if sample["role"] == "receiver" and sample["stream_id"] is None:
+            assert sample["bits_per_second"] / 1e6 <= UDP_CEILING_MBIT * 1.02, sample
+
+
+def test_udp_loss_in_the_receivers_own_buffer_is_counted_apart() -> None:
+    # One namespace, its loopback only: no path to lose anything on, so every datagram
+    # lost here overflowed the receiver's small socket buffer (-w 4k at 1 Gbit/s).
+    with Lab() as lab:
+        ns = lab.host("a")
+        lab.start(ns, [*NETPROBE, "server", "-B", "127.0.0.1"], stdout=subprocess.DEVNULL,
+                  stderr=subprocess.DEVNULL)
+        wait_listening(lab, ns, 5301)
+        before = lab.snmp(ns, "Udp")["RcvbufErrors"]
+        proc = lab.run(ns, [*NETPROBE, "run", "127.0.0.1", "--json", "-u", "-b", "1G",
+                            "-w", "4k", "-t", "1"], timeout=60)
+        after = lab.snmp(ns, "Udp")["RcvbufErrors"]
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    receiver = result["summaries"][0]["receiver"]
+    drops = receiver["receive_buffer_dropped_packets"]
+    assert after - before > 0, "the small buffer should have overflowed"
+    assert drops == after - before
+    assert 0 < drops <= receiver["lost_packets"]
+    assert any("full socket buffer" in w for w in result["warnings"])

@@ -96,8 +96,22 @@ def build_result(
         streams=tuple(streams),
         intervals=tuple(intervals),
         errors=tuple(errors),
-        warnings=(*side.warnings(), *warnings, *_peer_warnings(outcome.peer_report)),
+        warnings=(*side.warnings(), *warnings, *_peer_warnings(outcome.peer_report),
+                  *_rcvbuf_warnings(flows)),
     ))
+
+
+def _rcvbuf_warnings(flows: list[FlowSummary]) -> list[str]:
+    """Say where loss was the tester's own: datagrams its receive buffer dropped."""
+    found = []
+    for flow in flows:
+        receiver = flow.receiver
+        drops = receiver.receive_buffer_dropped_packets if receiver else None
+        if receiver and drops:
+            found.append(f"{flow.direction}: {drops} of the {receiver.lost_packets} "
+                         "datagrams lost were dropped by the receiving host's full socket "
+                         "buffer (kernel UDP RcvbufErrors), not by the path")
+    return found
 
 
 def _fill_from_intervals(spec: TestSpec, summaries: dict[Key, SideSummary],

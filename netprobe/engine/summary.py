@@ -100,6 +100,11 @@ def _total(values: Sequence[Optional[int]]) -> Optional[int]:
     return sum(known) if known else None
 
 
+def _largest(values: Sequence[Optional[int]]) -> Optional[int]:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
 def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
     known = [v for v in values if v is not None]
     return statistics.fmean(known) if known else None
@@ -137,8 +142,10 @@ def sum_intervals(samples: Sequence[Interval]) -> list[Interval]:
     return sums
 
 
-def side_summary(stream: LocalStream, start_s: float, end_s: float) -> SideSummary:
-    """A stream's summary from its warm-up baseline to its final totals."""
+def side_summary(stream: LocalStream, start_s: float, end_s: float,
+                 rcvbuf_drops: Optional[int] = None) -> SideSummary:
+    """A stream's summary from its warm-up baseline to its final totals (``rcvbuf_drops``:
+    the host's UDP receive-buffer drops over the test, for a UDP receiver)."""
     final, base = stream.snapshot(), stream.base
     if stream.is_tcp and stream.role == "sender" and not stream.rtt_samples:
         note_tcp_sample(stream, final)  # a test shorter than one interval
@@ -163,6 +170,7 @@ def side_summary(stream: LocalStream, start_s: float, end_s: float) -> SideSumma
         lost_percent=_percent(lost, (packets or 0) + (lost or 0)) if udp_rx else None,
         out_of_order_packets=final.out_of_order - base.out_of_order if udp_rx else None,
         duplicate_packets=final.duplicates - base.duplicates if udp_rx else None,
+        receive_buffer_dropped_packets=rcvbuf_drops if udp_rx else None,
         jitter_ms=final.jitter_ms if udp_rx else None,
     )
 
@@ -229,6 +237,9 @@ def sum_summaries(parts: Sequence[SideSummary], cpu: Optional[Cpu]) -> SideSumma
         lost_percent=None if lost is None else _percent(lost, (packets or 0) + lost),
         out_of_order_packets=_total([p.out_of_order_packets for p in parts]),
         duplicate_packets=_total([p.duplicate_packets for p in parts]),
+        # a host-wide count that every stream of a side repeats: not a sum
+        receive_buffer_dropped_packets=_largest([p.receive_buffer_dropped_packets
+                                                 for p in parts]),
         jitter_ms=_mean([p.jitter_ms for p in parts]),
         cpu=cpu,
     )
