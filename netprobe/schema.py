@@ -306,7 +306,8 @@ class SideSummary:
     rtt_us: Optional[int] = None
     """Mean smoothed RTT (sender, TCP)."""
     min_rtt_us: Optional[int] = None
-    """Minimum RTT (sender, TCP)."""
+    """Minimum RTT (sender, TCP): the lowest the kernel saw, or, from a tool that measures
+    the RTT only once on the idle connection (nuttcp, at connect), that one figure."""
     max_rtt_us: Optional[int] = None
     """Maximum smoothed RTT sampled (sender, TCP)."""
     cwnd_bytes: Optional[int] = None

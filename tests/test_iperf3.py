@@ -125,6 +125,8 @@ def test_udp_json_loss_and_jitter() -> None:
     assert one.receiver.bytes == received["bytes"] == 16961142784
     assert one.receiver.bits_per_second == received["bits_per_second"]
     assert one.receiver.lost_packets == received["lost_packets"] == 591832
+    # iperf3's receiver "packets" is the datagrams expected; the schema's, those received
+    assert one.receiver.packets == received["packets"] - 591832
     assert one.receiver.lost_percent == received["lost_percent"]
     assert one.receiver.jitter_ms == received["jitter_ms"]
     assert one.receiver.out_of_order_packets == 0
@@ -275,6 +277,19 @@ def test_human_client_output_matches_printed_figures() -> None:
     assert (first.start_s, first.end_s, first.retransmits) == (0.0, 1.0, 0)
     assert first.bytes == round(3.09 * 1024**3) and first.cwnd_bytes == round(3.00 * 1024**2)
     assert any("rounded" in w for w in result.warnings)
+
+
+def test_udp_receiver_packets_are_those_received_in_every_format() -> None:
+    for name in ("iperf3-3.12-udp-b100M-i1-server.txt", "iperf3-3.12-udp-b0-i1-server.txt",
+                 "iperf3-3.12-udp-b0-J-client.txt"):
+        receiver = flow(parse(name), C2S).receiver
+        text = fixture(name)
+        if name.endswith("J-client.txt"):
+            total = json.loads(text)["end"]["sum_received"]["packets"]  # the receiver's
+        else:  # the summary line's Lost/Total
+            total = int(re.findall(r"\d+/(\d+) \([^)]*%\)\s+receiver", text)[-1])
+        assert receiver.packets + receiver.lost_packets == total, name
+        assert receiver.lost_packets > 0 or receiver.packets == total
 
 
 def test_human_bidir_and_udp_server_output() -> None:
@@ -615,6 +630,8 @@ def test_run_udp_at_a_rate(peer: PeerBinary) -> None:
     # Loopback can drop a few datagrams when other work shares this 2-core machine.
     assert abs(receiver.bits_per_second - rate) / rate < 0.10, receiver
     assert receiver.jitter_ms is not None and receiver.lost_packets is not None
+    # packets: those that arrived, as for every tool; with the lost ones, all that was sent
+    assert receiver.packets + receiver.lost_packets == pytest.approx(sender.packets, abs=2)
 
 
 @pytest.mark.peers

@@ -106,8 +106,9 @@ def test_every_result_fixture_matches_its_printed_figures(path: Path) -> None:
     sender = flow.sender
     assert sender is not None and sender.cpu is not None and sender.cpu.process is not None
     assert sender.cpu.process.total_percent == printed["tx_cpu"]
-    if "rtt_ms" in printed:
-        assert sender.rtt_us == round(printed["rtt_ms"] * 1000)
+    if "rtt_ms" in printed:  # measured once, at connect, on the idle connection
+        assert sender.min_rtt_us == round(printed["rtt_ms"] * 1000)
+    assert sender.rtt_us is None  # nuttcp gives no RTT of the loaded connection
     if "cwnd" in printed:  # 8.x: real retransmits and cwnd
         assert sender.cwnd_bytes == printed["cwnd"] * 1024
         assert sender.retransmits == printed["retrans"]
@@ -166,7 +167,8 @@ def test_fparse_intervals_and_summary_use_their_own_keys() -> None:
     assert first.retransmits == 4 and first.cwnd_bytes == 1406 * 1024
     sender = result.summaries[0].sender
     assert sender is not None
-    assert (sender.retransmits, sender.cwnd_bytes, sender.rtt_us) == (6, 639 * 1024, 70)
+    assert (sender.retransmits, sender.cwnd_bytes, sender.min_rtt_us) == (6, 639 * 1024, 70)
+    assert sender.rtt_us is None
 
 
 @needs_fixtures
@@ -193,7 +195,7 @@ def test_verbose_output_gives_both_sides_socket_and_direction() -> None:
     assert flow.direction == "server_to_client"
     assert flow.sender is not None and flow.receiver is not None
     assert flow.sender.retransmits == 14 and flow.sender.cwnd_bytes == 447 * 1024
-    assert flow.sender.rtt_us == 60
+    assert flow.sender.min_rtt_us == 60 and flow.sender.rtt_us is None
     assert flow.receiver.bits_per_second == pytest.approx(32861.9456e6)
     assert flow.sender.cpu and flow.sender.cpu.process
     assert flow.sender.cpu.process.cpu_seconds == pytest.approx(3.6)
@@ -397,7 +399,8 @@ def test_tcp_run_reports_both_sides_and_live_intervals(peer: PeerBinary) -> None
     assert flow.sender.bytes == flow.receiver.bytes  # TCP: all that was sent arrived
     assert flow.sender.cpu and flow.sender.cpu.process
     assert flow.sender.cpu.process.total_percent is not None
-    assert flow.sender.rtt_us is not None and flow.sender.rtt_us > 0
+    assert flow.sender.min_rtt_us is not None and flow.sender.min_rtt_us > 0
+    assert flow.sender.rtt_us is None
     if peer.at_least(7):
         assert flow.sender.retransmits is not None  # 8.x reports them
     else:

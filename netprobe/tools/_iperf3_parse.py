@@ -184,11 +184,21 @@ def _interval(block: dict[str, Any], direction: str, role: str, stream: int | No
         rtt_us=rtt,
         rttvar_us=_int(block, "rttvar") if rtt is not None else None,
         cwnd_bytes=_known_int(block, "snd_cwnd") if sender else None,
-        packets=_count(block, "packets"),
+        packets=_count(block, "packets") if sender else _received(block),
         lost_packets=None if sender else _count(block, "lost_packets"),
         out_of_order_packets=None if sender else _count(block, "out_of_order"),
         jitter_ms=None if sender else _num(block, "jitter_ms"),
     )
+
+
+def _received(block: dict[str, Any]) -> int | None:
+    """Datagrams a UDP receiver got. iperf3's receiver ``packets`` is the count expected
+    (the highest sequence number seen), lost ones included; the schema's is what arrived,
+    as for every other tool."""
+    expected, lost = _count(block, "packets"), _count(block, "lost_packets")
+    if expected is None or lost is None:
+        return expected
+    return max(0, expected - lost)
 
 
 # --- end: per stream ------------------------------------------------------------------------
@@ -234,7 +244,8 @@ def _udp_receiver(block: dict[str, Any], totals: dict[str, Any] | None) -> SideS
         end_s=end,
         bytes=nbytes,
         bits_per_second=bps,
-        packets=_count(totals if totals is not None else block, "packets"),
+        packets=_received({**(totals if totals is not None else block),
+                           "lost_packets": block.get("lost_packets")}),
         lost_packets=_count(block, "lost_packets"),
         lost_percent=_num(block, "lost_percent"),
         out_of_order_packets=_count(block, "out_of_order"),
@@ -770,7 +781,8 @@ def _line_kind(rest: str, summary: bool) -> tuple[str | None, dict[str, Any]]:
         return "receiver", {
             "jitter_ms": float(udp["jitter"]),
             "lost_packets": lost if lost >= 0 else None,
-            "packets": total if total >= 0 else None,
+            # Lost/Total: the total is the datagrams expected; the schema counts arrivals
+            "packets": total - max(lost, 0) if total >= 0 else None,
         }
     tx = _UDP_TX.match(rest)
     if tx and not summary:

@@ -483,7 +483,10 @@ def side_summary(side: SideReport, retrans_ok: bool, with_cpu: bool = True) -> S
         bits_per_second=side.mbps * 1e6,
         retransmits=retrans,
         retransmits_scope="connection" if retrans is not None else None,
-        rtt_us=None if side.rtt_ms is None or not sender else round(side.rtt_ms * 1000),
+        # nuttcp measures its RTT once, at connect, on the idle connection: a floor of the
+        # path's RTT, not the loaded mean rtt_us stands for (35 us where the loaded link's
+        # smoothed RTT was 3 ms)
+        min_rtt_us=None if side.rtt_ms is None or not sender else round(side.rtt_ms * 1000),
         cwnd_bytes=None if side.cwnd_kb is None or not sender else side.cwnd_kb * KIB,
         packets=received,
         lost_packets=side.drop,
@@ -522,7 +525,7 @@ def brief_summaries(
         bits_per_second=receiver.bits_per_second,
         retransmits=retrans,
         retransmits_scope="connection" if retrans is not None else None,
-        rtt_us=None if brief.rtt_ms is None else round(brief.rtt_ms * 1000),
+        min_rtt_us=None if brief.rtt_ms is None else round(brief.rtt_ms * 1000),  # idle
         cwnd_bytes=None if brief.cwnd_kb is None else brief.cwnd_kb * KIB,
         cpu=_process_cpu(brief.tx_cpu),
     )
