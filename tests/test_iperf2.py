@@ -12,8 +12,8 @@ import pytest
 from netprobe.driven import free_port
 from netprobe.errors import ParseError, SpecError, TestFailed
 from netprobe.schema import Interval, Result, TestSpec
-from netprobe.tools import _iperf2_parse as p2
-from netprobe.tools.iperf2 import Iperf2Tool, client_argv
+from netprobe.tools.iperf2 import parse_output as p2
+from netprobe.tools.iperf2.tool import Iperf2Tool, client_argv
 from tests.peers import PEER_FIXTURES
 
 PEERS = PEER_FIXTURES
@@ -318,7 +318,7 @@ def test_rate_is_a_plain_number_and_dscp_is_tos() -> None:
 
 
 def p2_binary():
-    from netprobe.tools.iperf2 import Iperf2Binary
+    from netprobe.tools.iperf2.tool import Iperf2Binary
 
     return Iperf2Binary(path="iperf", version="2.1.8")
 

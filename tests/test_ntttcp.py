@@ -14,8 +14,8 @@ import pytest
 from netprobe.errors import ParseError, SpecError, TestFailed
 from netprobe.plugin import NullReporter
 from netprobe.schema import Interval, Result, SideSummary, TestSpec
-from netprobe.tools import _ntttcp_parse as p
-from netprobe.tools.ntttcp import (
+from netprobe.tools.ntttcp import parse_output as p
+from netprobe.tools.ntttcp.tool import (
     IntervalBuilder,
     NtttcpTool,
     common_args,

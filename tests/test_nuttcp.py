@@ -17,8 +17,8 @@ from netprobe.driven import free_port
 from netprobe.errors import ParseError, SpecError, TestFailed, TestInterrupted
 from netprobe.plugin import NullReporter
 from netprobe.schema import Interval, Result, TestSpec
-from netprobe.tools import _nuttcp_parse as p
-from netprobe.tools.nuttcp import NuttcpTool, client_args
+from netprobe.tools.nuttcp import parse_output as p
+from netprobe.tools.nuttcp.tool import NuttcpTool, client_args
 from tests.peers import PEER_FIXTURES, PeerBinary, peer_params
 
 FIXTURES = PEER_FIXTURES

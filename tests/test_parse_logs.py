@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from netprobe.convert import to_json
-from netprobe.tools import _iperf2_parse as p2
-from netprobe.tools import _iperf3_parse as p3
+from netprobe.tools.iperf2 import parse_output as p2
 from netprobe.tools.iperf3 import Iperf3Tool
+from netprobe.tools.iperf3 import parse_output as p3
 from tests.peers import PEER_FIXTURES
 from tests.test_cli import assert_one_error_line, netprobe_cmd
 

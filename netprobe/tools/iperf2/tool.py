@@ -30,7 +30,6 @@ from netprobe.plugin import (
     utc_now_iso,
 )
 from netprobe.schema import RawOutput, Result, TestSpec, ToolInfo
-from netprobe.tools import _iperf2_parse as p2
 from netprobe.tools._iperf_common import (
     DriveSpec,
     Outcome,
@@ -42,6 +41,7 @@ from netprobe.tools._iperf_common import (
     finish,
     probe_binary,
 )
+from netprobe.tools.iperf2 import parse_output as p2
 
 DEFAULT_PORT = 5001
 """iperf 2's own default server port."""

@@ -63,7 +63,7 @@ from netprobe.schema import (
     TestSpec,
     ToolInfo,
 )
-from netprobe.tools import _ntttcp_parse as p
+from netprobe.tools.ntttcp import parse_output as p
 
 MAX_STREAMS = 512
 """ntttcp's most receiver ports (MAX_NUM_SERVER_PORTS)."""

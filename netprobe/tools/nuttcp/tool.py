@@ -43,7 +43,7 @@ from netprobe.driven import (
 from netprobe.errors import ParseError, TestFailed, TestInterrupted, ToolUnavailable
 from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
 from netprobe.schema import Endpoint, Interval, RawOutput, Result, TestSpec, ToolInfo
-from netprobe.tools import _nuttcp_parse as p
+from netprobe.tools.nuttcp import parse_output as p
 
 MAX_STREAMS = 128
 """nuttcp's MAXSTREAM: it silently lowers larger -N values to this."""

@@ -32,7 +32,6 @@ from netprobe.schema import (
     TestSpec,
     ToolInfo,
 )
-from netprobe.tools import _iperf3_parse as p3
 from netprobe.tools._iperf_common import (
     DriveSpec,
     Outcome,
@@ -46,6 +45,7 @@ from netprobe.tools._iperf_common import (
     probe_binary,
     whole_seconds,
 )
+from netprobe.tools.iperf3 import parse_output as p3
 
 DEFAULT_PORT = 5201
 """iperf3's own default server port."""
