@@ -131,11 +131,40 @@ def stats_table(stats: Sequence[GroupStats], group_title: str = "Group",
 
 def print_stats(console: Console, stats: Sequence[GroupStats], group_title: str = "Group",
                 title: Optional[str] = None) -> None:
-    """The statistics table, or a line saying there is nothing to summarise."""
+    """The statistics table, or a line saying there is nothing to summarise. Where the
+    table is wider than the console, one table per figure (titled with it), so that no
+    group name and no number is cut."""
     if not stats or not stats_rows(stats):
         console.print(Text("no successful results to summarise", style="yellow"))
         return
-    console.print(stats_table(stats, group_title, title))
+    table = stats_table(stats, group_title, title)
+    if console.measure(table, options=console.options.update_width(10_000)).maximum \
+            <= console.width:
+        console.print(table)
+        return
+    if title:
+        console.print(Text(title, style="bold"))
+    for block in stats_rows(stats):
+        console.print(_figure_table(stats, group_title, block))
+
+
+def _figure_table(stats: Sequence[GroupStats], group_title: str,
+                  block: Sequence[Sequence[str]]) -> Table:
+    # One figure: its name as the title, a row per group, the figure column left out.
+    header = stats_header(stats, group_title)[1:]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title=block[0][0],
+                  title_justify="left", title_style="bold", collapse_padding=True)
+    several = len(stats) > 1
+    for i, name in enumerate(header):
+        if several and i == len(header) - 1:
+            name = "×"  # named in the caption: a narrow table has no room for the word
+        table.add_column(name, justify="left" if i < several else "right", no_wrap=True)
+    for row in block:
+        table.add_row(*row[1:])
+    if several:
+        table.caption = f"×: ratio to {stats[0].label}"
+        table.caption_justify = "left"
+    return table
 
 
 def print_trial_lines(console: Console, results: Sequence[Result]) -> None:
