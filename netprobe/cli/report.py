@@ -157,12 +157,12 @@ def _figure_table(stats: Sequence[GroupStats], group_title: str,
     several = len(stats) > 1
     for i, name in enumerate(header):
         if several and i == len(header) - 1:
-            name = "×"  # named in the caption: a narrow table has no room for the word
+            name = "rel"  # named in the caption: a narrow table has no room for more
         table.add_column(name, justify="left" if i < several else "right", no_wrap=True)
     for row in block:
         table.add_row(*row[1:])
     if several:
-        table.caption = f"×: ratio to {stats[0].label}"
+        table.caption = f"rel: ratio to {stats[0].label}"
         table.caption_justify = "left"
     return table
 
