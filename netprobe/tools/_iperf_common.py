@@ -260,11 +260,15 @@ PROBE_TIMEOUT_S = 5.0
 
 @attrs.frozen
 class Probed:
-    """An iperf binary found and asked who it is."""
+    """An iperf binary found and asked who it is: its path, version and --help text."""
 
     path: str
     version: str
-    help_text: str
+    help_text: str = ""
+
+    def has(self, option: str) -> bool:
+        """True if ``--help`` lists ``option`` (feature detection beats version tables)."""
+        return re.search(rf"(^|[\s,]){re.escape(option)}\b", self.help_text, re.M) is not None
 
 
 def probe_binary(name: str, override: str | None, env_var: str, version_flag: str,

@@ -12,7 +12,6 @@ about): the output is checked for those messages and they fail the test.
 
 from __future__ import annotations
 
-import re
 import socket
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -34,6 +33,7 @@ from netprobe.tools._iperf_common import (
     DriveSpec,
     Outcome,
     Parts,
+    Probed,
     arg_number,
     assemble,
     deadline_for,
@@ -51,17 +51,8 @@ UNLIMITED_UDP_BPS = 10**12
 """Sent as the UDP rate when the spec sets none: iperf 2.1.8 rejects -b 0 for UDP."""
 
 
-@attrs.frozen
-class Iperf2Binary:
-    """What probing found: the binary, its version and its --help text."""
-
-    path: str
-    version: str
-    help_text: str = ""
-
-    def has(self, option: str) -> bool:
-        """True if ``--help`` lists ``option``."""
-        return re.search(rf"(^|[\s,]){re.escape(option)}\b", self.help_text, re.M) is not None
+Iperf2Binary = Probed
+"""What probing found: the binary, its version and its --help text."""
 
 
 class Iperf2Tool(Tool):
@@ -119,7 +110,7 @@ class Iperf2Tool(Tool):
             found = probe_binary("iperf", override, ENV_VAR, "-v",
                                  r"iperf version (2\.\d+(?:\.\d+)?\S*)", "iperf 2",
                                  _not_found(override))
-            self._binary = Iperf2Binary(found.path, found.version, found.help_text)
+            self._binary = found
         return self._binary
 
     # --- refusing what cannot be honoured -------------------------------------------------

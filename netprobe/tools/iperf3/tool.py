@@ -13,7 +13,6 @@ shown live: the intervals are reported when the test ends.
 from __future__ import annotations
 
 import json
-import re
 import socket
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -36,6 +35,7 @@ from netprobe.tools._iperf_common import (
     DriveSpec,
     Outcome,
     Parts,
+    Probed,
     StreamNumbers,
     arg_number,
     assemble,
@@ -55,16 +55,8 @@ MAX_INTERVAL_S = 60.0
 
 
 @attrs.frozen
-class Iperf3Binary:
+class Iperf3Binary(Probed):
     """What probing found: the binary, its version and the options its --help lists."""
-
-    path: str
-    version: str
-    help_text: str = ""
-
-    def has(self, option: str) -> bool:
-        """True if ``--help`` lists ``option`` (feature detection beats version tables)."""
-        return re.search(rf"(^|[\s,]){re.escape(option)}\b", self.help_text, re.M) is not None
 
     @property
     def json_stream(self) -> bool:
