@@ -9,6 +9,7 @@ Sections (each can run alone with --only):
 - defaults: every tool at its own defaults, TCP -P 1, 2, 4;
 - udp: 64-byte datagrams, unlimited rate, received packets per second;
 - sweep: the same write length for every tool, 16K..1M, -P 1 and 4;
+- policy: native at its default against native at every sweep length, interleaved;
 - placement: -P 1 at defaults unpinned, both ends on one core, on different cores;
 - router: one TCP stream over a 100 Mbit/s tbf link (overhead 24) between two
   namespaces, 10 s: CPU seconds of each end.
@@ -41,14 +42,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 from compare import host_busy_s, proc_cpu_s, reap
 
 PEERS = os.path.expanduser("~/.cache/netprobe-peers/bin")
 LOOPBACK = "127.0.0.1"
-RATIO_TOOLS_EXCLUDED = ("native",)
+RATIO_TOOLS_EXCLUDED = ("native",)  # and every native-l* variant (see ratios)
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,13 @@ def _ns_prefix(ns: Optional[str]) -> list[str]:
 
 # -- the tools ----------------------------------------------------------------------------
 
+SWEEP = (16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20)
+
+
+def _k(n: int) -> str:
+    return f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}K"
+
+
 
 def native(case: Case, where: Where) -> Run:
     port = free_port_pair()
@@ -326,17 +334,31 @@ TOOLS: dict[str, tuple[str, Callable[[Case, Where], Run]]] = {
     "iperf-2.1.8": ("/usr/bin/iperf", iperf2),
     "ntttcp-1.4.3": (os.path.join(PEERS, "ntttcp"), ntttcp),
 }
+
+
+def _native_at(length: int) -> Callable[[Case, Where], Run]:
+    def run(case: Case, where: Where) -> Run:
+        return native(replace(case, length=length), where)
+    return run
+
+
+# The default's own check: native at its default and at every sweep length, interleaved
+# in one case (lengths measured minutes apart drift with the machine's load).
+for _length in SWEEP:
+    TOOLS[f"native-l{_k(_length)}"] = (sys.executable, _native_at(_length))
+POLICY_TOOLS = ("native", *(f"native-l{_k(n)}" for n in SWEEP))
+
 # The sweep and placement compare engines at equal settings: the newest release of each
 # peer is enough there (and keeps the whole run within ~25 minutes); --tools overrides.
 SECTION_TOOLS = {
     "sweep": ("native", "iperf3-3.21", "nuttcp-8.2.2", "iperf-2.1.8", "ntttcp-1.4.3"),
     "placement": ("native", "iperf3-3.21", "iperf3-3.12", "nuttcp-8.2.2", "iperf-2.1.8"),
+    "policy": POLICY_TOOLS,
 }
 
 
 # -- the matrix ---------------------------------------------------------------------------
 
-SWEEP = (16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20)
 
 
 def cases(seconds: float) -> dict[str, list[Case]]:
@@ -350,13 +372,11 @@ def cases(seconds: float) -> dict[str, list[Case]]:
         "placement": [Case("placement", f"TCP -P 1, {label}", 1, seconds=t, pin=pin)
                       for pin, label in ((None, "unpinned"), ("same", "both ends on cpu 0"),
                                          ("diff", "client cpu 0, server cpu 1"))],
+        "policy": [Case("policy", f"native TCP -P {n}: its default and every sweep length", n,
+                        seconds=t) for n in (1, 4)],
         "router": [Case("router", "TCP -P 1 over 100 Mbit/s tbf (overhead 24), 10 s", 1,
                         seconds=10.0, router=True)],
     }
-
-
-def _k(n: int) -> str:
-    return f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}K"
 
 
 def tools_for(case: Case, wanted: Sequence[str]) -> list[str]:
@@ -473,7 +493,12 @@ def report(case: Case, runs: dict[str, list[Run]], failures: dict[str, str]) -> 
 def ratios(case: Case, med: dict[str, Median]) -> None:
     """native / best peer: throughput (or pps), CPU per gigabit, CPU of each end."""
     base = med.get("native")
-    peers = {t: m for t, m in med.items() if t not in RATIO_TOOLS_EXCLUDED}
+    peers = {t: m for t, m in med.items() if not t.startswith(RATIO_TOOLS_EXCLUDED)}
+    if case.section == "policy":
+        best = max(med, key=lambda t: med[t].bps)
+        if base is not None:
+            print(f"\nnative default / best length: {base.bps / med[best].bps:.2f}x ({best})")
+        return
     if base is None or not peers:
         return
     speed = (lambda m: m.pps or 0.0) if case.udp else (lambda m: m.bps)
@@ -522,7 +547,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5, help="runs per tool and case")
     parser.add_argument("--time", type=float, default=2.0,
                         help="seconds per run (the router case always takes 10)")
-    parser.add_argument("--only", default="defaults,udp,sweep,placement,router",
+    parser.add_argument("--only", default="defaults,udp,sweep,policy,placement,router",
                         help="sections, comma-separated")
     parser.add_argument("--tools", default="",
                         help="tools, comma-separated (default: all; fewer in sweep and placement)")
