@@ -237,6 +237,10 @@ def wait_listening(lab: Lab, ns: str, port: int, udp: bool = False, timeout: flo
     raise LabError(f"nothing listens on port {port} in {ns}")
 
 
+SECOND_BUCKET = "256kb"
+"""tbf burst of a bucket fed by another of the same rate (20 ms of a 100 Mbit/s link)."""
+
+
 @contextlib.contextmanager
 def switched_hosts(names: Sequence[str], subnet: str = "10.77.2",
                    rate_mbit: Optional[float] = None, prefix: str = "np"
@@ -258,8 +262,13 @@ def switched_hosts(names: Sequence[str], subnet: str = "10.77.2",
             lab.ip(switch, "addr", "flush", "dev", port)
             lab.ip(switch, "link", "set", port, "master", "br0")
             if rate_mbit is not None:
+                # A flow crosses two buckets of the same rate here: its sender's link, then
+                # the switch port to its receiver. Only the first may be tight: a moment's
+                # delay between them would leave the second idle, and the first can never
+                # send faster to make up for it. A deep second bucket absorbs that jitter
+                # and still caps what a host receives at the rate.
                 lab.shape(ns, dev, rate_mbit)
-                lab.shape(switch, port, rate_mbit)
+                lab.shape(switch, port, rate_mbit, burst=SECOND_BUCKET)
             hosts[name] = (ns, address)
         yield lab, hosts
 

@@ -38,6 +38,11 @@ WIRE_MBIT = 100 * 1448 / 1538  # 94.1: TCP payload of a 100 Mbit/s Ethernet
 SHARED_MBIT = WIRE_MBIT / 2  # what each of two tests sharing one host's link would read
 
 
+def _agent(lab: Lab, ns: str, address: str) -> subprocess.Popen:
+    return lab.start(ns, [*NETPROBE, "server", "-B", address, "--allow-third-party"],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def _fleet_file(path: Path, hosts: dict, duration: str, omit: str) -> None:
     agents = "".join(f'[agents.{name}]\naddress = "{address}"\n'
                      for name, (_, address) in hosts.items())
@@ -56,9 +61,7 @@ def test_fleet_mesh_on_shaped_links(tmp_path: Path) -> None:
         switch = lab.namespaces[0]
         agents = {}
         for name, (ns, address) in hosts.items():
-            agents[name] = lab.start(ns, [*NETPROBE, "server", "-B", address,
-                                          "--allow-third-party"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            agents[name] = _agent(lab, ns, address)
         for ns, _ in hosts.values():
             wait_listening(lab, ns, 5301)
         fleet = tmp_path / "mesh.toml"
@@ -102,7 +105,11 @@ def test_fleet_mesh_on_shaped_links(tmp_path: Path) -> None:
                    for r in by_outcome["ok"])
         print(f"with h4 stopped: 20 ok, 10 unreachable in {down_s:.1f} s")
 
-        # 3. The runner killed mid-round: what it saw end is archived whole, nothing more.
+        # 3. h4 back; the runner killed mid-round: what it saw end is archived whole, and
+        # nothing half-written is there.
+        ns4, address4 = hosts["h4"]
+        agents["h4"] = _agent(lab, ns4, address4)
+        wait_listening(lab, ns4, 5301)
         _fleet_file(fleet, hosts, duration="1.5s", omit="0s")
         runner = lab.start(switch, [*NETPROBE, "fleet", "run", str(fleet), "-q"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
