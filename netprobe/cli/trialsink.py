@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -21,7 +22,7 @@ from netprobe.cli.exitcodes import ExitCode
 from netprobe.cli.formats import format_csv
 from netprobe.cli.outfile import append_text, check_target, choose_formats, write_stdout, write_text
 from netprobe.convert import to_json, unstructure
-from netprobe.plugin import NullReporter, Tool
+from netprobe.plugin import NullReporter, Reporter, Tool
 from netprobe.schema import Result, TestSpec
 from netprobe.trials import Skipped, Trial, TrialRun, run_trials
 
@@ -39,8 +40,9 @@ def run_trials_shown(args: argparse.Namespace, spec: TestSpec, tools: Sequence[T
         warning(chosen.warning)
     sink = TrialSink(chosen.stdout, args.output, quiet=args.quiet, file_fmt=chosen.file)
     sink.begin(_plan_note(spec, tools, rounds, args.pause), skipped)
+    reporter = sink.progress(spec)
     try:
-        run = run_trials(spec, tools, rounds, NullReporter(), events=sink,
+        run = run_trials(spec, tools, rounds, reporter, events=sink,
                          pause_s=args.pause or 0.0, from_host=getattr(args, "from_host", None),
                          agent=agent_access(args))
     except BaseException:  # still show and save the trials that finished
@@ -86,6 +88,7 @@ class TrialSink:
         """Every trial's result so far, in the order run."""
         self.skipped: list[Skipped] = []
         self._planned: Optional[int] = None
+        self._progress: Any = None  # the TrialProgress on a terminal
         self._csv_started = False
 
     @property
@@ -107,16 +110,30 @@ class TrialSink:
             stdout_console().print(skipped_text(skipped), soft_wrap=True)
         print_note(plan)
 
+    def progress(self, spec: TestSpec) -> Reporter:
+        """The trials' Reporter: a progress bar per trial on a terminal (human output)."""
+        if not self._human or not sys.stderr.isatty():
+            return NullReporter()
+        from netprobe.cli.progress import TrialProgress
+
+        self._progress = TrialProgress(spec.planned_s())
+        return self._progress
+
     def started(self, trial: Trial, total: int) -> None:
-        """A trial begins: a progress note on stderr (human output only)."""
+        """A trial begins: its progress bar, or a note on stderr off a terminal."""
         self._planned = total
-        if self._human:
+        label = f"trial {trial.index}/{total}: {trial.tool}"
+        if self._progress is not None:
+            self._progress.start(label)
+        elif self._human:
             from netprobe.cli.render import print_note
 
-            print_note(f"trial {trial.index}/{total}: {trial.tool}")
+            print_note(label)
 
     def finished(self, trial: Trial, result: Result) -> None:
         """A trial's result: appended to a JSON-lines file now, shown on stdout now."""
+        if self._progress is not None:
+            self._progress.stop()  # its bar ends before the trial's line is printed
         self.results.append(result)
         if self.path is not None and self.file_fmt == "jsonl":
             append_text(self.path, to_json(result, indent=None) + "\n")
@@ -135,6 +152,8 @@ class TrialSink:
 
     def failed(self, trial: Trial, message: str) -> None:
         """A trial that measured nothing: said on stderr, counted at the end."""
+        if self._progress is not None:
+            self._progress.stop()
         if not self.quiet:
             from netprobe.cli.render import print_note
 
@@ -142,6 +161,8 @@ class TrialSink:
 
     def close(self, run: Optional[TrialRun]) -> None:
         """After the last trial (or a stop): the file, then stdout's closing part."""
+        if self._progress is not None:
+            self._progress.stop()
         try:
             self._write_file(run)
         finally:
