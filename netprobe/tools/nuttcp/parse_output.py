@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
+
+import attrs
 
 from netprobe.schema import (
     Cpu,
@@ -444,12 +446,14 @@ def to_interval(sample: Sample, start_s: float, direction: str, retrans_ok: bool
 
 
 def intervals(
-    out: NuttcpOutput, direction: str, end_s: float | None = None
+    out: NuttcpOutput, direction: str, end_s: float | None = None,
+    totals: FlowSummary | None = None,
 ) -> tuple[Interval, ...]:
-    """All interval lines read, timed by adding up their lengths from 0.
+    """All interval lines read, timed by adding up their lengths from 0, and the tail.
 
     Zero-byte reports that start at or after ``end_s`` (a UDP receiver keeps reporting
-    until it sees the end of the test) are dropped."""
+    until it sees the end of the test) are dropped. nuttcp prints no line for the last,
+    partial interval: its tail is what ``totals`` (the summary) holds beyond the lines."""
     found: list[Interval] = []
     start = 0.0
     retrans_ok = counts_retransmits(out)
@@ -459,7 +463,45 @@ def intervals(
         if end_s is not None and item.bytes == 0 and item.start_s >= end_s - 1e-6:
             continue
         found.append(item)
-    return tuple(found)
+    return tuple(_with_tail(found, totals))
+
+
+_TAIL_MIN_S = 0.01  # nuttcp prints seconds to 2 decimals: a shorter tail is rounding
+
+
+def _with_tail(found: list[Interval], totals: FlowSummary | None) -> list[Interval]:
+    """The lines and what nuttcp left out at the end (the summary minus the lines' sums):
+    its own interval, or, when it is shorter than the 2-decimal rounding of nuttcp's
+    times, added to the last line's (so the intervals always add up to the summary)."""
+    receiver = totals.receiver if totals is not None else None
+    if not found or receiver is None:
+        return found
+    last, sender = found[-1], totals.sender if totals is not None else None
+    more_bytes = receiver.bytes - sum(i.bytes for i in found)
+    rest: dict[str, Any] = {
+        "retransmits": _rest(sender.retransmits if sender else None,
+                             [i.retransmits for i in found]),
+        "packets": _rest(receiver.packets, [i.packets for i in found]),
+        "lost_packets": _rest(receiver.lost_packets, [i.lost_packets for i in found]),
+    }
+    if more_bytes <= 0 and not rest["retransmits"]:
+        return found
+    start, end = last.end_s, round(receiver.end_s, 6)
+    if end - start >= _TAIL_MIN_S:
+        nbytes = max(0, more_bytes)
+        tail = attrs.evolve(last, start_s=start, end_s=end, bytes=nbytes,
+                            bits_per_second=nbytes * 8 / (end - start), cwnd_bytes=None,
+                            **rest)
+        return [*found, tail]
+    nbytes = last.bytes + max(0, more_bytes)
+    merged = {k: (getattr(last, k) or 0) + v for k, v in rest.items() if v is not None}
+    span = last.end_s - last.start_s
+    return [*found[:-1], attrs.evolve(last, bytes=nbytes, **merged,
+                                      bits_per_second=nbytes * 8 / span if span else 0.0)]
+
+
+def _rest(total: int | None, parts: list[int | None]) -> int | None:
+    return None if total is None else max(0, total - sum(p or 0 for p in parts))
 
 
 def _process_cpu(percent: float | None, seconds: float | None = None) -> Cpu | None:

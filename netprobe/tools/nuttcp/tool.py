@@ -553,7 +553,7 @@ def _parsed_result(name: str, text: str, out: p.NuttcpOutput, extra: list[str]) 
         duration_s=end,
         summaries=summaries,
         streams=streams,
-        intervals=p.intervals(out, direction, end),
+        intervals=p.intervals(out, direction, end, summaries[0] if summaries else None),
         warnings=tuple(warnings),
         errors=(message,) if message else (),
         raw=(RawOutput(name=name, text=text),),
