@@ -104,20 +104,47 @@ class Capabilities:
             refuse(f"--interval {spec.interval_s}", f"shortest is {self.min_interval_s} s")
 
     def _switches(self, spec: TestSpec) -> list[tuple[str, bool, bool]]:
-        return [
-            ("--omit", spec.omit_s > 0, self.omit),
-            ("--length", spec.length_bytes is not None, self.length),
-            ("--window", spec.window_bytes is not None, self.window),
-            ("--mss", spec.mss_bytes is not None, self.mss),
-            ("--nodelay", spec.nodelay, self.nodelay),
-            ("--dscp", spec.dscp is not None, self.dscp),
-            ("--congestion", spec.congestion is not None, self.congestion),
-            ("-6", spec.ip_version == 6, self.ipv6),
-            ("--bind", spec.bind_address is not None, self.bind),
-            ("--port", spec.port is not None, self.port),
-            ("--zerocopy", spec.zerocopy, self.zerocopy),
-            ("--skip-rx-copy", spec.skip_rx_copy, self.skip_rx_copy),
-        ]
+        return [(s.flag, s.wanted(spec), getattr(self, s.capability)) for s in SWITCHES]
+
+
+@frozen
+class Switch:
+    """An option a tool honours or not: the Capabilities field that says so, the flag users
+    type, the TestSpec change that asks for it, and how to tell that a spec asks for it."""
+
+    capability: str
+    """The :class:`Capabilities` field (a bool)."""
+    flag: str
+    """The command-line flag, as refusals name it."""
+    example: dict[str, Any]
+    """TestSpec fields that ask for it (the conformance kit runs them)."""
+    wanted: Callable[[TestSpec], bool]
+    """True when a spec asks for it."""
+
+
+SWITCHES: tuple[Switch, ...] = (
+    Switch("omit", "--omit", {"omit_s": 1.0}, lambda s: s.omit_s > 0),
+    Switch("length", "--length", {"length_bytes": 1024}, lambda s: s.length_bytes is not None),
+    Switch("window", "--window", {"window_bytes": 256 * 1024},
+           lambda s: s.window_bytes is not None),
+    Switch("mss", "--mss", {"mss_bytes": 1400}, lambda s: s.mss_bytes is not None),
+    Switch("nodelay", "--nodelay", {"nodelay": True}, lambda s: s.nodelay),
+    Switch("dscp", "--dscp", {"dscp": 8}, lambda s: s.dscp is not None),
+    Switch("congestion", "--congestion", {"congestion": "cubic"},
+           lambda s: s.congestion is not None),
+    Switch("ipv6", "-6", {"ip_version": 6}, lambda s: s.ip_version == 6),
+    Switch("bind", "--bind", {"bind_address": "127.0.0.1"},
+           lambda s: s.bind_address is not None),
+    Switch("port", "--port", {"port": 5999}, lambda s: s.port is not None),
+    Switch("zerocopy", "--zerocopy", {"zerocopy": True}, lambda s: s.zerocopy),
+    Switch("skip_rx_copy", "--skip-rx-copy", {"skip_rx_copy": True}, lambda s: s.skip_rx_copy),
+)
+"""THE table capability -> spec field -> flag, for the on/off options: the refusals
+(:meth:`Capabilities.refusals`) and the conformance kit both read it."""
+
+RANGED_CAPABILITIES = frozenset({"protocols", "directions", "max_streams", "byte_count",
+                                 "min_interval_s", "rate_limit"})
+"""The Capabilities fields that are not on/off switches (each checked in its own way)."""
 
 
 @frozen
@@ -421,6 +448,7 @@ def bits_per_second(nbytes: int, seconds: float) -> float:
 __all__ = [
     "API_VERSION",
     "ENTRY_POINT_GROUP",
+    "SWITCHES",
     "Availability",
     "Capabilities",
     "LoadFailure",
@@ -429,6 +457,7 @@ __all__ = [
     "Registry",
     "RelayReporter",
     "Reporter",
+    "Switch",
     "Tool",
     "bits_per_second",
     "fill_missing",

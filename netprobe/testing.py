@@ -74,7 +74,7 @@ import attrs
 from netprobe import convert
 from netprobe.driven import free_port
 from netprobe.errors import NetprobeError, SpecError, TestFailed, TestInterrupted, ToolUnavailable
-from netprobe.plugin import Availability, Tool
+from netprobe.plugin import RANGED_CAPABILITIES, SWITCHES, Availability, Tool
 from netprobe.schema import (
     DIRECTIONS,
     STATUSES,
@@ -97,11 +97,7 @@ CHECKS: tuple[str, ...] = (
 )
 """Names of the checks, in the order :func:`check_tool` runs them."""
 
-KNOWN_CAPABILITIES = frozenset({
-    "protocols", "directions", "max_streams", "byte_count", "min_interval_s", "omit",
-    "rate_limit", "length", "window", "mss", "nodelay", "dscp", "congestion", "ipv6", "bind",
-    "port", "zerocopy", "skip_rx_copy",
-})
+KNOWN_CAPABILITIES = RANGED_CAPABILITIES | {switch.capability for switch in SWITCHES}
 """Capabilities fields this kit knows how to exercise; others are reported as unchecked."""
 
 _POLL_S = 0.02
@@ -1129,19 +1125,10 @@ class _Lines:
 
 
 _SWITCHES: dict[str, dict[str, Any]] = {
-    "length": {"length_bytes": 1024},
-    "window": {"window_bytes": 256 * 1024},
-    "mss": {"mss_bytes": 1400},
-    "nodelay": {"nodelay": True},
-    "dscp": {"dscp": 8},
-    "congestion": {"congestion": "cubic"},
-    "ipv6": {"ip_version": 6},
-    "bind": {"bind_address": "127.0.0.1"},
-    "port": {"port": 5999},
-    "zerocopy": {"zerocopy": True},
-    "skip_rx_copy": {"skip_rx_copy": True},
+    switch.capability: switch.example for switch in SWITCHES if switch.capability != "omit"
 }
-"""The spec change that asks for each on/off capability (values fit every protocol)."""
+"""The spec change that asks for each on/off capability (from plugin.SWITCHES; the warm-up
+has checks of its own)."""
 
 
 def _inside_switches(caps: Any) -> dict[str, dict[str, Any]]:
