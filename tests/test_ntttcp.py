@@ -341,7 +341,6 @@ def test_options_map_to_ntttcp_flags() -> None:
         (TestSpec(tool="ntttcp", protocol="udp", host="::1"), "UDP over IPv6"),
         (TestSpec(tool="ntttcp", duration_s=2.5), "whole seconds"),
         (TestSpec(tool="ntttcp", omit_s=0.5), "--omit 0.5"),
-        (TestSpec(tool="ntttcp", protocol="udp", length_bytes=70000), "--length 70000"),
         (TestSpec(tool="ntttcp", rate_bits_per_second=0.5), "--bitrate"),
         (TestSpec(tool="ntttcp", interval_s=0.2), "--interval 0.2"),
     ],
@@ -350,6 +349,12 @@ def test_refuses_what_ntttcp_cannot_do(spec: TestSpec, needle: str) -> None:
     with pytest.raises(SpecError, match=re.escape(needle)) as info:
         NtttcpTool({"path": "/nonexistent/ntttcp"}).check(spec)
     assert "ntttcp" in str(info.value)
+
+
+def test_a_udp_length_past_the_datagram_limit_is_refused_before_any_tool() -> None:
+    # TestSpec itself refuses it now (one bound for every tool and the server).
+    with pytest.raises(SpecError, match="length_bytes"):
+        TestSpec(tool="ntttcp", protocol="udp", length_bytes=70000)
 
 
 def test_probe_explains_a_missing_binary(tmp_path: Path) -> None:

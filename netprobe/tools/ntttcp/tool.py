@@ -67,8 +67,6 @@ from netprobe.tools.ntttcp import parse_output as p
 
 MAX_STREAMS = 512
 """ntttcp's most receiver ports (MAX_NUM_SERVER_PORTS)."""
-MAX_UDP_LENGTH = 65507
-"""ntttcp lowers a larger UDP send size to this."""
 DEFAULT_PORT = 5001
 """ntttcp's default base port (its sync port is one below)."""
 REALTIME_PERIOD_S = 0.5
@@ -160,10 +158,6 @@ class NtttcpTool(Tool):
         rate = spec.rate_bits_per_second
         if rate is not None and not float(rate * spec.streams).is_integer():
             refuse(f"--bitrate {rate:g}", "ntttcp -B takes whole bits per second")
-        if spec.protocol == "udp" and (spec.length_bytes or 0) > MAX_UDP_LENGTH:
-            refuse(
-                f"--length {spec.length_bytes}", f"ntttcp's largest UDP send is {MAX_UDP_LENGTH}"
-            )
         found += self._feature_refusals(spec, refuse)
         return found
 
