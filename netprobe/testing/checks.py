@@ -1417,13 +1417,6 @@ def _child_main(argv: Sequence[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m netprobe.testing --run-child MODULE:CLASS OPTIONS SPEC
-    if len(sys.argv) == 5 and sys.argv[1] == "--run-child":
-        sys.exit(_child_main(sys.argv[2:]))
-    sys.stderr.write("usage: python -m netprobe.testing --run-child MODULE:CLASS OPTIONS SPEC\n")
-    sys.exit(2)
-
-
 __all__ = [
     "CHECKS",
     "CheckOutcome",
