@@ -21,13 +21,14 @@ from attrs import field, frozen
 
 from netprobe.errors import SpecError
 
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 """Version of the result format; bumped on any change, minor for additions (1.1: latency
 fields documented for plugins, run_id and trial; 1.2: latency under load: phases, one-way
 delay variation, probe loss, RPM, grade, per-interval latency; 1.3: the probes' own samples
 and the test's start on their clock; 1.4: the busiest data thread's CPU,
 CpuUsage.max_thread_percent; 1.5: UDP receive-buffer drops apart from the path's loss,
-SideSummary.receive_buffer_dropped_packets). Results of an older minor version load."""
+SideSummary.receive_buffer_dropped_packets; 1.6: CpuUsage.cycles_per_byte). Results of an
+older minor version load."""
 
 PROTOCOLS = ("tcp", "udp")
 DIRECTIONS = ("normal", "reverse", "bidir")
@@ -212,6 +213,9 @@ class CpuUsage:
     max_thread_percent: Optional[float] = None
     """Process only: the busiest data thread (a stream's send or receive loop), percent of
     one core; None where the tool reports only its whole process."""
+    cycles_per_byte: Optional[float] = None
+    """Host only: CPU cycles the host spent per byte moved (busy cycles of all cores over
+    the test's bytes; NTttcp's headline cost figure). None where the tool does not say."""
 
 
 @frozen

@@ -4,6 +4,7 @@ shared/fixtures/peers (console, -x XML, -j JSON), option mapping, and real runs 
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 from collections import defaultdict
@@ -155,7 +156,9 @@ def test_json_lacks_the_host_breakdown_so_the_console_supplies_it() -> None:
     assert sender.cpu.process is not None and sender.cpu.process.total_percent == 40.811
     assert sender.cpu.host.user_percent == 27.40 and sender.cpu.host.softirq_percent == 22.50
     alone = _parse("ntttcp-1.4.3-tcp-json-sender.json").summaries[0].sender
-    assert alone is not None and alone.cpu is not None and alone.cpu.host is None
+    assert alone is not None and alone.cpu is not None and alone.cpu.host is not None
+    # alone, the file has no breakdown: only the cost per byte (issue 14 item 9)
+    assert alone.cpu.host.user_percent is None and alone.cpu.host.cycles_per_byte == 1.84
 
 
 @needs_fixtures
@@ -434,3 +437,21 @@ def test_no_receiver_is_a_clear_failure(peer: PeerBinary) -> None:
     assert "exit code 24" in str(info.value)
     partial = info.value.partial
     assert isinstance(partial, Result) and partial.status == "failed"
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_a_verbose_json_file_alone_gives_rtt_threads_and_cpu_cost() -> None:
+    # real ntttcp 1.4.3 -s -m 4,*,127.0.0.1 -t 2 -V -j output (tests/data)
+    name = "ntttcp-1.4.3-tcp-4threads-V-json-sender.json"
+    text = (DATA / name).read_text()
+    body = json.loads(text)["ntttcps"]
+    result = NtttcpTool().parse([(name, text)])
+    sender = result.summaries[0].sender
+    assert sender is not None and sender.cpu is not None and sender.cpu.host is not None
+    assert sender.rtt_us == int(body["tcpAverageRtt metric"].split()[0]) == 590
+    assert result.spec.streams == len(body["threads"]) == 4
+    assert sender.cpu.host.cycles_per_byte == float(body["cycles"]["value"])
+    assert sender.cpu.process is not None
+    assert sender.cpu.process.total_percent == float(body["cpu"]["value"])

@@ -392,6 +392,7 @@ def parse_json(text: str, source: str) -> ResultFile:
         for item in body.get("throughputs", [])
         if isinstance(item, dict)
     }
+    threads = body.get("threads")
     totals = Totals(
         duration_s=_number(_metric_value(body, "realTime")),
         bytes=_megabytes(_metric_value(body, "totalBytes")),
@@ -399,7 +400,10 @@ def parse_json(text: str, source: str) -> ResultFile:
         retransmits=_int_of(str(body.get("packets_retransmitted", ""))),
         cycles_per_byte=_number(_metric_value(body, "cycles")),
         busy_percent=_number(_metric_value(body, "cpu")),
-        rtt_us=_int_of(str(body.get("tcp_average_rtt", ""))),
+        # -V only: "tcpAverageRtt metric": "231 us" (the key holds the word), and one
+        # "threads" entry per data thread
+        rtt_us=_int_of(str(body.get("tcpAverageRtt metric", "")).split(" ")[0]),
+        connections=len(threads) if isinstance(threads, list) and threads else None,
     )
     params = body.get("parameters")
     return ResultFile(role, _file_params(params if isinstance(params, dict) else {}, False), totals)
@@ -450,9 +454,12 @@ def merge(console: Totals | None, result_file: Totals | None) -> Totals:
 
 
 def host_cpu(totals: Totals) -> CpuUsage | None:
-    """Host-wide CPU figures (percent of all cores), or None if not printed."""
+    """Host-wide CPU figures (percent of all cores, cycles per byte), or None if not
+    printed (a ``-j`` file alone has the cycles per byte, not the breakdown)."""
     if totals.user_percent is None and totals.idle_percent is None:
-        return None
+        if totals.cycles_per_byte is None:
+            return None
+        return CpuUsage(cycles_per_byte=totals.cycles_per_byte)
     busy = None if totals.idle_percent is None else round(100.0 - totals.idle_percent, 2)
     return CpuUsage(
         user_percent=totals.user_percent,
@@ -460,6 +467,7 @@ def host_cpu(totals: Totals) -> CpuUsage | None:
         total_percent=busy,
         softirq_percent=totals.softirq_percent,
         idle_percent=totals.idle_percent,
+        cycles_per_byte=totals.cycles_per_byte,
     )
 
 
