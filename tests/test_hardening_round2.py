@@ -558,3 +558,26 @@ def test_a_third_party_target_outside_the_allow_list_is_refused() -> None:
             pytest.raises(TestFailed, match="outside this agent's --allow"):
         third_party("127.0.0.1", TestSpec(host="127.0.0.9", duration_s=0.5), NullReporter(),
                     port=server.port)
+
+
+# --- item 18: bad values from the command line: one line, exit 2, before anything runs ---------
+
+
+@pytest.mark.parametrize(("argv", "option"), [
+    (["run", "127.0.0.1", "-p", "1", "-w", "2t"], "--window"),
+    (["run", "127.0.0.1", "-p", "1", "-M", "2t"], "--mss"),
+    (["run", "127.0.0.1", "-p", "1", "-l", "2g"], "--length"),
+    (["run", "127.0.0.1", "-p", "1", "-u", "-l", "70000"], "--length"),
+    (["run", "127.0.0.1", "-p", "1", "-i", "0.00001"], "--interval"),
+    (["server", "-p", "1", "--idle-timeout", "1e300"], "--idle-timeout"),
+    (["server", "-p", "1", "--handshake-timeout", "1e300"], "--handshake-timeout"),
+    (["server", "-B", "192.0.2.1", "-p", "5999"], "--bind"),
+])
+def test_bad_values_get_one_line_and_exit_2(argv: list[str], option: str) -> None:
+    # Port 1 has no server: a value checked only after connecting would fail otherwise.
+    run = subprocess.run([sys.executable, "-m", "netprobe", *argv], capture_output=True,
+                         text=True, timeout=30)
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2, (run.returncode, run.stderr)
+    assert len(lines) == 1 and option in lines[0], run.stderr
+    assert "Traceback" not in run.stderr

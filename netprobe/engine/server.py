@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import ipaddress
+import math
 import os
 import secrets
 import select
@@ -93,6 +94,26 @@ class Attachable(Protocol):
         """Take a UDP stream's hello."""
 
 
+# Timeouts a server can keep (poll() takes milliseconds in a C int; a day is plenty).
+CONFIG_SECONDS_MAX = 86_400.0
+
+
+def check_config(config: ServerConfig) -> None:
+    """Refuse (SpecError, naming the option) values a server cannot run with."""
+    for name, flag in (("handshake_timeout_s", "--handshake-timeout"),
+                       ("idle_timeout_s", "--idle-timeout")):
+        value = getattr(config, name)
+        if not (math.isfinite(value) and 0 < value <= CONFIG_SECONDS_MAX):
+            raise SpecError(f"{flag} must be more than 0 and at most {CONFIG_SECONDS_MAX:g} "
+                            f"seconds, got {value:g}")
+    if not (math.isfinite(config.max_duration_s) and config.max_duration_s > 0):
+        raise SpecError(f"--max-duration must be a finite number of seconds, "
+                        f"got {config.max_duration_s:g}")
+    rate = config.max_rate_bps
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        raise SpecError(f"--max-rate must be a finite rate, got {rate:g}")
+
+
 class Server:
     """A running netprobe server (start() it; close() it)."""
 
@@ -100,6 +121,7 @@ class Server:
         self, config: ServerConfig, log: Optional[Log] = None,
         handlers: Optional[dict[str, Handler]] = None,
     ) -> None:
+        check_config(config)
         self.config = config
         self.handlers: dict[str, Handler] = {probes.REQUEST: probes.ProbeService(),
                                              **(handlers or {})}
@@ -151,10 +173,14 @@ class Server:
             self.port = tcp.getsockname()[1]
             udp.bind((address, self.port))
             tcp.listen(128)
-        except OSError:
+        except OSError as exc:
             close_quietly(tcp, udp)
+            if exc.errno == errno.EADDRNOTAVAIL and self.config.bind_address:
+                raise SpecError(f"-B/--bind {address}: not an address of this host "
+                                f"({exc.strerror})") from None
             if self._listeners or self.config.bind_address:
-                raise
+                raise OSError(exc.errno, f"cannot listen on {address} port {self.port}: "
+                                         f"{exc.strerror}") from None
             return  # e.g. no IPv6 on this host: serve IPv4 only
         self._listeners += [tcp, udp]
 
