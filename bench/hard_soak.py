@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Soak: does a long-running ``netprobe server`` stay flat? Memory, threads, open files.
+
+Starts one ``netprobe server`` on loopback and runs a bounded number of short mixed tests
+against it, in turn: native TCP, UDP, reverse, bidir and 8 streams, and a far end through
+the agent for every driven tool installed (iperf3, iperf2, nuttcp, ntttcp). Every
+``--every`` tests it prints the server's resident memory (VmRSS), thread count and open
+file descriptors, read from /proc once the server is idle again; at the end, the first and
+last figures side by side.
+
+    flock /tmp/netprobe-heavy.lock python bench/hard_soak.py [--tests 1000] [--every 100]
+
+Bounded in count (``--tests``) and time (``--max-seconds``). This is a benchmark, not a
+test: it asserts nothing (tests/test_hardening.py checks leaks over 200 native tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Optional
+
+import attrs
+
+from netprobe.agent.client import AgentConnection
+from netprobe.driven import is_listening
+from netprobe.engine.client import run_test
+from netprobe.errors import NetprobeError
+from netprobe.plugin import NullReporter, load_registry
+from netprobe.schema import TestSpec
+
+NATIVE = [
+    {},
+    {"protocol": "udp", "rate_bits_per_second": 50e6},
+    {"direction": "reverse"},
+    {"direction": "bidir"},
+    {"streams": 8},
+]
+DRIVEN = {"iperf3": "iperf3", "iperf2": "iperf", "nuttcp": "nuttcp", "ntttcp": "ntttcp"}
+
+
+def figures(pid: int) -> tuple[int, int, int]:
+    """(VmRSS KiB, threads, open fds) of ``pid``."""
+    rss = threads = 0
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1])
+            elif line.startswith("Threads:"):
+                threads = int(line.split()[1])
+    return rss, threads, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def settled(pid: int, timeout: float = 5.0) -> tuple[int, int, int]:
+    """The figures once threads and fds have stopped falling (the last test wound down)."""
+    end = time.monotonic() + timeout
+    seen = figures(pid)
+    while time.monotonic() < end:
+        time.sleep(0.2)
+        now = figures(pid)
+        if now[1:] == seen[1:]:
+            return now
+        seen = now
+    return seen
+
+
+def native_test(port: int, extra: dict[str, Any]) -> Callable[[], str]:
+    def run() -> str:
+        spec = TestSpec(**{"duration_s": 0.3, "interval_s": None, "port": port, **extra})
+        return run_test(spec, NullReporter(), "127.0.0.1").status
+    return run
+
+
+def agent_test(port: int, name: str) -> Callable[[], str]:
+    tool = load_registry(only=name).get(name)({"start_server": False})  # the agent starts it
+
+    def run() -> str:
+        agent = AgentConnection.open("127.0.0.1", port, None)
+        if agent is None:
+            return "no agent"
+        try:
+            spec = TestSpec(tool=name, host="127.0.0.1", duration_s=1.0, interval_s=None)
+            far = agent.far_end(name, spec)
+            result = tool.run(attrs.evolve(spec, port=far), NullReporter())
+            agent.finish()
+            return result.status
+        finally:
+            agent.close()
+    return run
+
+
+def plan(port: int) -> list[tuple[str, Callable[[], str]]]:
+    kinds = [(f"native {extra or 'tcp'}", native_test(port, extra)) for extra in NATIVE]
+    for name, binary in DRIVEN.items():
+        if shutil.which(binary):
+            kinds.append((f"{name} via agent", agent_test(port, name)))
+    return kinds
+
+
+def start_server() -> tuple[subprocess.Popen, int]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "netprobe", "server", "-B", "127.0.0.1",
+                             "-p", str(port), "--max-tests", "4"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.monotonic() + 10
+    while not is_listening(port) and time.monotonic() < end:
+        time.sleep(0.05)
+    return proc, port
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tests", type=int, default=1000)
+    parser.add_argument("--every", type=int, default=100)
+    parser.add_argument("--max-seconds", type=float, default=1800.0)
+    args = parser.parse_args(argv)
+    proc, port = start_server()
+    started = time.monotonic()
+    try:
+        kinds = plan(port)
+        print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cores, "
+              f"{platform.system()} {platform.release()}")
+        print("kinds: " + ", ".join(name for name, _ in kinds))
+        first = settled(proc.pid)
+        print(f"{'tests':>6} {'rss KiB':>9} {'threads':>8} {'fds':>5} {'failed':>7}")
+        print(f"{0:>6} {first[0]:>9} {first[1]:>8} {first[2]:>5} {0:>7}")
+        failed: dict[str, int] = {}
+        done = 0
+        while done < args.tests and time.monotonic() - started < args.max_seconds:
+            name, run = kinds[done % len(kinds)]
+            try:
+                status = run()
+            except NetprobeError as exc:
+                status = f"error: {exc}"
+            if status != "ok":
+                failed[name] = failed.get(name, 0) + 1
+            done += 1
+            if done % args.every == 0 or done == args.tests:
+                now = settled(proc.pid)
+                print(f"{done:>6} {now[0]:>9} {now[1]:>8} {now[2]:>5} {sum(failed.values()):>7}",
+                      flush=True)
+        last = settled(proc.pid)
+        print(f"after {done} tests in {time.monotonic() - started:.0f} s: rss {first[0]} -> "
+              f"{last[0]} KiB, threads {first[1]} -> {last[1]}, fds {first[2]} -> {last[2]}; "
+              f"not ok: {failed or 'none'}")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
