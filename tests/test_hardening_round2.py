@@ -581,3 +581,25 @@ def test_bad_values_get_one_line_and_exit_2(argv: list[str], option: str) -> Non
     assert run.returncode == 2, (run.returncode, run.stderr)
     assert len(lines) == 1 and option in lines[0], run.stderr
     assert "Traceback" not in run.stderr
+
+
+# --- the agent: item 5, one port per far end, ready by its own PID ------------------------------
+
+
+@needs_iperf3
+def test_far_ends_asked_at_once_get_their_own_ports() -> None:
+    with netprobe_server("--max-tests", "4") as server:
+        got: list[Any] = []
+        workers = [threading.Thread(target=lambda: got.append(_try(
+            lambda: _far_end(server.port)))) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(30)
+        far = _children(server.pid)
+        ports = [item[1] for item in got if isinstance(item, tuple)]
+        for item in got:
+            if isinstance(item, tuple):
+                item[0].close()
+    assert len(ports) == 4 and len(set(ports)) == 4, got
+    assert len(far) == 4

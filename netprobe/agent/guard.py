@@ -30,6 +30,7 @@ EXTRA_CONNECTIONS = 2  # a tool's control connection and, for ntttcp, its sync c
 RATE_SLACK = 1.5  # headroom over the allowed rate (bursts, protocol overhead)
 RATE_FLOOR_BYTES_S = 256 * 1024  # control traffic and a slow start's overshoot
 _TCP_ESTABLISHED = "01"
+_TCP_LISTEN = "0A"
 
 
 @attrs.define
@@ -96,6 +97,25 @@ class Guard:
             return (f"it moved {rate * 8 / 1e6:.1f} Mbit/s, over the "
                     f"{self.limits.max_bytes_per_s * 8 / 1e6:.1f} Mbit/s the test's limits allow")
         return None
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether ``pid`` (or a child of it) has a TCP socket listening, or a UDP socket
+    bound, on ``port``: whoever else may be on it, the far end started is ready."""
+    inodes = _socket_inodes(_family(pid))
+    for table in ("tcp", "tcp6", "udp", "udp6"):
+        try:
+            lines = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[9] not in inodes:
+                continue
+            listening = table.startswith("udp") or fields[3] == _TCP_LISTEN
+            if listening and _decode(fields[1])[1] == port:
+                return True
+    return False
 
 
 def _family(pid: int) -> list[int]:

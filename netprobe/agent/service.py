@@ -17,8 +17,8 @@ from typing import Any, Callable, Optional
 import attrs
 
 from netprobe import convert
-from netprobe.agent.guard import CHECK_S, Guard, limits_for
-from netprobe.driven import DrivenProcess, is_listening, port_is_free
+from netprobe.agent.guard import CHECK_S, Guard, limits_for, listens
+from netprobe.driven import DrivenProcess, port_is_free
 from netprobe.engine.log import client, escape
 from netprobe.engine.server import Session
 from netprobe.errors import NetprobeError, TestFailed
@@ -28,6 +28,9 @@ from netprobe.session import AgentAccess, availability, run_spec
 
 READY_TIMEOUT_S = 10.0  # how long a tool's server may take to start listening
 EXIT_WAIT_S = 5.0  # how long a one-shot server may take to exit after the client is done
+
+START_TRIES = 3  # blocks of ports tried before a far end is refused
+_PORTS_LOCK = threading.Lock()  # one far end at a time picks its ports and starts
 
 RegistryLoader = Callable[..., Registry]
 
@@ -105,11 +108,7 @@ def _far_end(session: Session, message: dict, loader: RegistryLoader) -> None:
     spec = session.checked_spec(message, tool.refusals)
     with session.slot(spec, "far_end"):
         family = socket.AF_INET6 if ":" in session.local_address else socket.AF_INET
-        port = _free_block(spec.streams, family)
-        argv = tool.far_end_argv(spec, session.local_address, port)
-        if argv is None:
-            session.refuse(f"{tool.name} has no server side for an agent to start")
-        server = DrivenProcess(argv, name="server", die_with_parent=True).start()
+        server, port = _start_far_end(session, tool, spec, family)
         who = client(session.peer)
         session.server.log(f"{who}: started {tool.name} server, pid {server.pid}",
                            event="far-end", client=who, tool=tool.name, pid=server.pid,
@@ -128,12 +127,34 @@ def _far_end(session: Session, message: dict, loader: RegistryLoader) -> None:
                                 "stopped": stopped})
 
 
+def _start_far_end(session: Session, tool: Tool, spec: TestSpec,
+                   family: int) -> tuple[DrivenProcess, int]:
+    """Start the tool's server on a free block of ports, listening by its own PID.
+
+    The port is chosen and the tool started under one lock, and it is ready only once a
+    socket of *its* process listens there: two far ends once got the same port, the loser
+    failed to bind, and its client was sent to the winner. A failed start is retried on
+    the next block."""
+    tried: set[int] = set()
+    tail = "no output"
+    for _ in range(START_TRIES):
+        with _PORTS_LOCK:
+            port = _free_block(spec.streams, family, tried)
+            argv = tool.far_end_argv(spec, session.local_address, port)
+            if argv is None:
+                session.refuse(f"{tool.name} has no server side for an agent to start")
+            server = DrivenProcess(argv, name="server", die_with_parent=True).start()
+            if _wait_ready(server, port):
+                return server, port
+        server.stop()
+        tried.add(port)
+        tail = " | ".join(server.text.strip().splitlines()[-3:]) or "no output"
+    session.refuse(f"the tool's server did not start listening: {tail}")
+
+
 def _serve_far_end(session: Session, spec: TestSpec, server: DrivenProcess, port: int,
                    family: int) -> Optional[str]:
     """Serve the far end until its client is done; why the agent stopped it, if it did."""
-    if not _wait_ready(server, port, family):
-        tail = " | ".join(server.text.strip().splitlines()[-3:]) or "no output"
-        session.refuse(f"the tool's server did not start listening: {tail}")
     session.channel.send({"type": "far_end_ready", "port": port})
     config = session.server.config
     guard = Guard(server.pid, limits_for(
@@ -154,21 +175,22 @@ def _serve_far_end(session: Session, spec: TestSpec, server: DrivenProcess, port
             return None
 
 
-def _wait_ready(server: DrivenProcess, port: int, family: int) -> bool:
+def _wait_ready(server: DrivenProcess, port: int) -> bool:
     end = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < end:
-        if is_listening(port, family) or is_listening(port, family, udp=True):
+        if listens(server.pid, port):
             return True
         if server.wait(0.05) is not None:
             return False  # it exited instead of listening
     return False
 
 
-def _free_block(streams: int, family: int) -> int:
+def _free_block(streams: int, family: int, tried: set[int]) -> int:
     # Tools put data ports above the control port (nuttcp, ntttcp) and a sync port below
     # (ntttcp): the whole block must be free.
     for base in range(20000, 60000, 97):
-        if all(port_is_free(p, family) for p in range(base - 1, base + streams + 2)):
+        block = range(base - 1, base + streams + 2)
+        if base not in tried and all(port_is_free(p, family) for p in block):
             return base
     raise TestFailed("no block of free ports on the agent")
 
