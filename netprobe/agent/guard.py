@@ -19,6 +19,7 @@ import os
 import socket
 import struct
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -102,7 +103,15 @@ class Guard:
 def listens(pid: int, port: int) -> bool:
     """Whether ``pid`` (or a child of it) has a TCP socket listening, or a UDP socket
     bound, on ``port``: whoever else may be on it, the far end started is ready."""
-    inodes = _socket_inodes(_family(pid))
+    for table, fields in _rows(_socket_inodes(_family(pid))):
+        listening = table.startswith("udp") or fields[3] == _TCP_LISTEN
+        if listening and _decode(fields[1])[1] == port:
+            return True
+    return False
+
+
+def _rows(inodes: set[str]) -> Iterator[tuple[str, list[str]]]:
+    """The /proc/net/{tcp,udp}[6] rows of the sockets ``inodes``: (table, fields)."""
     for table in ("tcp", "tcp6", "udp", "udp6"):
         try:
             lines = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
@@ -110,12 +119,8 @@ def listens(pid: int, port: int) -> bool:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) < 10 or fields[9] not in inodes:
-                continue
-            listening = table.startswith("udp") or fields[3] == _TCP_LISTEN
-            if listening and _decode(fields[1])[1] == port:
-                return True
-    return False
+            if len(fields) >= 10 and fields[9] in inodes:
+                yield table, fields
 
 
 def _family(pid: int) -> list[int]:
@@ -153,20 +158,12 @@ def _connections(inodes: set[str]) -> tuple[int, list[str]]:
     """Established TCP connections among ``inodes``, and the remote addresses of every
     connected TCP or UDP socket among them."""
     established, remotes = 0, []
-    for table in ("tcp", "tcp6", "udp", "udp6"):
-        try:
-            lines = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) < 10 or fields[9] not in inodes:
-                continue
-            address, port = _decode(fields[2])
-            if table.startswith("tcp") and fields[3] == _TCP_ESTABLISHED:
-                established += 1
-            if port:
-                remotes.append(address)
+    for table, fields in _rows(inodes):
+        address, port = _decode(fields[2])
+        if table.startswith("tcp") and fields[3] == _TCP_ESTABLISHED:
+            established += 1
+        if port:
+            remotes.append(address)
     return established, remotes
 
 
