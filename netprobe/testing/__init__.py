@@ -7,8 +7,12 @@ One line in a pytest module runs every check, one test per check::
 
     test_qperf_conformance = conformance_tests(QperfTool)
 
-The checks and what each asks of a tool are described in :mod:`netprobe.testing.checks`.
-Every public name is re-exported here.
+One module per concern: :mod:`~netprobe.testing.checks` (the checks, and what each asks of
+a tool), :mod:`~netprobe.testing.validation` (a Result's schema and units),
+:mod:`~netprobe.testing.processes` (process tracking by PID), :mod:`~netprobe.testing.honoured`
+(an option honoured in a Result), :mod:`~netprobe.testing.child` (the timeout check's
+child). The one capability table is :data:`netprobe.plugin.SWITCHES`. Every public name is
+re-exported here.
 """
 
 from netprobe.testing.checks import (

@@ -2,7 +2,7 @@
 check's child process (see :func:`netprobe.testing.checks._child_main`)."""
 import sys
 
-from netprobe.testing.checks import _child_main
+from netprobe.testing.child import _child_main
 
 if len(sys.argv) == 5 and sys.argv[1] == "--run-child":
     sys.exit(_child_main(sys.argv[2:]))

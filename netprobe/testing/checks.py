@@ -53,14 +53,10 @@ Needs ``jsonschema`` (netprobe's ``test`` extra).
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import datetime
 import json
-import math
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,13 +73,22 @@ from netprobe.errors import NetprobeError, SpecError, TestFailed, TestInterrupte
 from netprobe.plugin import RANGED_CAPABILITIES, SWITCHES, Availability, Tool
 from netprobe.schema import (
     DIRECTIONS,
-    STATUSES,
     Interval,
-    Latency,
     Result,
-    SideSummary,
     TestSpec,
 )
+from netprobe.testing.honoured import honoured_problems
+from netprobe.testing.processes import (
+    _POLL_S,
+    ProcessInfo,
+    ProcessWatch,
+    _describe,
+    all_processes,
+    descendants,
+    still_running,
+    subreaper,
+)
+from netprobe.testing.validation import _sides, shipped_schema, validate_result
 
 CHECKS: tuple[str, ...] = (
     "api_version",
@@ -100,14 +105,10 @@ CHECKS: tuple[str, ...] = (
 KNOWN_CAPABILITIES = RANGED_CAPABILITIES | {switch.capability for switch in SWITCHES}
 """Capabilities fields this kit knows how to exercise; others are reported as unchecked."""
 
-_POLL_S = 0.02
 _STOP_BOUND_S = 10.0
 """How long a tool may take to stop after Ctrl-C or SIGTERM."""
 _GONE_BOUND_S = 5.0
 """How long its processes may take to disappear after that."""
-_PR_SET_CHILD_SUBREAPER = 36
-_ORDER_SLACK_S = 0.05
-"""Intervals of different series that start this close together count as simultaneous."""
 
 
 class ConformanceError(AssertionError):
@@ -271,333 +272,6 @@ def _describe_failures(tool_cls: type[Tool], failed: Sequence[CheckOutcome]) -> 
     for outcome in failed:
         lines += [f"  {outcome.name}: {problem}" for problem in outcome.problems]
     return "\n".join(lines)
-
-
-# --- result validation (usable on its own, e.g. on parse() results) ----------------------
-
-
-def validate_result(
-    result: Any, spec: Optional[TestSpec] = None, tolerance: float = 0.01
-) -> list[str]:
-    """Everything wrong with ``result`` (empty when it is fine): JSON Schema, JSON round
-    trip, start time, interval order (within each series, and overall by start time within
-    50 ms), units (throughput = bytes * 8 / seconds within
-    ``tolerance``), signs and ranges, latency ordering, and, with ``spec``, the duration."""
-    if not isinstance(result, Result):
-        return [f"run() returned {type(result).__name__}, not a netprobe Result"]
-    problems = _schema_problems(result)
-    problems += _start_time_problems(result.start_time)
-    problems += _interval_problems(result.intervals, tolerance)
-    problems += _summary_problems(result, tolerance)
-    problems += _latency_problems(result.latency)
-    if spec is not None and result.status == "ok":
-        problems += _duration_problems(result, spec)
-    return problems
-
-
-def _schema_problems(result: Result) -> list[str]:
-    import jsonschema  # netprobe[test]
-
-    try:
-        text = convert.to_json(result)
-    except (TypeError, ValueError) as exc:
-        return [f"result cannot be written as JSON: {exc}"]
-    problems = []
-    try:
-        jsonschema.validate(json.loads(text), shipped_schema())
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-        problems.append(f"result does not validate against the JSON Schema at {where}: "
-                        f"{exc.message}")
-    if convert.from_json(text) != result:
-        problems.append("result changes when written to JSON and read back")
-    if result.status not in STATUSES:
-        problems.append(f"status {result.status!r} is not one of {STATUSES}")
-    return problems
-
-
-def shipped_schema() -> dict[str, Any]:
-    """The JSON Schema of a Result as shipped in the package (result.schema.json)."""
-    from importlib import resources
-
-    text = resources.files("netprobe").joinpath("result.schema.json").read_text()
-    loaded: dict[str, Any] = json.loads(text)
-    return loaded
-
-
-def _start_time_problems(start_time: Optional[str]) -> list[str]:
-    if start_time is None:
-        return []
-    try:
-        parsed = datetime.datetime.fromisoformat(start_time.replace("Z", "+00:00"))
-    except ValueError:
-        return [f"start_time {start_time!r} is not ISO 8601"]
-    if parsed.utcoffset() != datetime.timedelta(0):
-        return [f"start_time {start_time!r} is not UTC"]
-    return []
-
-
-def _rate_problem(what: str, nbytes: int, seconds: float, bps: float, tol: float) -> list[str]:
-    if seconds < 0 or nbytes < 0 or bps < 0 or not math.isfinite(bps):
-        return [f"{what}: negative or non-finite figure (bytes {nbytes}, "
-                f"{seconds:g} s, {bps:g} bit/s)"]
-    if seconds == 0:
-        return [] if nbytes == 0 else [f"{what}: {nbytes} bytes in a zero-length span"]
-    expected = nbytes * 8 / seconds
-    if math.isclose(bps, expected, rel_tol=tol, abs_tol=1.0):
-        return []
-    return [f"{what}: bits_per_second {bps:.6g} but bytes * 8 / seconds = {nbytes} * 8 / "
-            f"{seconds:.6g} = {expected:.6g} (off by {abs(bps / expected - 1) * 100:.2f} %)"
-            if expected else f"{what}: bits_per_second {bps:g} for 0 bytes"]
-
-
-def _interval_problems(intervals: Sequence[Interval], tol: float) -> list[str]:
-    problems: list[str] = []
-    last: dict[tuple[str, str, Optional[int]], Interval] = {}
-    latest = 0.0
-    for index, item in enumerate(intervals):
-        what = f"interval {index} ({item.direction} {item.role} stream {item.stream_id})"
-        if item.end_s <= item.start_s or item.start_s < 0:
-            problems.append(f"{what}: span {item.start_s:g}..{item.end_s:g} s is empty or "
-                            "negative")
-        problems += _rate_problem(what, item.bytes, item.end_s - item.start_s,
-                                  item.bits_per_second, tol)
-        problems += _sign_problems(what, item)
-        key = (item.direction, item.role, item.stream_id)
-        before = last.get(key)
-        if before is not None and item.start_s < before.end_s - 1e-6:
-            problems.append(f"{what}: starts at {item.start_s:g} s, before the previous one of "
-                            f"its series ended ({before.end_s:g} s): not in time order")
-        last[key] = item
-        if item.start_s < latest - _ORDER_SLACK_S:
-            problems.append(f"{what}: starts at {item.start_s:g} s, after an interval that "
-                            f"starts at {latest:g} s: the intervals are not in time order")
-        latest = max(latest, item.start_s)
-    return problems
-
-
-_NON_NEGATIVE = ("retransmits", "rtt_us", "rttvar_us", "min_rtt_us", "max_rtt_us",
-                 "cwnd_bytes", "packets", "lost_packets", "out_of_order_packets",
-                 "duplicate_packets", "jitter_ms")
-
-
-def _sign_problems(what: str, record: Any) -> list[str]:
-    problems = []
-    for name in _NON_NEGATIVE:
-        value = getattr(record, name, None)
-        if value is not None and value < 0:
-            problems.append(f"{what}: {name} = {value} is negative (unknown must be None)")
-    lost = getattr(record, "lost_percent", None)
-    if lost is not None and not 0 <= lost <= 100:
-        problems.append(f"{what}: lost_percent = {lost} is not a percentage")
-    return problems
-
-
-def _sides(result: Result) -> Iterator[tuple[str, str, SideSummary]]:
-    for flow in result.summaries:
-        for slot in ("sender", "receiver"):
-            side = getattr(flow, slot)
-            if side is not None:
-                yield f"summary {flow.direction} {slot}", slot, side
-    for stream in result.streams:
-        for slot in ("sender", "receiver"):
-            side = getattr(stream, slot)
-            if side is not None:
-                yield f"stream {stream.stream_id} {stream.direction} {slot}", slot, side
-
-
-def _summary_problems(result: Result, tol: float) -> list[str]:
-    problems: list[str] = []
-    for what, slot, side in _sides(result):
-        if side.role != slot:
-            problems.append(f"{what}: role is {side.role!r}")
-        problems += _rate_problem(what, side.bytes, side.end_s - side.start_s,
-                                  side.bits_per_second, tol)
-        problems += _sign_problems(what, side)
-    for flow in result.summaries:
-        sent, got = flow.sender, flow.receiver
-        if result.spec.omit_s > 0 or sent is None or got is None:
-            continue  # after a warm-up the two sides may count from different instants
-        if got.bytes > sent.bytes * 1.01 + 65536:
-            problems.append(f"summary {flow.direction}: the receiver got {got.bytes} bytes, more "
-                            f"than the {sent.bytes} the sender sent")
-    if len({f.direction for f in result.summaries}) != len(result.summaries):
-        problems.append("two summaries for the same direction")
-    return problems
-
-
-def _latency_problems(latency: Optional[Latency]) -> list[str]:
-    if latency is None:
-        return []
-    problems = [] if latency.count >= 0 else [f"latency count {latency.count} is negative"]
-    order = [(n, getattr(latency, n)) for n in ("min_us", "p50_us", "p90_us", "p99_us", "max_us")]
-    known = [(n, v) for n, v in order if v is not None]
-    problems += [f"latency {n} = {v} is negative" for n, v in known if v < 0]
-    for (n1, v1), (n2, v2) in zip(known, known[1:]):
-        if v1 > v2:
-            problems.append(f"latency {n1} = {v1} exceeds {n2} = {v2}")
-    low, high, mean = latency.min_us, latency.max_us, latency.mean_us
-    below = mean is not None and low is not None and mean < low
-    if below or (mean is not None and high is not None and mean > high):
-        problems.append(f"latency mean_us = {mean} lies outside min..max")
-    return problems
-
-
-def _duration_problems(result: Result, spec: TestSpec) -> list[str]:
-    if spec.bytes_total is not None or spec.duration_s is None or result.duration_s is None:
-        return []
-    wanted, got = spec.duration_s, result.duration_s
-    if not 0.5 * wanted <= got <= 1.5 * wanted + 1.0:
-        return [f"duration_s is {got:g} for a {wanted:g} s test (seconds, not milliseconds?)"]
-    return []
-
-
-# --- processes, by PID through /proc -------------------------------------------------------
-
-
-@attrs.frozen
-class ProcessInfo:
-    """One process as /proc shows it."""
-
-    pid: int
-    """Process id."""
-    ppid: int
-    """Parent process id."""
-    start_ticks: int
-    """Start time in clock ticks since boot: with the pid, names the process uniquely."""
-    state: str
-    """State letter (R, S, D, Z, ...)."""
-    cmdline: str
-    """Command line (or ``[comm]`` when it has none)."""
-
-
-def _read_process(pid: int) -> Optional[ProcessInfo]:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            head, tail = f.read().rsplit(")", 1)
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-    except (OSError, ValueError):
-        return None
-    fields = tail.split()
-    cmdline = " ".join(a.decode(errors="replace") for a in argv if a)
-    comm = head.split("(", 1)[-1]
-    return ProcessInfo(pid, int(fields[1]), int(fields[19]), fields[0], cmdline or f"[{comm}]")
-
-
-def all_processes() -> dict[int, ProcessInfo]:
-    """Every process visible in /proc, by pid."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            info = _read_process(int(entry))
-            if info is not None:
-                found[info.pid] = info
-    return found
-
-
-def descendants(root: int) -> list[ProcessInfo]:
-    """The processes below ``root`` (children, grandchildren, ...), from /proc."""
-    table = all_processes()
-    children: dict[int, list[ProcessInfo]] = {}
-    for info in table.values():
-        children.setdefault(info.ppid, []).append(info)
-    found: list[ProcessInfo] = []
-    todo = [root]
-    while todo and len(found) < 100_000:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child.pid)
-    return found
-
-
-def still_running(info: ProcessInfo) -> bool:
-    """True if that very process (same pid and start time) is alive and not a zombie."""
-    now = _read_process(info.pid)
-    return now is not None and now.start_ticks == info.start_ticks and now.state not in "ZX"
-
-
-class ProcessWatch:
-    """Remembers every process that appears below ``root`` while it runs (polled from a
-    thread), so that processes that detach or lose their parent are still known by PID."""
-
-    def __init__(self, root: int, ignore: Sequence[ProcessInfo] = ()) -> None:
-        self.root = root
-        self.seen: dict[tuple[int, int], ProcessInfo] = {}
-        self._ignore = {(p.pid, p.start_ticks) for p in ignore}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, name="netprobe-kit-watch",
-                                        daemon=True)
-        self.appeared = threading.Event()
-
-    def __enter__(self) -> ProcessWatch:
-        self.scan()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5.0)
-        self.scan()
-
-    def _poll(self) -> None:
-        while not self._stop.wait(_POLL_S * 2.5):
-            self.scan()
-
-    def scan(self) -> None:
-        """Look once and remember what is new."""
-        for info in descendants(self.root):
-            key = (info.pid, info.start_ticks)
-            if key not in self._ignore and key not in self.seen:
-                self.seen[key] = info
-                self.appeared.set()
-
-    def reap(self) -> None:
-        """Reap the zombies that were reparented to this process (orphans it adopted as a
-        subreaper); never a child that this process started itself, which its
-        :class:`subprocess.Popen` still waits for."""
-        me = os.getpid()
-        for info in self.seen.values():
-            now = _read_process(info.pid)
-            adopted = info.ppid != me and now is not None and now.ppid == me
-            if adopted and now is not None and now.state == "Z":
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(info.pid, os.WNOHANG)
-
-    def left_running(self, bound_s: float) -> list[ProcessInfo]:
-        """The remembered processes still alive after waiting up to ``bound_s`` for them."""
-        deadline = time.monotonic() + bound_s
-        while True:
-            self.scan()
-            alive = [p for p in self.seen.values() if still_running(p) and p.pid != self.root]
-            if not alive or time.monotonic() > deadline:
-                return alive
-            time.sleep(_POLL_S * 5)
-
-
-@contextlib.contextmanager
-def subreaper() -> Iterator[bool]:
-    """Make this process a child subreaper (Linux) while the block runs, so that orphans of
-    our descendants are reparented to us rather than to init: they stay our descendants and
-    can be found. Yields whether that worked. Reap them with :meth:`ProcessWatch.reap`."""
-    libc = _libc()
-    ok = libc is not None and libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    try:
-        yield ok
-    finally:
-        if ok and libc is not None:
-            libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-
-
-def _libc() -> Any:
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
-def _describe(processes: Sequence[ProcessInfo]) -> str:
-    return "; ".join(f"pid {p.pid} ({p.cmdline[:120]})" for p in processes)
 
 
 # --- the checks ----------------------------------------------------------------------------
@@ -1232,107 +906,6 @@ def _interrupt_problems(raised: Any, sent_at: Optional[float], ended_at: float,
     return problems
 
 
-# --- what an honoured option looks like in the result ----------------------------------
-
-
-def honoured_problems(result: Result, spec: TestSpec) -> list[str]:
-    """Ways ``result`` shows that options of ``spec`` were not honoured (empty if none)."""
-    if not isinstance(result, Result):
-        return []
-    problems = []
-    if result.status != "ok":
-        problems.append(f"status is {result.status!r}: {'; '.join(result.errors)}")
-    for name in ("protocol", "direction", "streams", "bytes_total"):
-        if getattr(result.spec, name) != getattr(spec, name):
-            problems.append(f"result.spec.{name} is {getattr(result.spec, name)!r}, "
-                            f"asked {getattr(spec, name)!r}")
-    problems += _direction_problems(result, spec)
-    problems += _stream_count_problems(result, spec)
-    problems += _byte_count_problems(result, spec)
-    problems += _rate_limit_problems(result, spec)
-    problems += _omit_problems(result, spec)
-    problems += _interval_width_problems(result, spec)
-    return problems
-
-
-def _direction_problems(result: Result, spec: TestSpec) -> list[str]:
-    have = {f.direction for f in result.summaries if f.sender or f.receiver}
-    missing = [d for d in spec.flow_directions() if d not in have]
-    extra = sorted(have - set(spec.flow_directions()))
-    problems = [f"no summary for the {d} flow" for d in missing]
-    return problems + [f"a summary for {d}, which this spec does not send" for d in extra]
-
-
-def _stream_count_problems(result: Result, spec: TestSpec) -> list[str]:
-    problems = []
-    for direction in spec.flow_directions():
-        ids = {s.stream_id for s in result.streams if s.direction == direction}
-        if ids and len(ids) != spec.streams:
-            problems.append(f"{len(ids)} streams reported for {direction}, {spec.streams} asked")
-    return problems
-
-
-def _main_side(result: Result, direction: str) -> Optional[SideSummary]:
-    flow = result.summary(direction)
-    if flow is None:
-        return None
-    return flow.sender or flow.receiver
-
-
-def _byte_count_problems(result: Result, spec: TestSpec) -> list[str]:
-    if spec.bytes_total is None:
-        return []
-    problems = []
-    expected = spec.bytes_total * spec.streams
-    for direction in spec.flow_directions():
-        side = _main_side(result, direction)
-        if side is not None and not 0.95 * expected <= side.bytes <= 1.05 * expected + 65536:
-            problems.append(f"{direction}: {side.bytes} bytes moved in byte-count mode, "
-                            f"{expected} asked")
-    return problems
-
-
-def _rate_limit_problems(result: Result, spec: TestSpec) -> list[str]:
-    rate = spec.rate_bits_per_second
-    if rate is None:
-        return []
-    problems = []
-    for direction in spec.flow_directions():
-        side = _main_side(result, direction)
-        limit = rate * spec.streams
-        if side is not None and side.bits_per_second > 1.10 * limit:
-            problems.append(f"{direction}: {side.bits_per_second:.4g} bit/s at a limit of "
-                            f"{limit:.4g}")
-    return problems
-
-
-def _omit_problems(result: Result, spec: TestSpec) -> list[str]:
-    if spec.omit_s <= 0:
-        return []
-    problems = []
-    if result.intervals and not any(i.omitted for i in result.intervals):
-        problems.append("omit asked but no interval is marked omitted")
-    for what, _slot, side in _sides(result):
-        if side.start_s < spec.omit_s * 0.9:
-            problems.append(f"{what} starts at {side.start_s:g} s, inside the {spec.omit_s:g} s "
-                            "warm-up")
-    return problems
-
-
-def _interval_width_problems(result: Result, spec: TestSpec) -> list[str]:
-    if spec.interval_s is None or spec.duration_s is None:
-        return []
-    if spec.duration_s < 2 * spec.interval_s:
-        return []
-    if not result.intervals:
-        return [f"interval reports every {spec.interval_s:g} s asked, none in the result"]
-    widths = [i.end_s - i.start_s for i in result.intervals]
-    typical = statistics.median(widths)
-    if not 0.5 * spec.interval_s <= typical <= 1.5 * spec.interval_s:
-        return [f"intervals are typically {typical:.3g} s long, {spec.interval_s:g} s asked"]
-    return []
-
-
 # --- the environment without the binary ---------------------------------------------------
 
 
@@ -1358,63 +931,6 @@ def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     return env
-
-
-# --- the child process of the timeout check ----------------------------------------------
-
-
-def _import(target: str) -> Any:
-    import importlib
-
-    module, _, qualname = target.partition(":")
-    found: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        found = getattr(found, part)
-    return found
-
-
-class _ChildReporter(RecordingReporter):
-    """Says ``started`` on stdout at the first sign of life, for the parent to see."""
-
-    def _started(self) -> None:
-        if not self.event.is_set():
-            sys.stdout.write("started\n")
-            sys.stdout.flush()
-
-    def interval(self, sample: Interval) -> None:
-        """Record one interval (and say started)."""
-        self._started()
-        super().interval(sample)
-
-    def note(self, message: str) -> None:
-        """Record one note (and say started)."""
-        self._started()
-        super().note(message)
-
-
-def _child_main(argv: Sequence[str]) -> int:
-    """Run one test as the timeout check's child: SIGTERM becomes SystemExit, as a host
-    (the CLI, an agent) should make it, so the tool's cleanup runs."""
-    target, options, spec_json = argv
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    tool = _import(target)(json.loads(options))
-    spec = convert.structure(json.loads(spec_json), TestSpec)
-    sys.stdout.write("running\n")
-    sys.stdout.flush()
-    try:
-        result = tool.run(spec, _ChildReporter())
-    except SystemExit:
-        sys.stdout.write("stopped: SystemExit reached the host\n")
-        raise
-    except TestFailed as exc:
-        sys.stdout.write(f"stopped: {type(exc).__name__}: {exc}\n")
-        return 1
-    sys.stdout.write(f"finished: status {result.status}\n")
-    return 0
 
 
 __all__ = [

@@ -1,0 +1,201 @@
+"""Result validation: schema, units that agree, intervals in order (usable on its own,
+e.g. on what a tool's parse() returns)."""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any, Optional
+
+from netprobe import convert
+from netprobe.schema import (
+    STATUSES,
+    Interval,
+    Latency,
+    Result,
+    SideSummary,
+    TestSpec,
+)
+
+_ORDER_SLACK_S = 0.05
+"""Intervals of different series that start this close together count as simultaneous."""
+
+
+# --- result validation (usable on its own, e.g. on parse() results) ----------------------
+
+
+def validate_result(
+    result: Any, spec: Optional[TestSpec] = None, tolerance: float = 0.01
+) -> list[str]:
+    """Everything wrong with ``result`` (empty when it is fine): JSON Schema, JSON round
+    trip, start time, interval order (within each series, and overall by start time within
+    50 ms), units (throughput = bytes * 8 / seconds within
+    ``tolerance``), signs and ranges, latency ordering, and, with ``spec``, the duration."""
+    if not isinstance(result, Result):
+        return [f"run() returned {type(result).__name__}, not a netprobe Result"]
+    problems = _schema_problems(result)
+    problems += _start_time_problems(result.start_time)
+    problems += _interval_problems(result.intervals, tolerance)
+    problems += _summary_problems(result, tolerance)
+    problems += _latency_problems(result.latency)
+    if spec is not None and result.status == "ok":
+        problems += _duration_problems(result, spec)
+    return problems
+
+
+def _schema_problems(result: Result) -> list[str]:
+    import jsonschema  # netprobe[test]
+
+    try:
+        text = convert.to_json(result)
+    except (TypeError, ValueError) as exc:
+        return [f"result cannot be written as JSON: {exc}"]
+    problems = []
+    try:
+        jsonschema.validate(json.loads(text), shipped_schema())
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        problems.append(f"result does not validate against the JSON Schema at {where}: "
+                        f"{exc.message}")
+    if convert.from_json(text) != result:
+        problems.append("result changes when written to JSON and read back")
+    if result.status not in STATUSES:
+        problems.append(f"status {result.status!r} is not one of {STATUSES}")
+    return problems
+
+
+def shipped_schema() -> dict[str, Any]:
+    """The JSON Schema of a Result as shipped in the package (result.schema.json)."""
+    from importlib import resources
+
+    text = resources.files("netprobe").joinpath("result.schema.json").read_text()
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def _start_time_problems(start_time: Optional[str]) -> list[str]:
+    if start_time is None:
+        return []
+    try:
+        parsed = datetime.datetime.fromisoformat(start_time.replace("Z", "+00:00"))
+    except ValueError:
+        return [f"start_time {start_time!r} is not ISO 8601"]
+    if parsed.utcoffset() != datetime.timedelta(0):
+        return [f"start_time {start_time!r} is not UTC"]
+    return []
+
+
+def _rate_problem(what: str, nbytes: int, seconds: float, bps: float, tol: float) -> list[str]:
+    if seconds < 0 or nbytes < 0 or bps < 0 or not math.isfinite(bps):
+        return [f"{what}: negative or non-finite figure (bytes {nbytes}, "
+                f"{seconds:g} s, {bps:g} bit/s)"]
+    if seconds == 0:
+        return [] if nbytes == 0 else [f"{what}: {nbytes} bytes in a zero-length span"]
+    expected = nbytes * 8 / seconds
+    if math.isclose(bps, expected, rel_tol=tol, abs_tol=1.0):
+        return []
+    return [f"{what}: bits_per_second {bps:.6g} but bytes * 8 / seconds = {nbytes} * 8 / "
+            f"{seconds:.6g} = {expected:.6g} (off by {abs(bps / expected - 1) * 100:.2f} %)"
+            if expected else f"{what}: bits_per_second {bps:g} for 0 bytes"]
+
+
+def _interval_problems(intervals: Sequence[Interval], tol: float) -> list[str]:
+    problems: list[str] = []
+    last: dict[tuple[str, str, Optional[int]], Interval] = {}
+    latest = 0.0
+    for index, item in enumerate(intervals):
+        what = f"interval {index} ({item.direction} {item.role} stream {item.stream_id})"
+        if item.end_s <= item.start_s or item.start_s < 0:
+            problems.append(f"{what}: span {item.start_s:g}..{item.end_s:g} s is empty or "
+                            "negative")
+        problems += _rate_problem(what, item.bytes, item.end_s - item.start_s,
+                                  item.bits_per_second, tol)
+        problems += _sign_problems(what, item)
+        key = (item.direction, item.role, item.stream_id)
+        before = last.get(key)
+        if before is not None and item.start_s < before.end_s - 1e-6:
+            problems.append(f"{what}: starts at {item.start_s:g} s, before the previous one of "
+                            f"its series ended ({before.end_s:g} s): not in time order")
+        last[key] = item
+        if item.start_s < latest - _ORDER_SLACK_S:
+            problems.append(f"{what}: starts at {item.start_s:g} s, after an interval that "
+                            f"starts at {latest:g} s: the intervals are not in time order")
+        latest = max(latest, item.start_s)
+    return problems
+
+
+_NON_NEGATIVE = ("retransmits", "rtt_us", "rttvar_us", "min_rtt_us", "max_rtt_us",
+                 "cwnd_bytes", "packets", "lost_packets", "out_of_order_packets",
+                 "duplicate_packets", "jitter_ms")
+
+
+def _sign_problems(what: str, record: Any) -> list[str]:
+    problems = []
+    for name in _NON_NEGATIVE:
+        value = getattr(record, name, None)
+        if value is not None and value < 0:
+            problems.append(f"{what}: {name} = {value} is negative (unknown must be None)")
+    lost = getattr(record, "lost_percent", None)
+    if lost is not None and not 0 <= lost <= 100:
+        problems.append(f"{what}: lost_percent = {lost} is not a percentage")
+    return problems
+
+
+def _sides(result: Result) -> Iterator[tuple[str, str, SideSummary]]:
+    for flow in result.summaries:
+        for slot in ("sender", "receiver"):
+            side = getattr(flow, slot)
+            if side is not None:
+                yield f"summary {flow.direction} {slot}", slot, side
+    for stream in result.streams:
+        for slot in ("sender", "receiver"):
+            side = getattr(stream, slot)
+            if side is not None:
+                yield f"stream {stream.stream_id} {stream.direction} {slot}", slot, side
+
+
+def _summary_problems(result: Result, tol: float) -> list[str]:
+    problems: list[str] = []
+    for what, slot, side in _sides(result):
+        if side.role != slot:
+            problems.append(f"{what}: role is {side.role!r}")
+        problems += _rate_problem(what, side.bytes, side.end_s - side.start_s,
+                                  side.bits_per_second, tol)
+        problems += _sign_problems(what, side)
+    for flow in result.summaries:
+        sent, got = flow.sender, flow.receiver
+        if result.spec.omit_s > 0 or sent is None or got is None:
+            continue  # after a warm-up the two sides may count from different instants
+        if got.bytes > sent.bytes * 1.01 + 65536:
+            problems.append(f"summary {flow.direction}: the receiver got {got.bytes} bytes, more "
+                            f"than the {sent.bytes} the sender sent")
+    if len({f.direction for f in result.summaries}) != len(result.summaries):
+        problems.append("two summaries for the same direction")
+    return problems
+
+
+def _latency_problems(latency: Optional[Latency]) -> list[str]:
+    if latency is None:
+        return []
+    problems = [] if latency.count >= 0 else [f"latency count {latency.count} is negative"]
+    order = [(n, getattr(latency, n)) for n in ("min_us", "p50_us", "p90_us", "p99_us", "max_us")]
+    known = [(n, v) for n, v in order if v is not None]
+    problems += [f"latency {n} = {v} is negative" for n, v in known if v < 0]
+    for (n1, v1), (n2, v2) in zip(known, known[1:]):
+        if v1 > v2:
+            problems.append(f"latency {n1} = {v1} exceeds {n2} = {v2}")
+    low, high, mean = latency.min_us, latency.max_us, latency.mean_us
+    below = mean is not None and low is not None and mean < low
+    if below or (mean is not None and high is not None and mean > high):
+        problems.append(f"latency mean_us = {mean} lies outside min..max")
+    return problems
+
+
+def _duration_problems(result: Result, spec: TestSpec) -> list[str]:
+    if spec.bytes_total is not None or spec.duration_s is None or result.duration_s is None:
+        return []
+    wanted, got = spec.duration_s, result.duration_s
+    if not 0.5 * wanted <= got <= 1.5 * wanted + 1.0:
+        return [f"duration_s is {got:g} for a {wanted:g} s test (seconds, not milliseconds?)"]
+    return []
