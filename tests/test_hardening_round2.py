@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
+import attrs
 import pytest
 
 from netprobe.agent.client import AgentConnection
@@ -603,3 +604,24 @@ def test_far_ends_asked_at_once_get_their_own_ports() -> None:
                 item[0].close()
     assert len(ports) == 4 and len(set(ports)) == 4, got
     assert len(far) == 4
+
+
+# --- the agent: item 6, no far-end output lost to a size limit --------------------------------
+
+
+@needs_iperf3
+def test_a_long_far_end_output_comes_back_whole() -> None:
+    from netprobe.plugin import load_registry
+
+    tool = load_registry(only="iperf3").get("iperf3")({"start_server": False})
+    with netprobe_server() as server:
+        spec = TestSpec(tool="iperf3", host="127.0.0.1", streams=16, interval_s=0.1,
+                        duration_s=5.0, rate_bits_per_second=10e6)
+        agent, port = _far_end(server.port, streams=16, interval_s=0.1, duration_s=5.0,
+                               rate_bits_per_second=10e6)
+        tool.run(attrs.evolve(spec, port=port), NullReporter())
+        far = agent.finish()
+        agent.close()
+    assert far is not None, "the far end's output was lost"
+    assert len(far.text) > protocol.MAX_MESSAGE_BYTES, len(far.text)  # more than one frame
+    assert "receiver" in far.text.rstrip().splitlines()[-1]  # to its final summary line

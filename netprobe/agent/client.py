@@ -83,10 +83,17 @@ class AgentConnection:
         """Tell the agent the client is done; the far end's output (None if it is lost)."""
         try:
             self.channel.send({"type": "far_end_done"})
-            reply = self.channel.expect("far_end_output", timeout=timeout)
+            chunks: list[str] = []
+            reply = self.channel.recv(timeout=timeout)
+            while reply.get("type") == "far_end_text":  # a long output comes in pieces
+                chunks.append(str(reply.get("text", "")))
+                reply = self.channel.recv(timeout=timeout)
+            if reply.get("type") != "far_end_output":
+                raise ProtocolError(f"expected 'far_end_output', got '{reply.get('type')}'")
             stopped = reply.get("stopped")
             self.stopped = stopped if isinstance(stopped, str) else None
-            return convert.structure(reply.get("raw"), RawOutput)
+            raw = convert.structure(reply.get("raw"), RawOutput)
+            return attrs.evolve(raw, text="".join(chunks)) if reply.get("chunked") else raw
         except (OSError, NetprobeError):
             return None
 

@@ -23,12 +23,13 @@ from netprobe.engine.log import client, escape
 from netprobe.engine.server import Session
 from netprobe.errors import NetprobeError, TestFailed
 from netprobe.plugin import Registry, Tool, load_registry
-from netprobe.schema import Interval, TestSpec
+from netprobe.schema import Interval, RawOutput, TestSpec
 from netprobe.session import AgentAccess, availability, run_spec
 
 READY_TIMEOUT_S = 10.0  # how long a tool's server may take to start listening
 EXIT_WAIT_S = 5.0  # how long a one-shot server may take to exit after the client is done
 
+OUTPUT_CHUNK_CHARS = 8_000  # JSON-escaped (6 bytes a character at worst), still one frame
 START_TRIES = 3  # blocks of ports tried before a far end is refused
 _PORTS_LOCK = threading.Lock()  # one far end at a time picks its ports and starts
 
@@ -123,8 +124,7 @@ def _far_end(session: Session, message: dict, loader: RegistryLoader) -> None:
         if stopped:
             session.server.log(f"{who}: {tool.name} server stopped: {stopped}", event="refused",
                                client=who, reason="limit")
-        _send_quietly(session, {"type": "far_end_output", "raw": convert.unstructure(server.raw()),
-                                "stopped": stopped})
+        _send_output(session, server.raw(), stopped)
 
 
 def _start_far_end(session: Session, tool: Tool, spec: TestSpec,
@@ -202,6 +202,18 @@ def _addresses(host: str) -> list[str]:
     except (OSError, UnicodeError):
         return [host]
     return sorted({str(info[4][0]) for info in infos})
+
+
+def _send_output(session: Session, raw: RawOutput, stopped: Optional[str]) -> None:
+    """The far end's output, however long: its text in ``far_end_text`` chunks that each
+    fit a frame, then ``far_end_output`` with the rest (once one message, which a long
+    output overflowed, so the receiver figures were silently lost)."""
+    text = raw.text
+    for start in range(0, len(text), OUTPUT_CHUNK_CHARS):
+        _send_quietly(session, {"type": "far_end_text",
+                                "text": text[start:start + OUTPUT_CHUNK_CHARS]})
+    _send_quietly(session, {"type": "far_end_output", "chunked": True, "stopped": stopped,
+                            "raw": convert.unstructure(attrs.evolve(raw, text=""))})
 
 
 def _send_quietly(session: Session, message: dict) -> None:
