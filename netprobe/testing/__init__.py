@@ -22,21 +22,22 @@ from netprobe.testing.checks import (
     CheckSkipped,
     Conformance,
     ConformanceError,
-    ProcessInfo,
-    ProcessWatch,
     RecordingReporter,
     Settings,
-    all_processes,
     check_tool,
     conformance_tests,
-    descendants,
-    honoured_problems,
     run_check,
-    shipped_schema,
+)
+from netprobe.testing.honoured import honoured_problems
+from netprobe.testing.processes import (
+    ProcessInfo,
+    ProcessWatch,
+    all_processes,
+    descendants,
     still_running,
     subreaper,
-    validate_result,
 )
+from netprobe.testing.validation import shipped_schema, validate_result
 
 __all__ = [
     "CHECKS",

@@ -80,15 +80,12 @@ from netprobe.schema import (
 from netprobe.testing.honoured import honoured_problems
 from netprobe.testing.processes import (
     _POLL_S,
-    ProcessInfo,
     ProcessWatch,
     _describe,
-    all_processes,
     descendants,
-    still_running,
     subreaper,
 )
-from netprobe.testing.validation import _sides, shipped_schema, validate_result
+from netprobe.testing.validation import _sides, validate_result
 
 CHECKS: tuple[str, ...] = (
     "api_version",
@@ -931,26 +928,3 @@ def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     return env
-
-
-__all__ = [
-    "CHECKS",
-    "CheckOutcome",
-    "CheckSkipped",
-    "Conformance",
-    "ConformanceError",
-    "ProcessInfo",
-    "ProcessWatch",
-    "RecordingReporter",
-    "Settings",
-    "all_processes",
-    "check_tool",
-    "conformance_tests",
-    "descendants",
-    "honoured_problems",
-    "run_check",
-    "shipped_schema",
-    "still_running",
-    "subreaper",
-    "validate_result",
-]
