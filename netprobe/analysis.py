@@ -276,6 +276,18 @@ def rtt_series(result: Result, direction: str) -> list[Point]:
     return _per_span(result, direction, "sender", "rtt_us", _mean)
 
 
+def loss_series(result: Result, direction: str) -> list[Point]:
+    """UDP datagrams lost per interval, percent of those sent (receiver, all streams)."""
+    lost = dict(_per_span(result, direction, "receiver", "lost_packets", math.fsum))
+    got = dict(_per_span(result, direction, "receiver", "packets", math.fsum))
+    return [(t, 100.0 * n / (n + got[t])) for t, n in lost.items() if t in got and n + got[t]]
+
+
+def jitter_series(result: Result, direction: str) -> list[Point]:
+    """UDP jitter at the end of each interval, milliseconds (receiver, mean over streams)."""
+    return _per_span(result, direction, "receiver", "jitter_ms", _mean)
+
+
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 

@@ -84,7 +84,7 @@ def series_count(ids: list[str], chart: str) -> int:
 
 
 EXPECTED_SERIES = {"throughput-c2s": 2, "streams-c2s-1": 2, "streams-c2s-2": 2,
-                   "retransmits-c2s": 2, "rtt-c2s": 2}
+                   "retransmits-c2s": 2, "rtt-c2s": 2, "box-c2s": 2, "cdf-c2s": 2}
 """Charts of :func:`results` and their series: per tool (2), per stream of each tool (2)."""
 
 

@@ -23,12 +23,15 @@ from netprobe.analysis import (
     GroupStats,
     Point,
     directions,
+    jitter_series,
+    loss_series,
     mean_series,
     retransmit_series,
     rtt_series,
     stream_series,
     throughput_series,
 )
+from netprobe.cli.htmldist import HEADROOM
 from netprobe.cli.htmlparts import _RC, _e, _scoped
 from netprobe.cli.outfile import write_text
 from netprobe.cli.tabulate import DIRECTION_LABELS, scale, stats_header, stats_rows
@@ -75,7 +78,7 @@ def render_page(results: Sequence[Result], groups: Sequence[Group],
         *(f"<h2>{_e(title)}</h2>{body}" for title, body in sections),
         "<h2>Over time</h2>", *charts_html(groups),
         *_latency_section(results),
-        "<h2>Results</h2>", results_html(results),
+        "<h2>Results</h2>", results_html(results, groups),
     ]
     return _PAGE.format(style=_STYLE, body="\n".join(parts))
 
@@ -104,15 +107,18 @@ def stats_html(stats: Sequence[GroupStats], keys: Sequence[str]) -> str:
     return f"<table id=stats class=stats><thead><tr>{head}</tr></thead>{bodies}</table>"
 
 
-def results_html(results: Sequence[Result]) -> str:
-    """One row per result: run, trial, tool, start, status, throughput per direction."""
+def results_html(results: Sequence[Result], groups: Sequence[Group] = ()) -> str:
+    """One row per result: its group, run, trial, tool, start, status, throughput per
+    direction."""
     head = "".join(f"<th>{name}</th>" for name in
-                   ("run", "trial", "tool", "started", "status", "throughput"))
+                   ("group", "run", "trial", "tool", "started", "status", "throughput"))
+    group_of = {id(r): g.label for g in groups for r in g.results}
     rows = []
     for result in results:
         rate = "; ".join(f"{DIRECTION_LABELS[f.direction]} {_rate_text(f)}"
                          for f in result.summaries)
-        cells = [(result.run_id or "-")[:8], result.trial or "-", result.tool.name,
+        cells = [group_of.get(id(result), "-"), (result.run_id or "-")[:8],
+                 result.trial or "-", result.tool.name,
                  result.start_time or "-", result.status, rate or "-"]
         rows.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     return f"<table id=results><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}" \
@@ -154,11 +160,15 @@ def _direction_charts(groups: Sequence[Group], direction: str) -> list[str]:
                                  colours=_STREAM_COLOURS))
     for name, title, kind, extract in (
             ("retransmits", "Retransmits per interval", "count", retransmit_series),
-            ("rtt", "RTT (smoothed, end of interval)", "us", rtt_series)):
+            ("rtt", "RTT (smoothed, end of interval)", "us", rtt_series),
+            ("loss", "UDP loss per interval", "percent", loss_series),
+            ("jitter", "UDP jitter (end of interval)", "ms", jitter_series)):
         lines = _per_group(groups, direction, extract)
         if any(points for _, points, _ in lines):
             charts.append(_chart(f"{name}-{tag}", f"{title}, {arrow}, per group", kind, lines))
-    return charts
+    from netprobe.cli.htmldist import distribution_html
+
+    return charts + distribution_html(groups, direction, tag)
 
 
 Line = tuple[str, list[Point], list[list[Point]]]
@@ -189,7 +199,8 @@ def _chart(chart_id: str, title: str, kind: str, lines: Sequence[Line], thin: bo
     from matplotlib import rc_context
     from matplotlib.figure import Figure
 
-    top = max((v for _, points, _ in lines for _, v in points), default=0.0)
+    top = max((v for _, points, behind in lines for series in (points, *behind)
+               for _, v in series), default=0.0)
     divisor, unit = scale(kind, top)
     settings: Any = {**_RC, "svg.hashsalt": chart_id}  # (matplotlib types keys as Literals)
     with rc_context(settings):  # the hash salt makes clip-path ids differ between charts
@@ -203,7 +214,7 @@ def _chart(chart_id: str, title: str, kind: str, lines: Sequence[Line], thin: bo
             if points:
                 _plot(axes, points, divisor, f"series-{chart_id}-{k + 1}", color, label, 2.0,
                       1.0)
-        _decorate(axes, title, unit, kind)
+        _decorate(axes, title, unit, kind, top / divisor if divisor else top)
         svg = io.StringIO()
         figure.savefig(svg, format="svg", metadata={"Date": None})
     text = svg.getvalue()
@@ -222,12 +233,13 @@ def _plot(axes: Any, points: list[Point], divisor: float, gid: str, color: str,
     line.set_gid(gid)
 
 
-def _decorate(axes: Any, title: str, unit: str, kind: str) -> None:
+def _decorate(axes: Any, title: str, unit: str, kind: str, top: float) -> None:
     axes.set_title(title, loc="left")
     axes.set_xlabel("seconds since the test started")
-    names = {"rate": "throughput", "count": "segments", "us": "RTT"}
+    names = {"rate": "throughput", "count": "segments", "us": "RTT", "percent": "lost",
+             "ms": "jitter"}
     axes.set_ylabel(f"{names.get(kind, kind)} ({unit})" if unit else names.get(kind, kind))
-    axes.set_ylim(bottom=0)
+    axes.set_ylim(bottom=0, top=top * HEADROOM if top > 0 else None)  # room above the lines
     if axes.get_legend_handles_labels()[0]:
         axes.legend(loc="best", fontsize=8)
 
@@ -238,6 +250,10 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px;
 h1 { margin-bottom: 0.2em; } .meta { color: #666; margin-top: 0; }
 table { border-collapse: collapse; font-size: 0.9em; margin: 1em 0; }
 th, td { padding: 0.25em 0.7em; text-align: right; white-space: nowrap; }
+th { white-space: normal; }  /* a long reference name in "ratio to ..." wraps */
+table.stats td:nth-child(-n+2), #results td:first-child { white-space: normal;
+       overflow-wrap: anywhere; }  /* long group names wrap, never widen the page */
+table { max-width: 100%; }
 th { border-bottom: 2px solid #444; } tbody { border-bottom: 1px solid #bbb; }
 td:first-child, th:first-child, table.stats td:nth-child(2) { text-align: left; }
 #results td { text-align: left; }
