@@ -25,7 +25,7 @@ def _interrupt_after_lines(argv: list[str], lines: int, timeout: float = 30.0) -
             line = proc.stdout.readline()
             if not line:
                 break
-            seen += " s  " in line  # an interval line ("0.00-1.00 s  c->s ...")
+            seen += " c->s " in line  # an interval line ("0.00-1.00  s c->s sender ...")
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=timeout)
     finally:

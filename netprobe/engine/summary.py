@@ -188,27 +188,16 @@ def _percent(part: Optional[int], whole: int) -> Optional[float]:
 def summary_from_intervals(samples: Sequence[Interval]) -> SideSummary:
     """One stream's side summed from its interval reports (those after the warm-up): the
     summary of a side whose own final report never came (a test stopped half-way)."""
-    nbytes = sum(s.bytes for s in samples)
-    start, end = min(s.start_s for s in samples), max(s.end_s for s in samples)
-    lost, packets = _total([s.lost_packets for s in samples]), _total([s.packets for s in samples])
-    rtts = [s.rtt_us for s in samples if s.rtt_us is not None]
+    parts = [SideSummary(role=s.role, start_s=s.start_s, end_s=s.end_s, bytes=s.bytes,
+                         bits_per_second=s.bits_per_second, retransmits=s.retransmits,
+                         rtt_us=s.rtt_us, max_rtt_us=s.rtt_us, packets=s.packets,
+                         lost_packets=s.lost_packets,
+                         out_of_order_packets=s.out_of_order_packets) for s in samples]
+    # Summed as streams are, except what is a level, not an amount: the largest window,
+    # the jitter at the last report.
     cwnds = [s.cwnd_bytes for s in samples if s.cwnd_bytes is not None]
-    return SideSummary(
-        role=samples[0].role,
-        start_s=start,
-        end_s=end,
-        bytes=nbytes,
-        bits_per_second=bits_per_second(nbytes, end - start),
-        retransmits=_total([s.retransmits for s in samples]),
-        rtt_us=_rounded(_mean(rtts)),
-        max_rtt_us=max(rtts) if rtts else None,
-        cwnd_bytes=max(cwnds) if cwnds else None,
-        packets=packets,
-        lost_packets=lost,
-        lost_percent=None if lost is None else _percent(lost, (packets or 0) + lost),
-        out_of_order_packets=_total([s.out_of_order_packets for s in samples]),
-        jitter_ms=samples[-1].jitter_ms,
-    )
+    return attrs.evolve(sum_summaries(parts, None), cwnd_bytes=max(cwnds) if cwnds else None,
+                        jitter_ms=samples[-1].jitter_ms)
 
 
 def sum_summaries(parts: Sequence[SideSummary], cpu: Optional[Cpu]) -> SideSummary:
