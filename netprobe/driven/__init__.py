@@ -18,7 +18,7 @@ from netprobe.driven.net import (
     system_name,
     wait_port,
 )
-from netprobe.driven.process import DrivenProcess, find_binary, run_once
+from netprobe.driven.process import DrivenProcess, find_binary, not_found, run_once
 from netprobe.driven.run import DrivenRun, Ready, listening, printed
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "is_local_host",
     "is_numeric",
     "listening",
+    "not_found",
     "port_is_free",
     "printed",
     "run_once",

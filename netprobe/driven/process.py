@@ -68,6 +68,16 @@ def _parent_death_signal() -> Callable[[], None] | None:
     return preexec
 
 
+def not_found(name: str, override: str | None, env_var: str | None, hint: str) -> str:
+    """Why :func:`find_binary` found no executable, in one line: the ``path`` option or
+    ``$env_var`` names none, else it is not on PATH (``hint`` says how to get it)."""
+    if override:
+        return f"{name}: {override!r} (option path) is not an executable"
+    if env_var and os.environ.get(env_var):
+        return f"{name}: {os.environ[env_var]!r} (${env_var}) is not an executable"
+    return f"{name} not found on PATH ({hint}{f', or set ${env_var}' if env_var else ''})"
+
+
 class DrivenProcess:
     """Runs one external tool: stdout+stderr merged, read continuously by a thread (never
     blocks on a full pipe), each line passed to ``on_line`` as it arrives; own process group
@@ -297,4 +307,4 @@ def run_once(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     return code, proc.text
 
 
-__all__ = ["DrivenProcess", "find_binary", "run_once"]
+__all__ = ["DrivenProcess", "find_binary", "not_found", "run_once"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from netprobe.driven import DrivenProcess, DrivenRun, free_port, is_local_host
+from netprobe.driven import DrivenProcess, DrivenRun, free_port, is_local_host, not_found
 from netprobe.errors import NetprobeError, ParseError
 from netprobe.plugin import (
     Availability,
@@ -109,7 +109,8 @@ class Iperf2Tool(Tool):
             # iperf 2 prints its version to stderr and exits 1.
             found = probe_binary("iperf", override, ENV_VAR, "-v",
                                  r"iperf version (2\.\d+(?:\.\d+)?\S*)", "iperf 2",
-                                 _not_found(override))
+                                 not_found("iperf", override, ENV_VAR,
+                                           "iperf 2.x: apt install iperf"))
             self._binary = found
         return self._binary
 
@@ -314,15 +315,6 @@ def _target_host(spec: TestSpec) -> str:
 def _free_port(host: str) -> int:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     return free_port(family=family, host=host)
-
-
-def _not_found(override: str | None) -> str:
-    if override:
-        return f"iperf2: {override!r} is not an executable file"
-    return (
-        f"iperf (2.x) not found: install it (Debian: apt install iperf), or name the "
-        f"binary in ${ENV_VAR} or the tool option 'path'"
-    )
 
 
 # --- live reading and the outcome ------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from netprobe.driven import DrivenRun, free_port, is_local_host
+from netprobe.driven import DrivenRun, free_port, is_local_host, not_found
 from netprobe.errors import NetprobeError, ParseError
 from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
 from netprobe.schema import (
@@ -123,7 +123,7 @@ class Iperf3Tool(Tool):
             override = self.options.get("path")
             found = probe_binary("iperf3", override, ENV_VAR, "--version",
                                  r"\biperf (3\.\d+(?:\.\d+)?[^\s(]*)", "iperf3",
-                                 _not_found(override))
+                                 not_found("iperf3", override, ENV_VAR, "apt install iperf3"))
             self._binary = Iperf3Binary(found.path, found.version, found.help_text)
         return self._binary
 
@@ -410,15 +410,6 @@ def _mode(spec: TestSpec) -> str:
     wanted = (("zerocopy", spec.zerocopy), ("skip-rx-copy", spec.skip_rx_copy))
     modes = [mode for mode, on in wanted if on]
     return "+".join(modes) or "copy"
-
-
-def _not_found(override: str | None) -> str:
-    if override:
-        return f"iperf3: {override!r} is not an executable file"
-    return (
-        f"iperf3 not found: install it (Debian: apt install iperf3), or name the binary "
-        f"in ${ENV_VAR} or the tool option 'path'"
-    )
 
 
 # --- live readers ---------------------------------------------------------------------------

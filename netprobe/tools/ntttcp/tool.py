@@ -47,6 +47,7 @@ from netprobe.driven import (
     is_local_host,
     is_numeric,
     listening,
+    not_found,
     port_is_free,
     run_once,
     system_name,
@@ -71,6 +72,8 @@ DEFAULT_PORT = 5001
 """ntttcp's default base port (its sync port is one below)."""
 REALTIME_PERIOD_S = 0.5
 """ntttcp prints a real-time throughput line about this often (not settable)."""
+_NTTTCP_HINT = ("NTTTCP for Linux is not packaged by Debian: build it from "
+                "microsoft/ntttcp-for-linux")
 _START_TIMEOUT_S = 5.0
 _EXIT_GRACE_S = 2.0
 _FILE_GRACE_S = 2.0
@@ -126,7 +129,8 @@ class NtttcpTool(Tool):
         override = self.options.get("path")
         path = find_binary("ntttcp", override, "NETPROBE_NTTTCP")
         if path is None:
-            return Availability(False, reasons=(_not_found(override),))
+            return Availability(False, reasons=(not_found("ntttcp", override, "NETPROBE_NTTTCP",
+                                                  _NTTTCP_HINT),))
         try:
             code, text = run_once([path, "-h"], timeout=5.0)
         except ToolUnavailable as exc:
@@ -214,17 +218,6 @@ class NtttcpTool(Tool):
     def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
         """Read saved ntttcp outputs: console logs, -x XML and -j JSON files, either role."""
         return parse_sources(sources)
-
-
-def _not_found(override: str | None) -> str:
-    if override:
-        return f"ntttcp: {override!r} (option path) is not an executable"
-    if os.environ.get("NETPROBE_NTTTCP"):
-        return f"ntttcp: {os.environ['NETPROBE_NTTTCP']!r} ($NETPROBE_NTTTCP) is not an executable"
-    return (
-        "ntttcp not found on PATH (NTTTCP for Linux is not packaged by Debian: build it from "
-        "microsoft/ntttcp-for-linux, or set $NETPROBE_NTTTCP)"
-    )
 
 
 # --- planning ---------------------------------------------------------------------------

@@ -18,7 +18,6 @@ together (nuttcp's rate is the aggregate, netprobe's is per stream); MSS ``-M``;
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import threading
@@ -36,6 +35,7 @@ from netprobe.driven import (
     is_local_host,
     is_numeric,
     listening,
+    not_found,
     port_is_free,
     run_once,
     system_name,
@@ -102,7 +102,8 @@ class NuttcpTool(Tool):
         override = self.options.get("path")
         path = find_binary("nuttcp", override, "NETPROBE_NUTTCP")
         if path is None:
-            return Availability(False, reasons=(_not_found(override, "NETPROBE_NUTTCP"),))
+            why = not_found("nuttcp", override, "NETPROBE_NUTTCP", "install the nuttcp package")
+            return Availability(False, reasons=(why,))
         try:
             code, text = run_once([path, "-V"], timeout=5.0)
         except ToolUnavailable as exc:
@@ -178,14 +179,6 @@ class NuttcpTool(Tool):
     def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
         """Read saved nuttcp client output (-fparse or plain, brief or -v; 6.x or 8.x)."""
         return parse_sources(sources)
-
-
-def _not_found(override: str | None, env_var: str) -> str:
-    if override:
-        return f"nuttcp: {override!r} (option path) is not an executable"
-    if os.environ.get(env_var):
-        return f"nuttcp: {os.environ[env_var]!r} (${env_var}) is not an executable"
-    return f"nuttcp not found on PATH (install the nuttcp package, or set ${env_var})"
 
 
 # --- planning: addresses, ports, command lines ---------------------------------------------

@@ -44,6 +44,7 @@ from netprobe.driven import (
     free_port,
     is_local_host,
     listening,
+    not_found,
     run_once,
     system_name,
 )
@@ -110,7 +111,8 @@ class QperfTool(Tool):
         override = self.options.get("path")
         path = find_binary("qperf", override, ENV_VAR)
         if path is None:
-            return Availability(False, reasons=(_not_found(override),))
+            why = not_found("qperf", override, ENV_VAR, "install the qperf package")
+            return Availability(False, reasons=(why,))
         try:
             code, text = run_once([path, "-V"], timeout=5.0)
         except ToolUnavailable as exc:
@@ -174,14 +176,6 @@ class QperfTool(Tool):
         if not any(r.test in ("tcp_bw", "udp_bw", "tcp_lat", "udp_lat") for r in out.reports):
             raise ParseError("no qperf test results in the output", name, 1)
         return results.from_saved(name, text, out)
-
-
-def _not_found(override: Optional[str]) -> str:
-    if override:
-        return f"qperf: {override!r} (option path) is not an executable"
-    if os.environ.get(ENV_VAR):
-        return f"qperf: {os.environ[ENV_VAR]!r} (${ENV_VAR}) is not an executable"
-    return f"qperf not found on PATH (install the qperf package, or set ${ENV_VAR})"
 
 
 class _Session:
