@@ -253,3 +253,17 @@ def test_data_path_is_reported() -> None:
     availability = NativeTool().probe()
     assert availability.available
     assert any(core.DATA_PATH in d.lower() or "python" in d.lower() for d in availability.details)
+
+
+def test_bidir_intervals_of_each_side_end_where_that_side_ends() -> None:
+    # The client's sender stops at -t; its receiver (the other direction) drains a little
+    # longer: the sender's last interval must end at the sender's own end, not the drain's.
+    result, _ = selftest(duration_s=1.0, interval_s=0.5, direction="bidir", protocol="udp",
+                         rate_bits_per_second=20e6)
+    for flow in result.summaries:
+        for side in (flow.sender, flow.receiver):
+            assert side is not None
+            mine = [i for i in result.intervals if i.direction == flow.direction
+                    and i.role == side.role and i.stream_id == 1]
+            assert mine[-1].end_s == pytest.approx(side.end_s, abs=0.002), (flow.direction,
+                                                                             side.role)

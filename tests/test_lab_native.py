@@ -79,6 +79,9 @@ def test_retransmits_match_the_kernel_under_loss(link) -> None:  # type: ignore[
     assert sender["retransmits"] > 0
     # The control connection may retransmit a segment or two of its own.
     assert abs(sender["retransmits"] - (after - before)) <= 3
+    # what the interval reports add up to is the summary: none left out at the end
+    sent = [i for i in result["intervals"] if i["role"] == "sender" and i["stream_id"] == 1]
+    assert sum(i["retransmits"] for i in sent) == sender["retransmits"]
 
 
 # UDP through a 100 Mbit/s hop with a 200 ms queue: offered 150 Mbit/s, the queue fills and

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import attrs
+
 from netprobe import __version__, convert
 from netprobe.bottleneck import with_cpu_warnings
 from netprobe.engine.conduct import Outcome
@@ -80,7 +82,7 @@ def build_result(
     cpu_by_role = _cpu_by_role(spec, side.cpu(), peer_cpu)
     streams, flows = _streams_and_flows(spec, summaries, sockets, cpu_by_role)
     intervals = sorted(
-        [*local_intervals, *outcome.peer_intervals],
+        _with_late_retransmits([*local_intervals, *outcome.peer_intervals], summaries),
         key=lambda i: (i.end_s, i.direction, i.role, i.stream_id or 1_000_000),
     )
     ends = [s.end_s for s in summaries.values()]
@@ -99,6 +101,30 @@ def build_result(
         warnings=(*side.warnings(), *warnings, *_peer_warnings(outcome.peer_report),
                   *_rcvbuf_warnings(flows)),
     ))
+
+
+def _with_late_retransmits(intervals: list[Interval],
+                           summaries: dict[Key, SideSummary]) -> list[Interval]:
+    """Intervals whose retransmits add up to the summary's. A sender's last write returns
+    while its socket still holds data; what is retransmitted while that drains comes after
+    the last interval's snapshot and is counted in the summary only: it goes to the last
+    interval of its stream (and to that interval's sum)."""
+    found = list(intervals)
+    for (stream_id, direction, role), side in summaries.items():
+        mine = [n for n, i in enumerate(found) if not i.omitted and i.retransmits is not None
+                and (i.stream_id, i.direction, i.role) == (stream_id, direction, role)]
+        if role != "sender" or side.retransmits is None or not mine:
+            continue
+        late = side.retransmits - sum(found[n].retransmits or 0 for n in mine)
+        if late <= 0:
+            continue
+        last = found[mine[-1]]
+        for n, other in enumerate(found):
+            same_end = (other.direction, other.role, other.end_s) == (direction, role,
+                                                                      last.end_s)
+            if n == mine[-1] or (same_end and other.stream_id is None):
+                found[n] = attrs.evolve(other, retransmits=(other.retransmits or 0) + late)
+    return found
 
 
 def _rcvbuf_warnings(flows: list[FlowSummary]) -> list[str]:

@@ -318,7 +318,10 @@ class Side:
         samples = []
         for stream in self.streams:
             snap = stream.snapshot()
-            sample = summary.interval(stream, stream.last, snap, start_s, end_s, omitted)
+            # The tail of each stream ends where its own data did (as its summary does),
+            # not where this side's last stream ended (a bidir receiver drains on).
+            end = max(start_s, min(end_s, self._data_end(stream) - self.t0)) if tail else end_s
+            sample = summary.interval(stream, stream.last, snap, start_s, end, omitted)
             stream.last = snap
             if abs(end_s - self.spec.omit_s) < 1e-9:
                 stream.base = snap
