@@ -625,3 +625,26 @@ def test_a_long_far_end_output_comes_back_whole() -> None:
     assert far is not None, "the far end's output was lost"
     assert len(far.text) > protocol.MAX_MESSAGE_BYTES, len(far.text)  # more than one frame
     assert "receiver" in far.text.rstrip().splitlines()[-1]  # to its final summary line
+
+
+# --- item 20: intervals held in memory are bounded; the whole-test figures stay exact ----------
+
+
+def test_intervals_kept_are_bounded_and_the_summary_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    from netprobe.engine import conduct
+    from netprobe.tools.native import NativeTool
+
+    monkeypatch.setattr(conduct, "MAX_INTERVALS_KEPT", 40)
+    seen: list[Any] = []
+
+    class Counting(NullReporter):
+        def interval(self, sample: Any) -> None:
+            seen.append(sample)
+
+    result = NativeTool().run(TestSpec(duration_s=2.0, interval_s=0.1, streams=4), Counting())
+    assert len(seen) >= 80  # every sample still reached the reporter as it came
+    assert len(result.intervals) <= 2 * 40
+    assert any("interval reports" in w and "kept" in w for w in result.warnings), result.warnings
+    flow = result.summaries[0]
+    assert flow.sender is not None and flow.receiver is not None
+    assert flow.sender.bytes == flow.receiver.bytes > 0

@@ -63,6 +63,7 @@ def build_result(
     side: Side,
     outcome: Outcome,
     local_intervals: list[Interval],
+    local_dropped: int = 0,
     status: str,
     errors: list[str],
     data_path: str,
@@ -77,6 +78,12 @@ def build_result(
     peer_summaries, peer_sockets, peer_cpu = _peer_parts(outcome.peer_report)
     summaries.update(peer_summaries)
     warnings = _fill_from_intervals(spec, summaries, outcome.peer_intervals)
+    dropped = local_dropped + outcome.intervals_dropped
+    if dropped:
+        kept = len(local_intervals) + len(outcome.peer_intervals)
+        warnings.append(f"{kept} interval reports kept in the result, {dropped} more not kept "
+                        "(they went to the live output as they came); the summaries cover "
+                        "the whole test")
     for key, info in peer_sockets.items():
         sockets.setdefault(key, info)
     cpu_by_role = _cpu_by_role(spec, side.cpu(), peer_cpu)

@@ -10,7 +10,7 @@ from typing import Any, Optional
 from netprobe import convert, core
 from netprobe.engine import auth, greeting, protocol
 from netprobe.engine.assemble import build_result
-from netprobe.engine.conduct import Conductor, Outcome, Reader
+from netprobe.engine.conduct import Conductor, Outcome, Reader, keep_interval
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side
 from netprobe.engine.sockets import apply_options, family_for, resolve
@@ -43,6 +43,7 @@ class Client:
         self.side: Optional[Side] = None
         self.local_intervals: list[Interval] = []
         self.sequence_base = 0
+        self.local_dropped = 0  # interval samples not kept (see conduct.MAX_INTERVALS_KEPT)
 
     def run(self) -> Result:
         """Run the test; TestFailed/TestInterrupted carry the partial result."""
@@ -236,7 +237,8 @@ class Client:
     # -- results ---------------------------------------------------------------------
 
     def _local_interval(self, sample: Interval) -> None:
-        self.local_intervals.append(sample)
+        if not keep_interval(self.local_intervals, sample):
+            self.local_dropped += 1
         self.reporter.interval(sample)
 
     def _result(self, outcome: Outcome, status: str, errors: list[str]) -> Result:
@@ -262,6 +264,7 @@ class Client:
             side=self.side,
             outcome=outcome,
             local_intervals=self.local_intervals,
+            local_dropped=self.local_dropped,
             status=status,
             errors=errors,
             data_path=core.DATA_PATH,
