@@ -70,6 +70,9 @@ def _add_server_limits(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-message-bytes", type=opts.COUNT, metavar="N",
                        help="largest control message accepted "
                             "(default: {server:max_message_bytes})")
+    group.add_argument("--max-memory", type=opts.BYTES, metavar="BYTES",
+                       help="buffer memory all running tests may take together, e.g. 256M "
+                            "(default: a quarter of this host's memory)")
     group.add_argument("--handshake-timeout", type=opts.SECONDS, metavar="SECONDS",
                        help="time a new connection has to say hello "
                             "(default: {server:handshake_timeout_s})")
@@ -83,7 +86,7 @@ _SERVER_FIELDS = {
     "max_streams": "max_streams", "max_rate": "max_rate_bps",
     "max_connections_per_address": "max_connections_per_address",
     "max_message_bytes": "max_message_bytes", "handshake_timeout": "handshake_timeout_s",
-    "idle_timeout": "idle_timeout_s",
+    "idle_timeout": "idle_timeout_s", "max_memory": "max_memory_bytes",
 }
 
 
