@@ -58,22 +58,7 @@ def trio() -> Iterator[Trio]:
         yield trio
 
 
-def _known_short_sender(params: list) -> list:
-    """iperf3 3.21 through the agent: its sender total is often exactly one 128 KiB write
-    short of what the far end received (3 runs of 4 on 2026-12-01, never with 3.12 or on
-    loopback): found by running the new version here, not yet explained (issue 14)."""
-    marked = []
-    for param in params:
-        if param.id == "iperf3-3.21":
-            reason = "iperf3 3.21: sender total one 128 KiB write short of the receiver's"
-            param = pytest.param(*param.values, id=param.id,
-                                 marks=[*param.marks, pytest.mark.xfail(reason=reason,
-                                                                        strict=False)])
-        marked.append(param)
-    return marked
-
-
-@pytest.mark.parametrize(("tool", "peer"), _known_short_sender(tool_version_params(TOOLS)))
+@pytest.mark.parametrize(("tool", "peer"), tool_version_params(TOOLS))
 def test_every_tool_through_the_agent(
     trio: Trio, tool: str, peer: PeerBinary | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -96,7 +81,15 @@ def test_every_tool_through_the_agent(
     result = json.loads(run.stdout)
     flow = result["summaries"][0]
     assert flow["sender"] and flow["receiver"], f"{tool}: both sides must be filled"
-    assert flow["receiver"]["bytes"] > 0 and flow["sender"]["bytes"] >= flow["receiver"]["bytes"]
+    sent, received = flow["sender"]["bytes"], flow["receiver"]["bytes"]
+    assert received > 0
+    if sent < received:
+        # iperf3 3.21 through the agent: its sender total is often one write short of what
+        # its receiver got (a stream thread writes once more after the totals are taken);
+        # the figures stay iperf3's, but the result must say which one is short.
+        assert tool == "iperf3", f"{tool}: sender {sent} < receiver {received}"
+        assert any("sender total is" in w and str(received - sent) in w
+                   for w in result["warnings"]), result["warnings"]
     if peer is not None:  # the far end's own output came back from the agent
         assert result["tool"]["version"] == peer.version
         far = [raw for raw in result["raw"] if raw["name"] in ("server", "receiver")]

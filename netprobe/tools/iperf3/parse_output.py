@@ -484,6 +484,7 @@ def parse_document(doc: dict[str, Any], source: str = "<input>") -> Parts:
     parts.warnings.extend(_fill_udp_receivers(found, flows, parts.intervals, ctx))
     parts.streams = found.streams
     parts.summaries = _attach_cpu(_with_stream_ooo(flows, found.streams), end, ctx)
+    parts.warnings.extend(_short_sender_totals(parts.summaries, ctx))
     if not ctx.is_client or doc.get("error"):
         _drop_unreported_peer_sides(parts, ctx)
     parts.duration_s = _duration(parts.summaries)
@@ -491,6 +492,24 @@ def parse_document(doc: dict[str, Any], source: str = "<input>") -> Parts:
     if error:
         parts.errors.append(str(error))
     return parts
+
+
+def _short_sender_totals(flows: list[FlowSummary], ctx: DocContext) -> list[str]:
+    """TCP delivers no byte that was not sent, so a receiver total above the sender's means
+    the sender's was taken early: iperf3 3.16+ (a thread per stream) reads its counters
+    while a stream thread still finishes one more write. Both figures are kept as iperf3
+    gave them; the warning says which one is short, and by how much."""
+    if ctx.udp:
+        return []
+    out = []
+    for flow in flows:
+        sent, received = flow.sender, flow.receiver
+        if sent and received and sent.bytes is not None and received.bytes is not None \
+                and received.bytes > sent.bytes:
+            out.append(f"iperf3's {flow.direction} sender total is {received.bytes - sent.bytes}"
+                       " bytes below what its receiver got: its sender figure was taken"
+                       " before the last write(s) were counted")
+    return out
 
 
 def _drop_unreported_peer_sides(parts: Parts, ctx: DocContext) -> None:
