@@ -6,7 +6,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "netprobe"
+import netprobe
+
+# The package as imported: the source tree in a checkout, site-packages for a wheel's test.
+PACKAGE = Path(netprobe.__file__).resolve().parent
 
 
 def _module_name(path: Path) -> str:
