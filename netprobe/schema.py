@@ -21,14 +21,15 @@ from attrs import field, frozen
 
 from netprobe.errors import SpecError
 
-SCHEMA_VERSION = "1.6"
+SCHEMA_VERSION = "1.7"
 """Version of the result format; bumped on any change, minor for additions (1.1: latency
 fields documented for plugins, run_id and trial; 1.2: latency under load: phases, one-way
 delay variation, probe loss, RPM, grade, per-interval latency; 1.3: the probes' own samples
 and the test's start on their clock; 1.4: the busiest data thread's CPU,
 CpuUsage.max_thread_percent; 1.5: UDP receive-buffer drops apart from the path's loss,
-SideSummary.receive_buffer_dropped_packets; 1.6: CpuUsage.cycles_per_byte). Results of an
-older minor version load."""
+SideSummary.receive_buffer_dropped_packets; 1.6: CpuUsage.cycles_per_byte; 1.7: what a
+latency sample is, Latency.metric, and a driven tool's own latency kept beside the probes',
+Result.tool_latency). Results of an older minor version load."""
 
 PROTOCOLS = ("tcp", "udp")
 DIRECTIONS = ("normal", "reverse", "bidir")
@@ -38,6 +39,8 @@ STATUSES = ("ok", "failed", "interrupted")
 RETRANSMIT_SCOPES = ("connection", "host")
 GRADES = ("A+", "A", "B", "C", "D", "F")
 """Bufferbloat grades, best first (the DSLReports / Waveform scale of the latency increase)."""
+LATENCY_METRICS = ("round_trip", "tcp_srtt")
+"""What a latency sample is (see ``Latency.metric``)."""
 
 
 def _one_of(choices: tuple[str, ...]) -> Any:
@@ -415,6 +418,12 @@ class Latency:
     """Every probe of the run in time order (the charts are drawn from these)."""
     test_start_s: Optional[float] = None
     """When the test's own clock (``Interval.start_s``) began, on the probes' clock."""
+    metric: Optional[str] = field(default=None,
+                                  validator=attrs.validators.optional(_one_of(LATENCY_METRICS)))
+    """What a sample is: ``round_trip`` (a probe or request answered: netprobe's probes,
+    qperf, iperf 2's ``--bounceback``) or ``tcp_srtt`` (the kernel's smoothed RTT of the
+    test's own TCP connections, read by their sender at each interval's end: the delay the
+    load itself builds, with no idle baseline). None in results before 1.7: a round trip."""
 
 
 @frozen
@@ -507,6 +516,9 @@ class Result:
     """Live samples, in time order, per stream and summed."""
     latency: Optional[Latency] = None
     """Latency distribution where the tool measures it."""
+    tool_latency: Optional[Latency] = None
+    """The driven tool's own latency figure when netprobe's probes ran beside it and took
+    ``latency`` (e.g. iperf 2's TCP RTT under ``--latency``): kept apart, never mixed in."""
     warnings: tuple[str, ...] = ()
     """Things the user should know that did not stop the test."""
     errors: tuple[str, ...] = ()

@@ -108,7 +108,7 @@ def test_result_with_latency_round_trips() -> None:
     text = convert.to_json(result)
     assert convert.from_json(text) == result
     assert json.loads(text)["latency"]["p99_us"] == 41.0
-    assert result.schema_version == schema.SCHEMA_VERSION == "1.6"
+    assert result.schema_version == schema.SCHEMA_VERSION == "1.7"
 
 
 def test_result_with_latency_validates_against_the_shipped_schema() -> None:
@@ -124,7 +124,7 @@ def test_partial_latency_keeps_unknown_percentiles_null() -> None:
         "count": 1000, "min_us": None, "mean_us": 24.0, "p50_us": None, "p90_us": None,
         "p99_us": None, "max_us": None, "lost": None, "lost_percent": None,
         "jitter_us": None, "measured_by": None, "phases": [], "increase_us": None,
-        "rpm": None, "grade": None, "samples": [], "test_start_s": None,
+        "rpm": None, "grade": None, "samples": [], "test_start_s": None, "metric": None,
     }
 
 
