@@ -71,9 +71,15 @@ FAILURE_PATTERNS = (
 )
 """iperf 2 exits 0 on most failures: these lines in its output mean the test failed."""
 
+_MAYBE_FAILURE = re.compile("failed|option|WARNING|ERROR|Unknown host")
+"""A word every one of FAILURE_PATTERNS holds: one cheap search rules out the common line
+(a report) before the patterns, whose leading ``.+`` makes a search slow, are tried."""
+
 
 def failure_in(line: str) -> str | None:
     """The complaint on ``line`` if it reports a failure (iperf 2 often exits 0 anyway)."""
+    if not _MAYBE_FAILURE.search(line):
+        return None
     for pattern in FAILURE_PATTERNS:
         found = pattern.search(line)
         if found:
@@ -157,6 +163,8 @@ class TextReader:
         return record.sample
 
     def _header(self, line: str) -> bool:
+        if "bits/sec" in line:
+            return False  # a report line, the common case: no header has a rate
         for pattern, handler in (
             (_LISTENING, self._on_listening),
             (_CONNECTING, self._on_connecting),
@@ -492,6 +500,17 @@ def read_text(text: str, process_is_client: bool, keys: StreamKeys | None = None
     return reader
 
 
+def _read_until_first_connection(text: str) -> TextReader:
+    # What the guess needs (the listening ports, the port it connected to, the first
+    # connection) comes before the first report: reading on would cost a second full parse.
+    reader = TextReader(True)
+    for line in text.splitlines():
+        reader.feed(line)
+        if reader.connections:
+            break
+    return reader
+
+
 def guess_is_client(text: str, name: str = "") -> bool | None:
     """Whether a saved output came from the client: by its name, else by whether its first
     connection was the one it opened. None if it cannot tell."""
@@ -499,7 +518,7 @@ def guess_is_client(text: str, name: str = "") -> bool | None:
     named = [w for w in words if w in ("client", "sender", "server", "receiver")]
     if named:
         return named[-1] in ("client", "sender")
-    reader = read_text(text, True)
+    reader = _read_until_first_connection(text)
     conn = next(iter(reader.connections.values()), None)
     if conn is not None and reader.listening:
         return conn[1] not in reader.listening
