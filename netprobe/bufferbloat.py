@@ -32,6 +32,11 @@ from netprobe.schema import (
 
 LOADED_PHASES = (("download", "reverse"), ("upload", "normal"), ("both", "bidir"))
 """The loaded phases in order, with the direction each test runs."""
+GRADED_PHASES = ("download", "upload")
+"""The phases the run's grade averages, as DSLReports averages its download's and its
+upload's bloat (it has no phase of both at once)."""
+RRUL_PHASES = (("rrul", "bidir"),)
+"""``netprobe rrul``: one loaded phase, 4 streams each way at once (Flent's RRUL)."""
 DEFAULT_PHASE_S = 10.0
 DEFAULT_STREAMS = 4
 
@@ -57,20 +62,22 @@ def phase_spec(base: TestSpec, direction: str) -> TestSpec:
 
 def run_bufferbloat(run: RunTest, base: TestSpec, reporter: Reporter,
                     options: ProbeOptions, secret: Optional[bytes] = None,
-                    idle_s: float = DEFAULT_PHASE_S) -> Result:
-    """Idle, download, upload, both, idle, with probes throughout; one Result.
+                    idle_s: float = DEFAULT_PHASE_S,
+                    plan: Sequence[tuple[str, str]] = LOADED_PHASES) -> Result:
+    """Idle, the loaded phases of ``plan`` (name, direction; default download, upload,
+    both), idle, with probes throughout; one Result.
 
     A phase that fails ends the run: TestFailed carries what the phases before it and
     the probes measured."""
     per_test = base.planned_s() or DEFAULT_PHASE_S
-    session_s = 2 * idle_s + len(LOADED_PHASES) * (per_test + 5) + 60
+    session_s = 2 * idle_s + len(plan) * (per_test + 5) + 60
     done: list[_Done] = []
     with far_end(base, options) as (host, port):
         prober = open_prober(host, port, secret, options, session_s)
         try:
             reporter.note(f"bufferbloat: idle {idle_s:g} s")
             pause(prober, idle_s)
-            for name, direction in LOADED_PHASES:
+            for name, direction in plan:
                 prober.mark(name, True)
                 reporter.note(f"bufferbloat: {name} ({direction}) {per_test:g} s")
                 live = LatencyReporter(reporter, prober)
@@ -128,21 +135,25 @@ def _shifted(intervals: Sequence[Interval], by: float) -> list[Interval]:
 
 
 def _alone(done: Sequence[_Done]) -> tuple[list[FlowSummary], list[StreamResult]]:
-    """Each direction's summary and streams from the phase where it ran alone."""
+    """Each direction's summary and streams from the phase where it ran alone (else from
+    the first phase that carried it: ``rrul`` runs both directions at once only)."""
     flows, streams = [], []
     for name, direction in (("upload", "client_to_server"), ("download", "server_to_client")):
-        for each in done:
-            if each.name == name:
-                flow = each.result.summary(direction)
-                flows += [flow] if flow is not None else []
-                streams += [s for s in each.result.streams if s.direction == direction]
+        carried = [d for d in done if d.result.summary(direction) is not None]
+        chosen = next((d for d in carried if d.name == name), carried[0] if carried else None)
+        if chosen is not None:
+            flow = chosen.result.summary(direction)
+            flows += [flow] if flow is not None else []
+            streams += [s for s in chosen.result.streams if s.direction == direction]
     return flows, streams
 
 
 def combine(base: TestSpec, done: Sequence[_Done], log: latency.ProbeLog,
             failed: Optional[str] = None) -> Result:
     """One Result of the phases run so far and the probes' log (times on the probes' clock)."""
-    summary = latency.summarize(log)
+    named = {p.name for p in log.phases}
+    graded = [name for name in GRADED_PHASES if name in named] or None
+    summary = latency.summarize(log, graded)
     summary = attrs.evolve(summary, phases=_with_rates(summary.phases, done), test_start_s=0.0)
     intervals: list[Interval] = []
     for each in done:

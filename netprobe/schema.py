@@ -21,7 +21,7 @@ from attrs import field, frozen
 
 from netprobe.errors import SpecError
 
-SCHEMA_VERSION = "1.7"
+SCHEMA_VERSION = "1.8"
 """Version of the result format; bumped on any change, minor for additions (1.1: latency
 fields documented for plugins, run_id and trial; 1.2: latency under load: phases, one-way
 delay variation, probe loss, RPM, grade, per-interval latency; 1.3: the probes' own samples
@@ -29,7 +29,8 @@ and the test's start on their clock; 1.4: the busiest data thread's CPU,
 CpuUsage.max_thread_percent; 1.5: UDP receive-buffer drops apart from the path's loss,
 SideSummary.receive_buffer_dropped_packets; 1.6: CpuUsage.cycles_per_byte; 1.7: what a
 latency sample is, Latency.metric, and a driven tool's own latency kept beside the probes',
-Result.tool_latency). Results of an older minor version load."""
+Result.tool_latency; 1.8: the bloat the grade is of, Latency.bloat_us and
+LatencyPhase.bloat_us). Results of an older minor version load."""
 
 PROTOCOLS = ("tcp", "udp")
 DIRECTIONS = ("normal", "reverse", "bidir")
@@ -408,12 +409,16 @@ class Latency:
     increase_us: Optional[float] = None
     """Median round trip under load minus the idle median (the queueing the load added;
     for several loaded phases, the largest)."""
+    bloat_us: Optional[float] = None
+    """What the grade is of: the loaded phases' bloat (mean round trip minus the idle
+    median), averaged over the phases, as DSLReports averages its download's and upload's
+    (``netprobe bufferbloat``: download and upload; its ``both`` phase is graded alone)."""
     rpm: Optional[float] = None
     """Responsiveness: round trips per minute under load, 60 / the trimmed mean loaded round
     trip in seconds (the worst 5 % dropped, as the IETF responsiveness draft does)."""
     grade: Optional[str] = field(default=None, validator=attrs.validators.optional(_one_of(GRADES)))
-    """Bufferbloat grade of ``increase_us``: A+ < 5 ms, A < 30, B < 60, C < 200, D < 400,
-    F from 400 (the DSLReports / Waveform scale)."""
+    """Bufferbloat grade of ``bloat_us``: A+ < 5 ms, A < 30, B < 60, C < 200, D < 400,
+    F from 400 (the DSLReports scale, which Waveform's test shows too)."""
     samples: tuple[LatencySample, ...] = ()
     """Every probe of the run in time order (the charts are drawn from these)."""
     test_start_s: Optional[float] = None
@@ -466,10 +471,13 @@ class LatencyPhase:
     """One-way delay variation from server to client."""
     increase_us: Optional[float] = None
     """This phase's median round trip minus the idle median (loaded phases)."""
+    bloat_us: Optional[float] = None
+    """This phase's mean round trip minus the idle median (loaded phases): what DSLReports
+    calls the bloat, and what the grade is of."""
     rpm: Optional[float] = None
     """Round trips per minute in this phase (trimmed mean, worst 5 % dropped)."""
     grade: Optional[str] = field(default=None, validator=attrs.validators.optional(_one_of(GRADES)))
-    """Bufferbloat grade of ``increase_us`` (loaded phases)."""
+    """Bufferbloat grade of ``bloat_us`` (loaded phases)."""
     client_to_server_bits_per_second: Optional[float] = None
     """Test traffic from client to server during the phase (receiver's figure), if any."""
     server_to_client_bits_per_second: Optional[float] = None

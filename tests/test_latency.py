@@ -118,6 +118,46 @@ def test_summary_without_a_loaded_phase_has_no_grade() -> None:
     assert summary.measured_by == "netprobe-tcp"
 
 
+def test_grade_is_of_the_mean_bloat_as_dslreports_grades() -> None:
+    """DSLReports (FAQ 17930) grades the bloat: the *mean* loaded round trip over the
+    baseline. 30 probes 150 ms over idle and 10 probes 400 ms over: the median says C
+    (+150 ms), the mean +212.5 ms, D."""
+    idle = [_sample(i, 0, 0.5, 0.5) for i in range(20)]
+    loaded = [_sample(20 + i, 1, 150.5 if i % 4 else 400.5, 0.5) for i in range(40)]
+    log = ProbeLog(samples=tuple(idle + loaded),
+                   phases=(Phase("idle", False, 0.0, 1.0), Phase("loaded", True, 1.0, 3.0)),
+                   transport="udp")
+    summary = latency.summarize(log)
+    phase = summary.phases[1]
+    assert phase.increase_us == pytest.approx(150_000.0)  # the median's increase: C
+    assert phase.bloat_us == pytest.approx(212_500.0) == summary.bloat_us
+    assert phase.grade == summary.grade == "D"
+
+
+def _phased_log(bloats_ms: dict[str, float]) -> ProbeLog:
+    """An idle phase (1 ms round trips), then each loaded phase with its bloat, 10 probes."""
+    samples = [_sample(i, 0, 0.5, 0.5) for i in range(10)]
+    phases = [Phase("idle", False, 0.0, 0.5)]
+    for k, (name, ms) in enumerate(bloats_ms.items(), start=1):
+        phases.append(Phase(name, True, 0.5 * k, 0.5 * (k + 1)))
+        samples += [_sample(10 * k + i, k, 0.5 + ms, 0.5) for i in range(10)]
+    return ProbeLog(samples=tuple(samples), phases=tuple(phases), transport="udp")
+
+
+def test_bufferbloat_grade_averages_download_and_upload_as_dslreports() -> None:
+    """(bloat down + bloat up) / 2: 10 and 70 ms make 40 ms, B (the worst phase alone, 70
+    ms, would say C); the ``both`` phase, which DSLReports does not run, is graded alone."""
+    from netprobe.bufferbloat import combine
+
+    log = _phased_log({"download": 10.0, "upload": 70.0, "both": 250.0})
+    result = combine(TestSpec(), [], log)
+    lat = result.latency
+    assert lat is not None
+    assert lat.bloat_us == pytest.approx(40_000.0) and lat.grade == "B"
+    assert [p.grade for p in lat.phases] == [None, "A", "C", "D"]
+    assert lat.increase_us == pytest.approx(250_000.0)  # the largest median increase
+
+
 def _loaded_with(up_us: float, down_us: float) -> Latency:
     phase = LatencyPhase(name="loaded", loaded=True, start_s=0.0, end_s=1.0,
                          client_to_server=Latency(count=1, p50_us=up_us),

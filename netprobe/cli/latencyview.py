@@ -65,24 +65,29 @@ def _signed_ms(value: Optional[float]) -> str:
 
 
 def phase_table(phases: Sequence[LatencyPhase]) -> Table:
-    """One row per phase: loss, round trip percentiles, each way's queue, against idle.
+    """One row per phase: loss, round trip figures, each way's queue, and the bloat the
+    grade is of (mean over the idle median; the verdict gives the median's increase).
 
     Narrow enough for an 80-column terminal or pipe; throughput goes in a table of its own."""
-    table = Table(title="Latency in ms (probe round trip; c->s, s->c: median one-way queue)",
+    table = Table(title="Latency in ms (probe round trip; c->s, s->c: median one-way queue; "
+                        "bloat: mean over idle, graded)",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("Phase", no_wrap=True)
-    for name in ("Lost", "p50", "p90", "p99", "max", "c->s", "s->c", "vs idle", "Grade"):
+    for name in ("Lost", "p50", "mean", "p99", "max", "c->s", "s->c", "bloat", "Grade"):
         table.add_column(name, justify="right", no_wrap=True)
     for phase in phases:
         rtt = phase.rtt or Latency(count=0)
         sent = rtt.count + (rtt.lost or 0)
         lost = "-" if rtt.lost is None else f"{rtt.lost}/{sent}"
-        increase = "-" if phase.increase_us is None else (
-            ("+" if phase.increase_us >= 0 else "") + _num(phase.increase_us))
-        table.add_row(phase.name, lost, _num(rtt.p50_us), _num(rtt.p90_us), _num(rtt.p99_us),
+        table.add_row(phase.name, lost, _num(rtt.p50_us), _num(rtt.mean_us), _num(rtt.p99_us),
                       _num(rtt.max_us), _one_way(phase.client_to_server),
-                      _one_way(phase.server_to_client), increase, phase.grade or "-")
+                      _one_way(phase.server_to_client), _plus(phase.bloat_us),
+                      phase.grade or "-")
     return table
+
+
+def _plus(value_us: Optional[float]) -> str:
+    return "-" if value_us is None else ("+" if value_us >= 0 else "") + _num(value_us)
 
 
 def rate_table(phases: Sequence[LatencyPhase]) -> Optional[Table]:
@@ -120,6 +125,8 @@ def verdict(latency: Latency) -> Text:
                 f"(loaded p50 {_ms(latency.p50_us)}), ")
     if latency.rpm is not None:
         text.append(f"RPM {latency.rpm:,.0f}, ")
+    if latency.bloat_us is not None:
+        text.append(f"bloat {_signed_ms(latency.bloat_us)}{_averaged(latency)}, ")
     text.append("grade ")
     text.append(latency.grade, style="bold green" if latency.grade in ("A+", "A") else "bold red")
     where = bloated_direction(latency)
@@ -127,6 +134,15 @@ def verdict(latency: Latency) -> Text:
                 f"; neither direction's queue reaches {PROBLEM_QUEUE_US / 1000:g} ms")
     text.append(f" (measured by {latency.measured_by})", style="dim")
     return text
+
+
+def _averaged(latency: Latency) -> str:
+    """`` (mean of download and upload)`` when the run's bloat averages several phases."""
+    from netprobe.bufferbloat import GRADED_PHASES
+
+    loaded = [p.name for p in latency.phases if p.bloat_us is not None]
+    graded = [name for name in GRADED_PHASES if name in loaded] or loaded
+    return f" (mean of {' and '.join(graded)})" if len(graded) > 1 else ""
 
 
 def latency_chart(samples: Sequence[LatencySample], phases: Sequence[LatencyPhase],

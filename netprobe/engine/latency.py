@@ -11,14 +11,18 @@ nothing of sockets or threads, so that every figure can be checked by hand:
 * percentiles by linear interpolation between closest ranks;
 * RPM = 60 / the trimmed mean loaded round trip in seconds, the worst 5 % dropped (the
   trimming the IETF "Responsiveness under Working Conditions" draft uses);
-* the grade of the increase over idle on the DSLReports / Waveform scale.
+* the grade on the DSLReports scale, of what DSLReports grades (its FAQ 17930): the
+  "bloat", the *mean* loaded round trip minus the idle baseline, averaged over the
+  download and the upload phases (``(mean bloat up + mean bloat down) / 2``). The idle
+  baseline is the idle phase's median (DSLReports does not say which statistic; the
+  median keeps one slow idle probe from moving every grade).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Optional
 
 import attrs
@@ -113,7 +117,7 @@ def rpm(rtts_us: Sequence[float]) -> Optional[float]:
 
 
 def grade(increase_us: float) -> str:
-    """The bufferbloat grade of a latency increase (negative counts as none)."""
+    """The bufferbloat grade of a latency increase, the bloat (negative counts as none)."""
     for limit_ms, name in GRADE_LIMITS_MS:
         if increase_us < limit_ms * 1000:
             return name
@@ -187,9 +191,11 @@ def phase_record(log: ProbeLog, index: int, idle_p50_us: Optional[float],
     rtt = distribution(rtts, lost=len(samples) - len(answered), sent=len(samples))
     end = phase.end_s if phase.end_s is not None else max((s.sent_s for s in samples),
                                                           default=phase.start_s)
-    increase = None
+    increase = bloat = None
     if phase.loaded and idle_p50_us is not None and rtt.p50_us is not None:
         increase = rtt.p50_us - idle_p50_us
+    if phase.loaded and idle_p50_us is not None and rtt.mean_us is not None:
+        bloat = rtt.mean_us - idle_p50_us
     return LatencyPhase(
         name=phase.name,
         loaded=phase.loaded,
@@ -199,8 +205,9 @@ def phase_record(log: ProbeLog, index: int, idle_p50_us: Optional[float],
         client_to_server=_one_way(answered, "up_ns", bases[0], up_lost),
         server_to_client=_one_way(answered, "down_ns", bases[1], down_lost),
         increase_us=increase,
+        bloat_us=bloat,
         rpm=rpm(rtts) if phase.loaded else None,
-        grade=grade(increase) if increase is not None else None,
+        grade=grade(bloat) if bloat is not None else None,
     )
 
 
@@ -215,9 +222,19 @@ def idle_p50(log: ProbeLog) -> Optional[float]:
     return None
 
 
-def summarize(log: ProbeLog) -> Latency:
+def run_bloat(phases: Sequence[LatencyPhase],
+              graded: Optional[Collection[str]] = None) -> Optional[float]:
+    """The run's bloat: the mean of the loaded phases' bloat (those named in ``graded``,
+    default all), as DSLReports averages its download's and its upload's."""
+    bloats = [p.bloat_us for p in phases
+              if p.bloat_us is not None and (graded is None or p.name in graded)]
+    return statistics.fmean(bloats) if bloats else None
+
+
+def summarize(log: ProbeLog, graded: Optional[Collection[str]] = None) -> Latency:
     """The run's Latency: the loaded round trips (all loaded phases), the phases, RPM, grade.
 
+    ``graded`` names the loaded phases the run's bloat and grade average (default: all).
     Without a loaded phase the distribution is the idle one and there is no grade."""
     bases = (_baseline(log.samples, "up_ns"), _baseline(log.samples, "down_ns"))
     baseline = idle_p50(log)
@@ -228,13 +245,15 @@ def summarize(log: ProbeLog) -> Latency:
     top = distribution(rtts, lost=len(chosen) - len(rtts), sent=len(chosen))
     increases = [p.increase_us for p in phases if p.increase_us is not None]
     increase = max(increases) if increases else None
+    bloat = run_bloat(phases, graded)
     return attrs.evolve(
         top,
         measured_by=log.measured_by,
         phases=phases,
         increase_us=increase,
+        bloat_us=bloat,
         rpm=rpm(rtts) if loaded else None,
-        grade=grade(increase) if increase is not None else None,
+        grade=grade(bloat) if bloat is not None else None,
         samples=series(log.samples, bases),
     )
 
