@@ -124,7 +124,8 @@ def test_partial_latency_keeps_unknown_percentiles_null() -> None:
         "count": 1000, "min_us": None, "mean_us": 24.0, "p50_us": None, "p90_us": None,
         "p99_us": None, "max_us": None, "lost": None, "lost_percent": None,
         "jitter_us": None, "measured_by": None, "phases": [], "increase_us": None,
-        "rpm": None, "grade": None, "samples": [], "test_start_s": None, "metric": None,
+        "bloat_us": None, "rpm": None, "grade": None, "samples": [], "test_start_s": None,
+        "metric": None,
     }
 
 
