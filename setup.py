@@ -4,7 +4,7 @@
 Python's limited API, so the wheel is tagged ``cp39-abi3``: one wheel per platform serves
 CPython 3.9 and every later version. The core is optional: where it cannot be compiled
 (no C compiler), the package still installs and netprobe runs on its pure-Python data path
-(netprobe/core.py); ``NETPROBE_REQUIRE_CORE=1`` makes that a build error instead.
+(netprobe/core/pure.py); ``NETPROBE_REQUIRE_CORE=1`` makes that a build error instead.
 """
 import sysconfig
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from netprobe import _purecore, core
+from netprobe import core
+from netprobe.core import pure as _purecore
 from tests.peers import PEER_FIXTURES, PeerBinary, default_peer
 
 CORE_NAMES = (
@@ -54,7 +55,7 @@ def data_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     """Run a test on the compiled core and again on the pure-Python one.
 
     The pure path is swapped in by pointing netprobe.core's public names at
-    netprobe._purecore, which is exactly what the module does itself when the compiled
+    netprobe.core.pure, which is exactly what the module does itself when the compiled
     core is missing or NETPROBE_PURE=1.
     """
     if request.param == "c" and core.DATA_PATH != "c":

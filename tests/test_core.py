@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 
 import netprobe.core
-from netprobe import _purecore
-from netprobe._corerecords import HostCpu, TcpInfo, pattern
+import netprobe.core.wrapper
+from netprobe.core import pure as _purecore
+from netprobe.core.records import HostCpu, TcpInfo, pattern
 from netprobe.errors import CoreError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +43,7 @@ def compiled() -> ModuleType:
             pytest.skip("NETPROBE_PURE=1")
         build = subprocess.run([sys.executable, "csrc/build_core.py"], cwd=ROOT,
                                capture_output=True, text=True, check=False)
+        importlib.reload(netprobe.core.wrapper)
         importlib.reload(netprobe.core)
         if netprobe.core.DATA_PATH != "c":
             pytest.skip(f"the C core cannot be built here: {build.stderr[-500:]}")
@@ -700,7 +702,7 @@ def test_data_path_names_the_implementation(impl: ModuleType) -> None:
 
 
 def test_netprobe_pure_forces_the_python_path() -> None:
-    code = ("import netprobe.core as c, netprobe._purecore as p;"
+    code = ("import netprobe.core as c, netprobe.core.pure as p;"
             "print(c.DATA_PATH, c.Counters is p.Counters)")
     env = dict(os.environ, NETPROBE_PURE="1", PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
@@ -713,7 +715,7 @@ def test_only_core_imports_the_compiled_module() -> None:
     package = Path(netprobe.__file__).parent  # the checkout's, or an installed wheel's
     users = [p.relative_to(package.parent).as_posix() for p in package.rglob("*.py")
              if imports.search(p.read_text())]
-    assert users == ["netprobe/core.py"]
+    assert users == ["netprobe/core/wrapper.py"]
 
 
 

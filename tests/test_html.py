@@ -18,8 +18,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from netprobe.analysis import group_results, group_stats
 from netprobe.convert import to_json
+from netprobe.results.analysis import group_results, group_stats
 from netprobe.schema import Result, ToolInfo
 from tests.test_cli import assert_one_error_line, child_env
 from tests.test_formats import sample_result

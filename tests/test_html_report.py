@@ -10,7 +10,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from netprobe.analysis import group_results, group_stats
+from netprobe.results.analysis import group_results, group_stats
 from netprobe.schema import Result, ToolInfo
 from tests.test_formats import sample_result
 from tests.test_html import chromium, needs_charts, parsed, run_browser

@@ -18,7 +18,7 @@ import pytest
 
 from netprobe.cli.outfile import OutputError, check_target, choose_formats, write_text
 from netprobe.convert import from_json
-from netprobe.saved import read_results
+from netprobe.results.saved import read_results
 from tests.test_cli import ReplayTool, assert_one_error_line, child_env, run_main
 
 

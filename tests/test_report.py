@@ -16,7 +16,12 @@ from pathlib import Path
 import attrs
 import pytest
 
-from netprobe.analysis import (
+from netprobe.cli.outfile import append_text, choose_formats
+from netprobe.cli.tabulate import number, scale, sparkline, stats_header, stats_rows
+from netprobe.convert import from_json, to_json
+from netprobe.errors import ParseError, SpecError
+from netprobe.plugin import Registry
+from netprobe.results.analysis import (
     FIGURES,
     check_group_keys,
     group_results,
@@ -29,12 +34,7 @@ from netprobe.analysis import (
     stream_series,
     throughput_series,
 )
-from netprobe.cli.outfile import append_text, choose_formats
-from netprobe.cli.tabulate import number, scale, sparkline, stats_header, stats_rows
-from netprobe.convert import from_json, to_json
-from netprobe.errors import ParseError, SpecError
-from netprobe.plugin import Registry
-from netprobe.saved import load_texts, read_results
+from netprobe.results.saved import load_texts, read_results
 from netprobe.schema import Endpoint, Result, ToolInfo
 from tests.test_cli import (
     ReplayTool,
@@ -483,8 +483,9 @@ def test_ctrl_c_keeps_the_finished_trials(tmp_path: Path) -> None:
 
 
 def test_logic_modules_do_not_load_rich() -> None:
-    code = ("import sys\nimport netprobe.stats, netprobe.analysis, netprobe.saved, "
-            "netprobe.trials, netprobe.cli.tabulate, netprobe.cli.html\n"
+    code = ("import sys\nimport netprobe.results.stats, netprobe.results.analysis, "
+            "netprobe.results.saved, netprobe.results.trials, netprobe.cli.tabulate, "
+            "netprobe.cli.html\n"
             "print([m for m in sys.modules if m.split('.')[0] in ('rich', 'matplotlib')])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env=child_env())

@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from netprobe.analysis import group_results, group_stats
 from netprobe.cli.report import print_stats
+from netprobe.results.analysis import group_results, group_stats
 from tests.test_report import GBIT, result
 
 

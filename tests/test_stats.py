@@ -1,4 +1,4 @@
-"""netprobe.stats against hand-computed values and published Student's t tables."""
+"""netprobe.results.stats against hand-computed values and published Student's t tables."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netprobe.stats import mean_interval, summarize, t_cdf, t_quantile
+from netprobe.results.stats import mean_interval, summarize, t_cdf, t_quantile
 
 from .budget import scaled
 

@@ -1,4 +1,4 @@
-"""netprobe.trials: the interleaving order, run ids and indices, failures, pauses, and
+"""netprobe.results.trials: the interleaving order, run ids and indices, failures, pauses, and
 which tools a comparison leaves out (with real Tool subclasses, no mocks)."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from netprobe.errors import TestFailed, TestInterrupted
 from netprobe.plugin import Availability, Capabilities, NullReporter, Reporter, Tool
+from netprobe.results.trials import Skipped, Trial, interleave, run_trials, screen
 from netprobe.schema import Result, TestSpec, ToolInfo
-from netprobe.trials import Skipped, Trial, interleave, run_trials, screen
 from tests.test_formats import sample_result
 
 ALL = Capabilities(protocols=frozenset({"tcp", "udp"}), rate_limit=frozenset({"tcp", "udp"}),

@@ -18,7 +18,11 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from netprobe import __version__
-from netprobe.analysis import (
+from netprobe.cli.htmldist import HEADROOM
+from netprobe.cli.htmlparts import _RC, _e, _scoped
+from netprobe.cli.outfile import write_text
+from netprobe.cli.tabulate import DIRECTION_LABELS, scale, stats_header, stats_rows
+from netprobe.results.analysis import (
     Group,
     GroupStats,
     Point,
@@ -31,10 +35,6 @@ from netprobe.analysis import (
     stream_series,
     throughput_series,
 )
-from netprobe.cli.htmldist import HEADROOM
-from netprobe.cli.htmlparts import _RC, _e, _scoped
-from netprobe.cli.outfile import write_text
-from netprobe.cli.tabulate import DIRECTION_LABELS, scale, stats_header, stats_rows
 from netprobe.schema import Result
 
 CHARTS_HINT = "pip install 'netprobe[charts]'"

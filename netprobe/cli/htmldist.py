@@ -12,10 +12,10 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-from netprobe.analysis import Group, throughput_series
 from netprobe.cli.htmlparts import _RC, _scoped
 from netprobe.cli.tabulate import DIRECTION_LABELS, scale
-from netprobe.stats import mean_interval
+from netprobe.results.analysis import Group, throughput_series
+from netprobe.results.stats import mean_interval
 
 HEADROOM = 1.15
 """The value axis reaches this far above the highest value, so no line runs on the frame."""

@@ -2,7 +2,7 @@
 throughput sparkline, the tools left out of a comparison, and the statistics table (one
 block of rows per figure, a row per tool or group, the ratio to the first).
 
-Only the CLI imports this module. The numbers come from netprobe.analysis; their text
+Only the CLI imports this module. The numbers come from netprobe.results.analysis; their text
 from netprobe.cli.tabulate, which the HTML page shares.
 """
 
@@ -16,7 +16,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from netprobe.analysis import GroupStats, throughput_series
 from netprobe.cli.tabulate import (
     DIRECTION_LABELS,
     sparkline,
@@ -24,8 +23,9 @@ from netprobe.cli.tabulate import (
     stats_rows,
 )
 from netprobe.cli.units import format_rate
+from netprobe.results.analysis import GroupStats, throughput_series
+from netprobe.results.trials import Skipped
 from netprobe.schema import Result
-from netprobe.trials import Skipped
 
 SPARK_WIDTH = 30
 """Characters of a trial's sparkline per direction (a 10 s test at 1 s intervals uses 10)."""

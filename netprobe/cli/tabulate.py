@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from netprobe.analysis import Figure, FigureStats, GroupStats, shown_figures
+from netprobe.results.analysis import Figure, FigureStats, GroupStats, shown_figures
 
 DIRECTION_LABELS = {"client_to_server": "c->s", "server_to_client": "s->c"}
 """Flow directions as the tables label them (as the run's summary table does)."""

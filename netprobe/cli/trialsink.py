@@ -1,6 +1,6 @@
 """Trials shown as they finish, for ``run --repeat N`` and ``compare``.
 
-Both run trials (netprobe.trials) and hand each result, as it comes, to a
+Both run trials (netprobe.results.trials) and hand each result, as it comes, to a
 :class:`TrialSink`: a line per trial on stdout (human) or the result itself (jsonl, csv),
 and with ``-o`` a JSON line appended to the file straight away, so that a run stopped
 half-way keeps every finished trial. At the end: the statistics table (human), or one JSON
@@ -16,15 +16,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from netprobe.analysis import GroupStats, group_results, group_stats
 from netprobe.cli.common import agent_access, error, warning
 from netprobe.cli.exitcodes import ExitCode
 from netprobe.cli.formats import format_csv
 from netprobe.cli.outfile import append_text, check_target, choose_formats, write_stdout, write_text
 from netprobe.convert import to_json, unstructure
 from netprobe.plugin import NullReporter, Reporter, Tool
+from netprobe.results.analysis import GroupStats, group_results, group_stats
+from netprobe.results.trials import Skipped, Trial, TrialRun, run_trials
 from netprobe.schema import Result, TestSpec
-from netprobe.trials import Skipped, Trial, TrialRun, run_trials
 
 # --- run --repeat and compare ------------------------------------------------------------
 

@@ -3,7 +3,7 @@ by the server on every request, so both refuse the same specs with the same word
 
 from __future__ import annotations
 
-from netprobe._corerecords import UDP_HEADER_BYTES
+from netprobe.core.records import UDP_HEADER_BYTES
 from netprobe.plugin import Capabilities
 from netprobe.schema import TestSpec
 

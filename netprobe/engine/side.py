@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import attrs
 
 from netprobe import core
-from netprobe._corerecords import UDP_HEADER_BYTES, UDP_MAX_PAYLOAD
+from netprobe.core.records import UDP_HEADER_BYTES, UDP_MAX_PAYLOAD
 from netprobe.engine import kernel, summary
 from netprobe.engine.sockets import socket_info
 from netprobe.errors import CoreError

@@ -35,7 +35,7 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
 def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     """The spec through each tool that can honour it, interleaved."""
     from netprobe.cli.trialsink import run_trials_shown
-    from netprobe.trials import Skipped, screen
+    from netprobe.results.trials import Skipped, screen
 
     spec = _one_datagram_size(opts.spec_from_args(args))
     registry = load()

@@ -13,7 +13,7 @@ from netprobe.cli.exitcodes import ExitCode, UsageError
 from netprobe.errors import SpecError, ToolUnavailable
 
 if TYPE_CHECKING:
-    from netprobe.analysis import Group, GroupStats
+    from netprobe.results.analysis import Group, GroupStats
     from netprobe.schema import Result
 
 
@@ -49,7 +49,7 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
 
 def group_keys(text: str) -> list[str]:
     """``--group-by tool,streams`` as a checked list of keys."""
-    from netprobe.analysis import check_group_keys
+    from netprobe.results.analysis import check_group_keys
 
     keys = [key.strip() for key in text.split(",") if key.strip()]
     check_group_keys(keys)
@@ -58,8 +58,8 @@ def group_keys(text: str) -> list[str]:
 
 def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
     """Read the saved results, group them, print the tables (and write the page)."""
-    from netprobe.analysis import group_results, group_stats
-    from netprobe.saved import load_texts
+    from netprobe.results.analysis import group_results, group_stats
+    from netprobe.results.saved import load_texts
 
     keys = group_keys(args.group_by)
     if args.html:
@@ -117,7 +117,7 @@ def _require_charts() -> None:
 
 
 def _mixed_warnings(groups: Sequence[Group], keys: Sequence[str]) -> list[str]:
-    from netprobe.analysis import mixed_fields
+    from netprobe.results.analysis import mixed_fields
 
     warnings = []
     for group in groups:

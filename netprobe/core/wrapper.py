@@ -1,8 +1,9 @@
-"""The data path: stream loops and system figures, on the compiled C core when it loads.
+"""The data path on the compiled C core: the only module that touches ``netprobe._core``.
 
-The only module that touches the compiled ``netprobe._core`` (cffi ``ffi``/``lib``). Where
-it cannot be imported, or with ``NETPROBE_PURE=1`` in the environment, the same names come
-from :mod:`netprobe._purecore` and :data:`DATA_PATH` says ``"python"``. Every wrapper has
+cffi's ``ffi``/``lib`` are used here and nowhere else. Where the compiled module cannot be
+imported, or with ``NETPROBE_PURE=1`` in the environment, :data:`DATA_PATH` says
+``"python"`` and :mod:`netprobe.core` takes the same names from :mod:`netprobe.core.pure`
+instead. Import them through :mod:`netprobe.core`, never from here. Every wrapper has
 one shape: check the arguments, call the C function (cffi releases the GIL, so stream loops
 run in parallel with Python threads sampling their :class:`Counters`), turn a negative
 result (-errno) into :class:`~netprobe.errors.CoreError` naming the failed system call.
@@ -15,25 +16,8 @@ from typing import Any
 
 import attrs
 
-from netprobe._corerecords import HostCpu, LoopArgs, Rusage, TcpInfo, check_fd
+from netprobe.core.records import HostCpu, LoopArgs, Rusage, TcpInfo, check_fd
 from netprobe.errors import CoreError
-
-__all__ = [
-    "DATA_PATH",
-    "CoreError",
-    "Counters",
-    "HostCpu",
-    "Rusage",
-    "TcpInfo",
-    "host_cpu",
-    "monotonic",
-    "rusage",
-    "tcp_info",
-    "tcp_recv",
-    "tcp_send",
-    "udp_recv",
-    "udp_send",
-]
 
 
 def _load_compiled() -> tuple[Any, Any]:
@@ -251,17 +235,3 @@ def monotonic() -> float:
     """Seconds on CLOCK_MONOTONIC, the clock deadlines are given on (== time.monotonic())."""
     return float(_lib.np_monotonic())
 
-
-if _lib is None:
-    # Same names, pure-Python bodies: callers cannot tell which data path they drive.
-    from netprobe._purecore import (  # type: ignore[assignment]
-        Counters,
-        host_cpu,
-        monotonic,
-        rusage,
-        tcp_info,
-        tcp_recv,
-        tcp_send,
-        udp_recv,
-        udp_send,
-    )

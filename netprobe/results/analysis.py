@@ -16,8 +16,8 @@ import attrs
 from attrs import field, frozen
 
 from netprobe.errors import SpecError
+from netprobe.results.stats import DEFAULT_CONFIDENCE, Summary, summarize
 from netprobe.schema import FLOW_DIRECTIONS, FlowSummary, Interval, Result, SideSummary, TestSpec
-from netprobe.stats import DEFAULT_CONFIDENCE, Summary, summarize
 
 KINDS = ("rate", "count", "us", "ms", "percent")
 """What a figure's number is: bits per second, a count, microseconds, milliseconds, percent."""

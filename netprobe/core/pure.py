@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Callable
 
-from netprobe._corerecords import (
+from netprobe.core.records import (
     UDP_HEADER_BYTES,
     HostCpu,
     LoopArgs,
