@@ -28,6 +28,14 @@ API_VERSION = 1
 """Version of this contract. A plugin declaring a higher ``api_version`` is incompatible."""
 
 
+# The sets of Capabilities.all_but: everything netprobe knows how to ask of a tool.
+_EVERY_SET: dict[str, frozenset] = {
+    "protocols": frozenset({"tcp", "udp"}),
+    "directions": frozenset({"normal", "reverse", "bidir"}),
+    "rate_limit": frozenset({"tcp", "udp"}),
+}
+
+
 @frozen
 class Capabilities:
     """What a tool can honour. Anything in a spec outside these is refused before running."""
@@ -68,6 +76,31 @@ class Capabilities:
     """Zero-copy send."""
     skip_rx_copy: bool = False
     """Receive without copying into user space."""
+
+    @classmethod
+    def all_but(cls, *missing: str, max_streams: Optional[int],
+                min_interval_s: Optional[float], **narrower: frozenset) -> Capabilities:
+        """Every protocol, direction and option except the ``missing`` ones, with the
+        tool's own limits: a tool's table names only what it lacks.
+
+        ``missing`` names bool fields (``"omit"``, ``"zerocopy"``, ...) or ``"rate_limit"``;
+        ``narrower`` gives a smaller set for ``protocols``, ``directions`` or
+        ``rate_limit``. A name that is neither raises :class:`ValueError`, so a typo in a
+        table fails when the tool is imported instead of granting a capability.
+        """
+        values: dict[str, Any] = {f.name: True for f in attrs.fields(cls)
+                                  if isinstance(f.default, bool)}
+        values.update(_EVERY_SET)
+        for name in missing:
+            if name not in values or name in ("protocols", "directions"):
+                raise ValueError(f"{name!r} is not a capability a tool can lack "
+                                 f"(protocols and directions are given as sets)")
+            values[name] = frozenset() if name == "rate_limit" else False
+        for name, given in narrower.items():
+            if name not in _EVERY_SET:
+                raise ValueError(f"{name!r} is not a set of protocols or directions")
+            values[name] = frozenset(given)
+        return cls(max_streams=max_streams, min_interval_s=min_interval_s, **values)
 
     def refusals(self, spec: TestSpec, tool: str) -> list[str]:
         """Reasons this tool cannot run ``spec``, each naming the option and the tool."""

@@ -7,26 +7,7 @@ from netprobe.core.records import UDP_HEADER_BYTES
 from netprobe.plugin import Capabilities
 from netprobe.schema import TestSpec
 
-NATIVE_CAPABILITIES = Capabilities(
-    protocols=frozenset({"tcp", "udp"}),
-    directions=frozenset({"normal", "reverse", "bidir"}),
-    max_streams=128,
-    byte_count=True,
-    min_interval_s=0.1,
-    omit=True,
-    rate_limit=frozenset({"tcp", "udp"}),
-    length=True,
-    window=True,
-    mss=True,
-    nodelay=True,
-    dscp=True,
-    congestion=True,
-    ipv6=True,
-    bind=True,
-    port=True,
-    zerocopy=True,
-    skip_rx_copy=True,
-)
+NATIVE_CAPABILITIES = Capabilities.all_but(max_streams=128, min_interval_s=0.1)
 """The native engine's capabilities (``--tool native``)."""
 
 

@@ -65,25 +65,10 @@ class Iperf2Tool(Tool):
     name = "iperf2"
     aliases = ("iperf",)
     description = "iperf 2, the installed binary driven by netprobe"
-    capabilities = Capabilities(
-        protocols=frozenset({"tcp", "udp"}),
-        directions=frozenset({"normal", "reverse", "bidir"}),  # -R, --full-duplex
-        max_streams=None,
-        byte_count=True,
-        min_interval_s=0.01,
-        omit=False,  # no warm-up exclusion in iperf 2.1
-        rate_limit=frozenset({"tcp", "udp"}),
-        length=True,
-        window=True,
-        mss=True,
-        nodelay=True,
-        dscp=True,
-        congestion=True,
-        ipv6=True,
-        bind=True,
-        port=True,
-        zerocopy=False,  # iperf 2 always copies
-        skip_rx_copy=False,
+    capabilities = Capabilities.all_but(
+        "omit",  # no warm-up exclusion in iperf 2.1
+        "zerocopy", "skip_rx_copy",  # iperf 2 always copies
+        max_streams=None, min_interval_s=0.01,
     )
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:

@@ -73,26 +73,8 @@ class Iperf3Tool(Tool):
 
     name = "iperf3"
     description = "iperf3, the installed binary driven by netprobe"
-    capabilities = Capabilities(
-        protocols=frozenset({"tcp", "udp"}),
-        directions=frozenset({"normal", "reverse", "bidir"}),
-        max_streams=128,  # iperf3's MAX_STREAMS
-        byte_count=True,
-        min_interval_s=0.1,
-        omit=True,
-        rate_limit=frozenset({"tcp", "udp"}),
-        length=True,
-        window=True,
-        mss=True,
-        nodelay=True,
-        dscp=True,
-        congestion=True,
-        ipv6=True,
-        bind=True,
-        port=True,
-        zerocopy=True,
-        skip_rx_copy=True,  # only with a binary that lists it; see refusals()
-    )
+    # 128 is iperf3's MAX_STREAMS; skip_rx_copy only with a binary that lists it (refusals()).
+    capabilities = Capabilities.all_but(max_streams=128, min_interval_s=0.1)
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)

@@ -93,19 +93,10 @@ class NtttcpTool(Tool):
     description: ClassVar[str] = (
         "NTTTCP for Linux (sender driven; receiver started for local tests)"
     )
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        protocols=frozenset({"tcp", "udp"}),
+    capabilities: ClassVar[Capabilities] = Capabilities.all_but(
+        "byte_count", "window", "mss", "dscp", "congestion", "zerocopy", "skip_rx_copy",
         directions=frozenset({"normal"}),
-        max_streams=MAX_STREAMS,
-        byte_count=False,
-        min_interval_s=REALTIME_PERIOD_S,
-        omit=True,
-        rate_limit=frozenset({"tcp", "udp"}),
-        length=True,
-        window=False,
-        nodelay=True,
-        ipv6=True,
-        bind=True,
+        max_streams=MAX_STREAMS, min_interval_s=REALTIME_PERIOD_S,
     )
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:

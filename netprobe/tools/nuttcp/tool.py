@@ -68,19 +68,10 @@ class NuttcpTool(Tool):
 
     name: ClassVar[str] = "nuttcp"
     description: ClassVar[str] = "nuttcp 6.x/8.x (client driven; one-shot server for local tests)"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        protocols=frozenset({"tcp", "udp"}),
+    capabilities: ClassVar[Capabilities] = Capabilities.all_but(
+        "omit", "congestion", "bind", "zerocopy", "skip_rx_copy",
         directions=frozenset({"normal", "reverse"}),
-        max_streams=MAX_STREAMS,
-        byte_count=True,
-        min_interval_s=0.1,
-        rate_limit=frozenset({"tcp", "udp"}),
-        length=True,
-        window=True,
-        mss=True,
-        nodelay=True,
-        dscp=True,
-        ipv6=True,
+        max_streams=MAX_STREAMS, min_interval_s=0.1,
     )
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
