@@ -90,6 +90,31 @@ def test_bufferbloat_on_loopback_writes_one_document_report_reads(tmp_path) -> N
     assert all(f'id="series-lat1-cdf-{k}"' in text for k in range(1, 6))  # a CDF per phase
 
 
+def test_rrul_loads_both_directions_at_once_with_probes_around(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``netprobe rrul``: Flent's shape, one loaded phase with -P streams each way at once
+    between two idle ones; graded by that phase alone."""
+    proc = netprobe_cmd("rrul", "-t", "1.5", "--idle", "0.5", "-P", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)
+    latency = document["latency"]
+    assert [p["name"] for p in latency["phases"]] == ["idle", "rrul", "idle_tail"]
+    rrul = latency["phases"][1]
+    assert rrul["client_to_server_bits_per_second"] > 0
+    assert rrul["server_to_client_bits_per_second"] > 0
+    assert latency["grade"] == rrul["grade"] and latency["bloat_us"] == rrul["bloat_us"]
+    assert document["spec"]["direction"] == "bidir" and document["spec"]["streams"] == 2
+    streams = {(s["direction"], s["stream_id"]) for s in document["streams"]}
+    assert len(streams) == 4  # two each way
+    # At once: each direction's intervals span the same stretch of the probes' clock.
+    spans = {d: [i for i in document["intervals"] if i["direction"] == d]
+             for d in ("client_to_server", "server_to_client")}
+    assert all(spans.values())
+    assert abs(spans["client_to_server"][0]["start_s"]
+               - spans["server_to_client"][0]["start_s"]) < 0.5
+    helped = netprobe_cmd("bufferbloat", "--help")
+    assert "netprobe rrul" in " ".join(helped.stdout.split())
+
+
 def test_bufferbloat_refuses_what_the_tool_cannot_do() -> None:
     proc = netprobe_cmd("bufferbloat", "--tool", "nosuchtool", "-t", "1")
     assert proc.returncode != 0

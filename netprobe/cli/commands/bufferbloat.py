@@ -1,20 +1,37 @@
 """``netprobe bufferbloat [HOST]``: idle, download, upload, both, idle, with latency probes
-throughout; a table per phase, the grade, and which direction's queue is the problem."""
+throughout; a table per phase, the grade, and which direction's queue is the problem.
+
+``netprobe rrul`` (:mod:`netprobe.cli.commands.rrul`) is the same command with Flent's
+RRUL shape: one loaded phase of 4 streams each way at once."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Any
 
 from netprobe.cli import args as opts
 from netprobe.cli import common
 from netprobe.errors import TestFailed
 
+RRUL_NOTE = ("Flent users: `netprobe rrul HOST` runs RRUL's shape instead, 4 TCP streams "
+             "each way at once for 60 s between 5 s of idle probes.")
+
 
 def add_parser(commands: Any, summary: str, epilog: str) -> None:
     """The ``bufferbloat`` command's options."""
-    parser = opts.subparser(commands, "bufferbloat", summary, epilog,
+    parser = add_phased_parser(commands, "bufferbloat", summary, epilog, loaded_s=10.0,
+                               idle_s=10.0,
+                               phases="seconds of each loaded phase: download, upload, both")
+    parser.description = f"{summary}. {RRUL_NOTE}"
+    parser.set_defaults(handler=handle)
+
+
+def add_phased_parser(commands: Any, name: str, summary: str, epilog: str, loaded_s: float,
+                      idle_s: float, phases: str) -> argparse.ArgumentParser:
+    """The options of a test in phases with probes throughout (``bufferbloat``, ``rrul``)."""
+    parser = opts.subparser(commands, name, summary, epilog,
                             "%(prog)s [HOST] [-t SECONDS] [-P N] [options]")
-    parser.set_defaults(handler=handle, client=None, reverse=None)
+    parser.set_defaults(client=None, reverse=None)
     parser.add_argument("host", nargs="?", metavar="HOST",
                         help="the far end, running `netprobe server`; omit it to test this "
                              "machine over loopback")
@@ -22,11 +39,10 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                         help="tool that loads the link (default: native; the probes are "
                              "always netprobe's)")
     group = parser.add_argument_group("phases")
-    group.add_argument("-t", "--time", type=opts.SECONDS, default=10.0, metavar="SECONDS",
-                       help="seconds of each loaded phase: download, upload, both "
-                            "(default: 10)")
-    group.add_argument("--idle", type=opts.SECONDS_OR_ZERO, default=10.0, metavar="SECONDS",
-                       help="seconds of the idle phases before and after (default: 10)")
+    group.add_argument("-t", "--time", type=opts.SECONDS, default=loaded_s, metavar="SECONDS",
+                       help=f"{phases} (default: {loaded_s:g})")
+    group.add_argument("--idle", type=opts.SECONDS_OR_ZERO, default=idle_s, metavar="SECONDS",
+                       help=f"seconds of the idle phases before and after (default: {idle_s:g})")
     group.add_argument("-O", "--omit", type=opts.SECONDS_OR_ZERO, default=0.0, metavar="SECONDS",
                        help="warm up each loaded phase for SECONDS first, left out of its "
                             "throughput (as in iperf3; the probes count it as loaded)")
@@ -40,6 +56,7 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                        help="probe over UDP, TCP, or UDP with TCP where UDP is dropped")
     opts.add_socket_options(parser)
     opts.add_output_options(parser)
+    return parser
 
 
 def _spec(args: argparse.Namespace) -> Any:
@@ -58,6 +75,14 @@ def _spec(args: argparse.Namespace) -> Any:
 
 def handle(args: argparse.Namespace, load: common.RegistryLoader) -> int:
     """Run the five phases and write the one result (a partial one too, when it fails)."""
+    from netprobe.bufferbloat import LOADED_PHASES
+
+    return run_phases(args, load, LOADED_PHASES)
+
+
+def run_phases(args: argparse.Namespace, load: common.RegistryLoader,
+               plan: Sequence[tuple[str, str]]) -> int:
+    """Idle, the loaded phases of ``plan`` (name, direction), idle; write the one result."""
     from netprobe.bufferbloat import phase_spec, run_bufferbloat
     from netprobe.loadlatency import ProbeOptions
     from netprobe.session import prepare, run_spec
@@ -65,7 +90,7 @@ def handle(args: argparse.Namespace, load: common.RegistryLoader) -> int:
     spec = _spec(args)
     registry = common.registry_for(load, spec.tool)
     tool = common.make_tool(registry, spec.tool, common.secret_options(args))
-    for direction in ("reverse", "normal", "bidir"):
+    for direction in dict.fromkeys(d for _, d in plan):
         prepare(tool, phase_spec(spec, direction))  # refused (exit 2) before anything runs
     access = common.agent_access(args)
     out = common.output(args)
@@ -75,7 +100,8 @@ def handle(args: argparse.Namespace, load: common.RegistryLoader) -> int:
                            transport=args.latency_transport)
     try:
         result = run_bufferbloat(lambda s, r: run_spec(tool, s, r, agent=access), spec,
-                                 reporter, options, access.secret, idle_s=args.idle)
+                                 reporter, options, access.secret, idle_s=args.idle,
+                                 plan=plan)
     except TestFailed as exc:
         common.emit_partial(out, exc.partial, reporter)
         raise
