@@ -16,13 +16,8 @@ from netprobe.errors import ParseError, SpecError, TestFailed
 from netprobe.plugin import NullReporter
 from netprobe.schema import Interval, Result, SideSummary, TestSpec
 from netprobe.tools.ntttcp import parse_output as p
-from netprobe.tools.ntttcp.tool import (
-    IntervalBuilder,
-    NtttcpTool,
-    common_args,
-    free_base_port,
-    sender_args,
-)
+from netprobe.tools.ntttcp.command import common_args, free_base_port, sender_args
+from netprobe.tools.ntttcp.tool import IntervalBuilder, NtttcpTool
 from tests.peers import PEER_FIXTURES, PeerBinary, peer_params
 
 FIXTURES = PEER_FIXTURES

@@ -1,5 +1,6 @@
 """The ntttcp adapter: ``tool.py`` (the Tool, its lifecycle through DrivenRun),
-``parse_output.py`` (the tool's output read line by line, and saved output).
+``command.py`` (the plan of a run and its command lines), ``parse_output.py`` (the tool's
+output read line by line, and saved output).
 
 The entry point ``netprobe.tools.ntttcp:NtttcpTool`` keeps working: the class is re-exported here.
 """
