@@ -296,6 +296,11 @@ class Tool(abc.ABC):
     """What the tool can honour."""
     description: ClassVar[str] = ""
     """One line for ``netprobe tools``."""
+    modes: ClassVar[frozenset[str]] = frozenset()
+    """Run modes beyond a test between two ends the tool drives itself, each turned on by
+    the tool option of the same name: ``receive`` (only the receiving end, on this machine,
+    for a sender started elsewhere) and ``no_sync`` (no start handshake between the ends,
+    for a peer run without one). The CLI refuses a mode a tool does not list."""
 
     def __init__(self, options: Optional[dict[str, Any]] = None) -> None:
         self.options: dict[str, Any] = dict(options or {})

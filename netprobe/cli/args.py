@@ -254,6 +254,36 @@ def add_agent_options(parser: argparse.ArgumentParser) -> None:
                        help="port of the agents (default: 5301)")
 
 
+MODE_FLAGS = {"receive": "--receive", "no_sync": "--no-sync"}
+"""Tool modes (:attr:`netprobe.plugin.Tool.modes`) and the flags that ask for them."""
+
+
+def add_mode_options(parser: argparse.ArgumentParser) -> None:
+    """Peers started by someone else (Windows NTttcp, say): --receive, --no-sync."""
+    group = parser.add_argument_group("a peer started elsewhere (e.g. Windows NTttcp)")
+    group.add_argument("--receive", action="store_true",
+                       help="run only the receiving end, on this machine (HOST, if given, "
+                            "is the local address to listen on; -p its port, default the "
+                            "tool's): wait for a sender started elsewhere and report what "
+                            "it received. --tool ntttcp")
+    group.add_argument("--no-sync", action="store_true",
+                       help="no start handshake with the other end (ntttcp -N), for a peer "
+                            "run without one: Windows ntttcp.exe -ns, or ntttcp -N. "
+                            "--tool ntttcp")
+
+
+def mode_options(args: argparse.Namespace, tool_cls: Any) -> dict[str, Any]:
+    """The tool options of the mode flags given; UsageError for a mode the tool lacks."""
+    chosen = {mode: True for mode in MODE_FLAGS if getattr(args, mode, False)}
+    for mode in chosen:
+        if mode not in getattr(tool_cls, "modes", frozenset()):
+            raise UsageError(f"{MODE_FLAGS[mode]}: the {tool_cls.name} tool has no such mode")
+    if chosen.get("receive") and getattr(args, "from_host", None):
+        raise UsageError("--receive runs the receiver on this machine: it cannot be "
+                         "combined with --from")
+    return chosen
+
+
 def add_trial_options(parser: argparse.ArgumentParser, flags: tuple[str, ...],
                       default: int | None, help_text: str) -> None:
     """How many trials (``--repeat`` or ``-n``) and the pause between them."""

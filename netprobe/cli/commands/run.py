@@ -36,6 +36,7 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
     opts.add_test_options(parser)
     opts.add_socket_options(parser)
     opts.add_agent_options(parser)
+    opts.add_mode_options(parser)
     opts.add_latency_options(parser)
     opts.add_output_options(parser)
     opts.add_trial_options(parser, ("--repeat",), None,
@@ -50,7 +51,9 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     spec = opts.spec_from_args(args)
     if args.pause is not None and args.repeat is None:
         raise UsageError("--pause needs --repeat")
-    tool = make_tool(registry_for(load, spec.tool), spec.tool, secret_options(args))
+    registry = registry_for(load, spec.tool)
+    modes = opts.mode_options(args, registry.get(spec.tool))
+    tool = make_tool(registry, spec.tool, {**(secret_options(args) or {}), **modes})
     prepare(tool, spec, from_host=args.from_host)  # refused (exit 2) before anything else
     if args.latency and (args.repeat is not None or args.from_host):
         raise UsageError("--latency cannot be combined with --repeat or --from")

@@ -36,11 +36,21 @@ class Plan:
     address: str
     """Numeric receiver address (ntttcp checks for '.' or ':' in it, so no names)."""
     base_port: int
-    sender_argv: tuple[str, ...]
+    sender_argv: tuple[str, ...] | None
+    """None in receive-only mode: the sender is someone else's."""
     receiver_argv: tuple[str, ...] | None
+    """None when the receiver is someone else's (a far host, or ``start_server`` off)."""
     files: dict[str, str] = field(default_factory=dict)
     """Result file paths by name (``sender.xml``, ``receiver.json``, ...)."""
     timeout_s: float = 60.0
+    """How long the test may take once data flows."""
+    no_sync: bool = False
+    """``-N``: no sync handshake (Windows NTttcp's ``-ns`` peers need it)."""
+
+    @property
+    def receive_only(self) -> bool:
+        """Only a receiver here, waiting for an outside sender."""
+        return self.sender_argv is None
 
 
 def resolve(spec: TestSpec, family: int, local: bool) -> str:
@@ -60,11 +70,18 @@ def resolve(spec: TestSpec, family: int, local: bool) -> str:
 def make_plan(
     spec: TestSpec, binary: str, options: dict[str, Any], workdir: str, help_text: str = ""
 ) -> Plan:
-    """Choose the address and ports and build both command lines."""
-    local = bool(options.get("start_server", True)) and is_local_host(spec.host)
+    """Choose the address and ports and build both command lines. Options: ``receive``
+    (only a receiver, on this machine, for an outside sender), ``no_sync`` (``-N`` for
+    both roles), ``start_server`` (False: never start a receiver)."""
+    receive = bool(options.get("receive"))
+    no_sync = bool(options.get("no_sync"))
+    local = receive or (bool(options.get("start_server", True)) and is_local_host(spec.host))
     family = family_for(spec)
-    address = resolve(spec, family, local)
-    base = spec.port or (free_base_port(spec.streams, family) if local else DEFAULT_PORT)
+    address = listen_address(spec, family) if receive else resolve(spec, family, local)
+    if spec.port:
+        base = spec.port
+    else:  # an outside sender expects ntttcp's default port
+        base = free_base_port(spec.streams, family) if local and not receive else DEFAULT_PORT
     prefix = line_buffer_prefix(options)
     files = {
         f"{role}.{kind}": os.path.join(workdir, f"{role}.{kind}")
@@ -72,16 +89,29 @@ def make_plan(
         for kind in ("xml", "json")
     }
     json_ok = not help_text or "-j " in help_text
-    sender = (*prefix, binary, "-s", *common_args(spec, address, base))
-    sender += (*sender_args(spec), *_file_args(files, "sender", json_ok))
+    common = common_args(spec, address, base, no_sync=no_sync)
+    sender = None
+    if not receive:
+        sender = (*prefix, binary, "-s", *common, *sender_args(spec),
+                  *_file_args(files, "sender", json_ok))
     receiver = None
     if local:
-        receiver = (*prefix, binary, "-r", *common_args(spec, address, base))
-        receiver += _file_args(files, "receiver", json_ok)
+        receiver = (*prefix, binary, "-r", *common, *_file_args(files, "receiver", json_ok))
     timeout = (
         float(spec.duration_s or 0) + spec.omit_s + _GRACE_S + 0.2 * float(spec.duration_s or 0)
     )
-    return Plan(local, family, address, base, sender, receiver, files, timeout)
+    return Plan(local, family, address, base, sender, receiver, files, timeout, no_sync)
+
+
+def listen_address(spec: TestSpec, family: int) -> str:
+    """Where a receive-only receiver listens: HOST if it is an address of this machine,
+    else every address of the family."""
+    if spec.host is not None:
+        if not (is_numeric(spec.host) and is_local_host(spec.host)):
+            raise TestFailed(f"ntttcp --receive listens on this machine: {spec.host!r} is "
+                             "not one of its addresses (give a local address, or none)")
+        return spec.host
+    return "::" if family == socket.AF_INET6 else "0.0.0.0"
 
 
 def line_buffer_prefix(options: dict[str, Any]) -> tuple[str, ...]:
@@ -93,7 +123,8 @@ def line_buffer_prefix(options: dict[str, Any]) -> tuple[str, ...]:
     return (stdbuf, "-oL", "-eL") if stdbuf else ()
 
 
-def common_args(spec: TestSpec, address: str, base_port: int) -> tuple[str, ...]:
+def common_args(spec: TestSpec, address: str, base_port: int, *,
+                no_sync: bool = False) -> tuple[str, ...]:
     """Options both roles must agree on."""
     assert spec.duration_s is not None  # refused otherwise (no byte-count mode)
     args = ["-m", f"{spec.streams},*,{address}", "-p", str(base_port)]
@@ -106,6 +137,8 @@ def common_args(spec: TestSpec, address: str, base_port: int) -> tuple[str, ...]
         args.append("-6")
     if spec.length_bytes is not None:
         args += ["-b", str(spec.length_bytes)]
+    if no_sync:
+        args.append("-N")
     return tuple(args)
 
 
@@ -123,8 +156,10 @@ def sender_args(spec: TestSpec) -> tuple[str, ...]:
 
 
 def _file_args(files: dict[str, str], role: str, json_ok: bool) -> tuple[str, ...]:
-    args = ("-x", files[f"{role}.xml"])
-    return (*args, "-j", files[f"{role}.json"]) if json_ok else args
+    # Attached (-xPATH): -x and -j take an optional argument, and ntttcp 1.4.0 reads one
+    # only when attached (later builds also take the next word).
+    xml = f"-x{files[f'{role}.xml']}"
+    return (xml, f"-j{files[f'{role}.json']}") if json_ok else (xml,)
 
 
 def free_base_port(streams: int, family: int) -> int:

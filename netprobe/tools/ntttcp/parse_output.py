@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from netprobe.errors import ParseError
-from netprobe.schema import Cpu, CpuUsage, SideSummary
+from netprobe.schema import Cpu, CpuUsage, SideSummary, StreamResult
 
+MEBIBYTE = 1 << 20
+"""The MB of NTTTCP for Linux 1.4.0's (and Windows NTttcp's) result files."""
 SEPARATOR = "-" * 20
 """ntttcp's section separator starts with (at least) this."""
 
@@ -34,7 +36,21 @@ _ESC_CLEAR_LINE = "\x1b[2K"
 _LOG = re.compile(r"^(\d\d:\d\d:\d\d) (INFO|ERR|DBG|WARN)\s*: ?(.*)$")
 _REALTIME = re.compile(r"^Real-time throughput: ([\d.]+)\s*(\w+)$")
 _TOTALS = re.compile(r"^\s*([\w/ ()]+?)\s*:\s*(\S.*?)\s*$")
+_INCOMING = re.compile(r"^New connection: (\S+):\d+ --> local:")
+_THREAD_ROW = re.compile(r"^(\d+)\s+([\d.]+)\s+([\d.]+\s*[KMG]?bps)$")
 _THROUGHPUT = re.compile(r"^([\d.]+)\s*(bps|Kbps|Mbps|Gbps)$")
+
+
+@dataclass(frozen=True)
+class ThreadTotal:
+    """One data thread's own figures (one connection per thread as netprobe runs ntttcp):
+    the console's ``Thread  Time(s)  Throughput`` rows (-V) or a result file's threads."""
+
+    index: int
+    duration_s: float
+    bits_per_second: float
+    bytes: int
+    """Derived (rate x time): ntttcp prints no per-thread byte count."""
 
 
 @dataclass
@@ -55,6 +71,12 @@ class Totals:
     busy_percent: float | None = None
     rtt_us: int | None = None
     connections: int | None = None
+    host_busy_percent: float | None = None
+    """The whole machine's CPU use, where only that is printed (Windows ``Avg. CPU %``)."""
+    threads: list[ThreadTotal] = field(default_factory=list)
+    megabyte: int = 10**6
+    """What the result file's ``MB`` is (10**6, or 2**20 in NTTTCP for Linux 1.4.0 and in
+    Windows NTttcp); the console's ``total bytes`` is exact."""
 
 
 @dataclass
@@ -84,6 +106,11 @@ class ConsoleOutput:
     """The totals block and the separator after it have been printed."""
     started: bool = False
     """``Network activity progressing...`` was printed."""
+    peer_address: str | None = None
+    """The far address of the first data connection a receiver's ``-V`` log shows."""
+    connected: bool = False
+    """A data connection is up (``-V``'s ``New connection``, ``connections created``, or
+    data reported): a no-sync receiver's test starts then."""
     warmup_done: bool = False
     errors: list[str] = field(default_factory=list)
     usage_printed: bool = False
@@ -111,7 +138,8 @@ def parse_throughput(text: str) -> float | None:
     return float(found.group(1)) * _UNITS[found.group(2)] if found else None
 
 
-def _number(text: str) -> float | None:
+def number(text: str) -> float | None:
+    """The number a value starts with (``3.01 seconds`` -> 3.01), None if none."""
     found = re.match(r"^-?[\d.]+", text.strip())
     if not found:
         return None
@@ -161,6 +189,7 @@ class ConsoleParser:
                 self._last_ok = False
                 return None
             self.out.realtime_count += 1
+            self.out.connected = True
             rate = float(realtime.group(1)) * unit
             during_warmup = self.warmup and not self.out.warmup_done
             return RealtimeSample(rate, during_warmup, batched)
@@ -198,6 +227,11 @@ class ConsoleParser:
                 self.out.params.protocol, self.out.params.ipv6 = "udp", True
             return True
         if level == "DBG":
+            peer = _INCOMING.match(message)
+            if peer and self.out.peer_address is None:
+                self.out.peer_address = peer.group(1).strip("[]")
+            if message.startswith("New connection"):
+                self.out.connected = True
             return True
         if self.out.in_totals and self._total(message):
             return True
@@ -217,9 +251,17 @@ class ConsoleParser:
             out.params.protocol = "udp"
         elif re.match(r"^\d+ connections (tested|created)", message):
             out.role = "sender"
+            out.connected = True
             tested = re.match(r"^(\d+) connections tested", message)
             if tested:
                 out.totals.connections = int(tested.group(1))
+        elif _THREAD_ROW.match(message):
+            found = _THREAD_ROW.match(message)
+            assert found is not None
+            rate = parse_throughput(found.group(3)) or 0.0
+            seconds = float(found.group(2))
+            out.totals.threads.append(
+                ThreadTotal(int(found.group(1)), seconds, rate, round(rate / 8 * seconds)))
         elif message.startswith("Starting sender activity"):
             out.role = "sender"
         elif ("failed" in message) and message not in out.errors:
@@ -272,23 +314,23 @@ def _set_total(name: str, conv: Callable[[str], Any]) -> Callable[[Totals, str],
 
 
 def _int_of(value: str) -> int | None:
-    number = _number(value)
-    return None if number is None else int(number)
+    found = number(value)
+    return None if found is None else int(found)
 
 
 _TOTAL_SETTERS: dict[str, Callable[[Totals, str], None]] = {
-    "test duration": _set_total("duration_s", _number),
+    "test duration": _set_total("duration_s", number),
     "total bytes": _set_total("bytes", _int_of),
     "throughput": _set_total("bits_per_second", parse_throughput),
     "retrans segs": _set_total("retransmits", _int_of),
     "cpu cores": _set_total("cpu_cores", _int_of),
-    "user": _set_total("user_percent", _number),
-    "system": _set_total("system_percent", _number),
-    "idle": _set_total("idle_percent", _number),
-    "iowait": _set_total("iowait_percent", _number),
-    "softirq": _set_total("softirq_percent", _number),
-    "cycles/byte": _set_total("cycles_per_byte", _number),
-    "cpu busy (all)": _set_total("busy_percent", _number),
+    "user": _set_total("user_percent", number),
+    "system": _set_total("system_percent", number),
+    "idle": _set_total("idle_percent", number),
+    "iowait": _set_total("iowait_percent", number),
+    "softirq": _set_total("softirq_percent", number),
+    "cycles/byte": _set_total("cycles_per_byte", number),
+    "cpu busy (all)": _set_total("busy_percent", number),
     "tcpi rtt": _set_total("rtt_us", _int_of),
 }
 
@@ -337,10 +379,23 @@ class ResultFile:
     role: str
     params: Params
     totals: Totals
+    flavour: str = "linux"
+    """``linux`` (NTTTCP for Linux since mid-2021: MB = 10**6), ``linux-mib`` (older
+    builds that also call themselves 1.4.0: MB = 2**20, floored) or ``windows``
+    (ntttcp.exe: MB = 2**20)."""
+
+
+def xml_flavour(version: str, rate_metrics: set[str | None]) -> str:
+    """Which writer made an XML result. Both Linux generations say ``5.33-linux``: the
+    10**6 one also writes a ``Bps`` (at first ``bps``) throughput; the 2**20 one does not."""
+    if not version.endswith("-linux"):
+        return "windows"
+    return "linux" if rate_metrics & {"Bps", "bps"} else "linux-mib"
 
 
 def parse_xml(text: str, source: str) -> ResultFile:
-    """Read an ``-x`` result file; ParseError (with line) if it is not one or is cut."""
+    """Read an ``-x`` result file (NTTTCP for Linux or Windows NTttcp); ParseError (with
+    line) if it is not one or is cut."""
     try:
         root = ElementTree.fromstring(text)
     except ElementTree.ParseError as exc:
@@ -352,30 +407,47 @@ def parse_xml(text: str, source: str) -> ResultFile:
     rates = {
         child.get("metric"): (child.text or "").strip() for child in root.findall("throughput")
     }
+    flavour = xml_flavour(root.get("version", ""), set(rates))
+    megabyte = 10**6 if flavour == "linux" else MEBIBYTE
     section = root.find("parameters")
     params = {} if section is None else {c.tag: (c.text or "").strip() for c in section}
+    busy = number(values.get("cpu_busy_all", values.get("cpu", "")))
     totals = Totals(
-        duration_s=_number(values.get("realtime", "")),
-        bytes=_megabytes(values.get("total_bytes")),
-        bits_per_second=_bps(rates.get("Bps")),
+        duration_s=number(values.get("realtime", "")),
+        bytes=_megabytes(values.get("total_bytes"), megabyte),
+        # "bps" (bits, written for two weeks of 2021) before "Bps" (bytes)
+        bits_per_second=number(rates.get("bps") or "") or _bps(rates.get("Bps"),
+                                                                rates.get("MB/s"), megabyte),
         retransmits=_int_of(values.get("packets_retransmitted", "")),
         cpu_cores=_int_of(values.get("cpu_cores", "")),
-        user_percent=_number(values.get("user", "")),
-        system_percent=_number(values.get("system", "")),
-        idle_percent=_number(values.get("idle", "")),
-        iowait_percent=_number(values.get("iowait", "")),
-        softirq_percent=_number(values.get("softirq", "")),
-        cycles_per_byte=_number(values.get("cycles_per_byte", values.get("cycles", ""))),
-        busy_percent=_number(values.get("cpu_busy_all", values.get("cpu", ""))),
+        user_percent=number(values.get("user", "")),
+        system_percent=number(values.get("system", "")),
+        idle_percent=number(values.get("idle", "")),
+        iowait_percent=number(values.get("iowait", "")),
+        softirq_percent=number(values.get("softirq", "")),
+        cycles_per_byte=number(values.get("cycles_per_byte", values.get("cycles", ""))),
+        busy_percent=None if flavour == "windows" else busy,
+        host_busy_percent=busy if flavour == "windows" else None,
         rtt_us=_int_of(values.get("tcp_average_rtt", "")),
         connections=_int_of(values.get("conns_tested", "")),
+        threads=[_xml_thread(t, megabyte) for t in root.findall("thread")],
+        megabyte=megabyte,
     )
     role = "sender" if root.tag == "ntttcps" else "receiver"
-    return ResultFile(role, _file_params(params, xml=True), totals)
+    return ResultFile(role, _file_params(params, xml=True), totals, flavour)
+
+
+def _xml_thread(element: ElementTree.Element, megabyte: int) -> ThreadTotal:
+    rates = {c.get("metric"): (c.text or "") for c in element.findall("throughput")}
+    seconds = number(element.findtext("realtime", "")) or 0.0
+    per_second = number(rates.get("KB/s", "")) or 0.0
+    rate = per_second * (1000 if megabyte == 10**6 else 1024) * 8
+    return ThreadTotal(_int_of(element.get("index", "")) or 0, seconds, rate,
+                       round(rate / 8 * seconds))
 
 
 def parse_json(text: str, source: str) -> ResultFile:
-    """Read a ``-j`` result file (all values are strings)."""
+    """Read a ``-j`` result file (all values are strings; only 10**6-byte builds write it)."""
     try:
         document = json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -392,21 +464,31 @@ def parse_json(text: str, source: str) -> ResultFile:
         for item in body.get("throughputs", [])
         if isinstance(item, dict)
     }
-    threads = body.get("threads")
+    threads = [_json_thread(t) for t in body.get("threads", []) if isinstance(t, dict)]
     totals = Totals(
-        duration_s=_number(_metric_value(body, "realTime")),
-        bytes=_megabytes(_metric_value(body, "totalBytes")),
-        bits_per_second=_bps(rates.get("Bps")),
+        duration_s=number(_metric_value(body, "realTime")),
+        bytes=_megabytes(_metric_value(body, "totalBytes"), 10**6),
+        bits_per_second=_bps(rates.get("Bps"), rates.get("MB/s"), 10**6),
         retransmits=_int_of(str(body.get("packets_retransmitted", ""))),
-        cycles_per_byte=_number(_metric_value(body, "cycles")),
-        busy_percent=_number(_metric_value(body, "cpu")),
+        cycles_per_byte=number(_metric_value(body, "cycles")),
+        busy_percent=number(_metric_value(body, "cpu")),
         # -V only: "tcpAverageRtt metric": "231 us" (the key holds the word), and one
         # "threads" entry per data thread
         rtt_us=_int_of(str(body.get("tcpAverageRtt metric", "")).split(" ")[0]),
-        connections=len(threads) if isinstance(threads, list) and threads else None,
+        connections=len(threads) or None,
+        threads=threads,
     )
     params = body.get("parameters")
     return ResultFile(role, _file_params(params if isinstance(params, dict) else {}, False), totals)
+
+
+def _json_thread(item: dict[str, Any]) -> ThreadTotal:
+    seconds = number(_metric_value(item, "realTime")) or 0.0
+    rates = {r.get("metric"): str(r.get("value", "")) for r in item.get("throughputs", [])
+             if isinstance(r, dict)}
+    rate = (number(rates.get("KB/s", "")) or 0.0) * 1000 * 8
+    return ThreadTotal(_int_of(str(item.get("index", ""))) or 0, seconds, rate,
+                       round(rate / 8 * seconds))
 
 
 def _metric_value(body: dict[str, Any], key: str) -> str:
@@ -414,14 +496,18 @@ def _metric_value(body: dict[str, Any], key: str) -> str:
     return str(item.get("value", "")) if isinstance(item, dict) else ""
 
 
-def _megabytes(value: str | None) -> int | None:
-    number = _number(value or "")
-    return None if number is None else round(number * 1e6)  # ntttcp's MB is 10**6 bytes
+def _megabytes(value: str | None, megabyte: int) -> int | None:
+    found = number(value or "")
+    return None if found is None else round(found * megabyte)
 
 
-def _bps(bytes_per_second: str | None) -> float | None:
-    number = _number(bytes_per_second or "")
-    return None if number is None else number * 8
+def _bps(bytes_per_second: str | None, megabytes_per_second: str | None = None,
+         megabyte: int = 10**6) -> float | None:
+    found = number(bytes_per_second or "")
+    if found is not None:
+        return found * 8
+    found = number(megabytes_per_second or "")
+    return None if found is None else found * megabyte * 8
 
 
 def _file_params(raw: dict[str, Any], xml: bool) -> Params:
@@ -443,23 +529,45 @@ def _file_params(raw: dict[str, Any], xml: bool) -> Params:
 
 def merge(console: Totals | None, result_file: Totals | None) -> Totals:
     """One side's totals: the result file's more precise figures where it has them, the
-    console's for the rest (JSON files lack the host CPU breakdown, for instance)."""
+    console's for the rest (JSON files lack the host CPU breakdown, for instance) and for
+    the byte count, which the console prints exactly (a file rounds it to its MB)."""
     merged = Totals()
     for name in Totals.__dataclass_fields__:
         value = getattr(result_file, name) if result_file is not None else None
-        if value is None and console is not None:
+        if (value is None or value == []) and console is not None:
             value = getattr(console, name)
-        setattr(merged, name, value)
+        if value is not None:
+            setattr(merged, name, value)
+    if console is not None and console.bytes is not None and result_file is not None:
+        merged.bytes = console.bytes
+        if result_file.megabyte != 10**6 and merged.duration_s:
+            # that file's rate comes from its floored 2**20-byte MB: the exact one instead
+            merged.bits_per_second = console.bytes * 8 / merged.duration_s
     return merged
+
+
+def disagreement(console: Totals | None, result_file: Totals | None, role: str) -> str | None:
+    """A warning when a console's exact byte count and its result file's differ by more
+    than the file's rounding (one of its MB): a unit misread, or two different runs."""
+    if console is None or result_file is None:
+        return None
+    if console.bytes is None or result_file.bytes is None:
+        return None
+    if abs(console.bytes - result_file.bytes) <= result_file.megabyte:
+        return None
+    return (f"ntttcp {role}: its console says {console.bytes:,} bytes, its result file "
+            f"{result_file.bytes:,} (MB read as {result_file.megabyte:,} bytes); the "
+            "console's exact count is used")
 
 
 def host_cpu(totals: Totals) -> CpuUsage | None:
     """Host-wide CPU figures (percent of all cores, cycles per byte), or None if not
     printed (a ``-j`` file alone has the cycles per byte, not the breakdown)."""
     if totals.user_percent is None and totals.idle_percent is None:
-        if totals.cycles_per_byte is None:
+        if totals.cycles_per_byte is None and totals.host_busy_percent is None:
             return None
-        return CpuUsage(cycles_per_byte=totals.cycles_per_byte)
+        return CpuUsage(total_percent=totals.host_busy_percent,
+                        cycles_per_byte=totals.cycles_per_byte)
     busy = None if totals.idle_percent is None else round(100.0 - totals.idle_percent, 2)
     return CpuUsage(
         user_percent=totals.user_percent,
@@ -494,6 +602,24 @@ def side_summary(
         rtt_us=totals.rtt_us if role == "sender" else None,
         cpu=Cpu(process=process, host=host) if process or host else None,
     )
+
+
+def streams(sender: Totals | None, receiver: Totals | None, protocol: str,
+            warmup_s: float = 0.0) -> tuple[StreamResult, ...]:
+    """One stream per data thread (one connection each, as netprobe runs ntttcp), sender
+    and receiver matched by thread index (sender thread i talks to receiver port base+i).
+    Per-thread figures are only printed with -V or in result files."""
+    found: dict[int, dict[str, SideSummary]] = {}
+    for role, totals in (("sender", sender), ("receiver", receiver)):
+        for thread in totals.threads if totals is not None else ():
+            found.setdefault(thread.index, {})[role] = SideSummary(
+                role=role, start_s=warmup_s, end_s=round(warmup_s + thread.duration_s, 6),
+                bytes=thread.bytes, bits_per_second=thread.bits_per_second)
+    if len(found) < 2:
+        return ()  # one thread: its figures are the summary's
+    return tuple(StreamResult(stream_id=index, direction="client_to_server",
+                              sender=sides.get("sender"), receiver=sides.get("receiver"))
+                 for index, sides in sorted(found.items()))
 
 
 def failure_message(out: ConsoleOutput) -> str | None:

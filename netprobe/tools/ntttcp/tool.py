@@ -50,12 +50,16 @@ from netprobe.schema import (
     Interval,
     RawOutput,
     Result,
-    SideSummary,
     TestSpec,
     ToolInfo,
 )
 from netprobe.tools.ntttcp import parse_output as p
 from netprobe.tools.ntttcp.command import Plan, common_args, line_buffer_prefix, make_plan
+from netprobe.tools.ntttcp.parse_windows import (
+    is_windows_console,
+    parse_windows_console,
+    windows_version,
+)
 
 MAX_STREAMS = 512
 """ntttcp's most receiver ports (MAX_NUM_SERVER_PORTS)."""
@@ -74,13 +78,16 @@ class NtttcpTool(Tool):
 
     Options: ``path`` (the binary), ``start_server`` (False: never start a receiver, even
     for this machine), ``line_buffered`` (False: do not run ntttcp under ``stdbuf -oL``,
-    which makes its console output arrive line by line through a pipe).
+    which makes its console output arrive line by line through a pipe); the modes
+    ``receive`` (only a receiver, here, for an outside sender: ``netprobe run --receive``)
+    and ``no_sync`` (``-N`` on both roles: ``--no-sync``), for Windows NTttcp peers.
     """
 
     name: ClassVar[str] = "ntttcp"
     description: ClassVar[str] = (
         "NTTTCP for Linux (sender driven; receiver started for local tests)"
     )
+    modes: ClassVar[frozenset[str]] = frozenset({"receive", "no_sync"})
     capabilities: ClassVar[Capabilities] = Capabilities.all_but(
         "byte_count", "window", "mss", "dscp", "congestion", "zerocopy", "skip_rx_copy",
         directions=frozenset({"normal"}),
@@ -141,8 +148,21 @@ class NtttcpTool(Tool):
         rate = spec.rate_bits_per_second
         if rate is not None and not float(rate * spec.streams).is_integer():
             refuse(f"--bitrate {rate:g}", "ntttcp -B takes whole bits per second")
+        if self.options.get("receive"):
+            self._receive_refusals(spec, refuse)
         found += self._feature_refusals(spec, refuse)
         return found
+
+    @staticmethod
+    def _receive_refusals(spec: TestSpec, refuse: Any) -> None:
+        """Receive-only: what only the (outside) sender decides cannot be asked here."""
+        # (a UDP spec always has a rate, netprobe's default: not the user's wish)
+        rate = spec.rate_bits_per_second is not None and spec.protocol == "tcp"
+        sender_side = [(rate, "--bitrate"),
+                       (spec.nodelay, "--nodelay"), (spec.bind_address is not None, "--bind")]
+        for asked, option in sender_side:
+            if asked:
+                refuse(option, "with --receive the sender started elsewhere decides it")
 
     def _feature_refusals(self, spec: TestSpec, refuse: Any) -> list[str]:
         """Options this build does not list in its help (known only after a probe)."""
@@ -300,8 +320,11 @@ class _Session:
                 receiver = self._start("receiver", self.plan.receiver_argv)
                 receiver_ready = run.wait_ready(receiver, self._receiver_ports(),
                                                 _START_TIMEOUT_S)
-            if receiver_ready:
+            if receiver_ready and self.plan.receive_only:
+                run.note(self._waiting_note())
+            if receiver_ready and self.plan.sender_argv is not None:
                 self._start("sender", self.plan.sender_argv)
+            if receiver_ready:
                 self._wait()
         if run.interrupted:
             partial = self._result("interrupted", ["interrupted by the user"])
@@ -320,9 +343,18 @@ class _Session:
 
     def _receiver_ports(self) -> Ready:
         udp = self.spec.protocol == "udp"
-        ports = [(self.plan.base_port - 1, False)]  # the sync port is TCP
+        ports = [] if self.plan.no_sync else [(self.plan.base_port - 1, False)]  # sync: TCP
         ports += [(self.plan.base_port + i, udp) for i in range(self.spec.streams)]
         return listening(ports, self.plan.family)
+
+    def _waiting_note(self) -> str:
+        last = self.plan.base_port + self.spec.streams - 1
+        ports = f"port {last}" if last == self.plan.base_port else (
+            f"ports {self.plan.base_port}-{last}")
+        sync = ("no sync (a sender with -N, or ntttcp.exe -ns)" if self.plan.no_sync
+                else f"sync port {self.plan.base_port - 1}")
+        return (f"ntttcp receiver listening on {self.plan.address} {ports}, {sync}: waiting "
+                "for a sender (Ctrl-C to stop)")
 
     def _receiver_failed(self) -> TestFailed:
         receiver = self.procs["receiver"].process
@@ -342,18 +374,31 @@ class _Session:
         def exited() -> bool:
             return all(proc.process.returncode is not None for proc in self.procs.values())
 
-        if not self.driven.wait(exited, self.plan.timeout_s, tick):
+        if self.plan.receive_only:
+            self._wait_for_outside_sender(exited, tick)
+        elif not self.driven.wait(exited, self.plan.timeout_s, tick):
             self.problems.append(
                 f"ntttcp did not finish within {self.plan.timeout_s:g} s and was stopped"
             )
+
+    def _wait_for_outside_sender(self, exited: Any, tick: Any) -> None:
+        """Receive-only: no deadline until a sender connects (Ctrl-C ends the wait), then
+        the test's own length and the grace."""
+        receiver = self.procs["receiver"]
+        self.driven.wait(lambda: exited() or receiver.parser.out.connected, None, tick)
+        if exited():
+            return
+        if not self.driven.wait(exited, self.plan.timeout_s, tick):
+            self.problems.append(f"ntttcp receiver did not finish within "
+                                 f"{self.plan.timeout_s:g} s of its sender connecting")
 
     def _stop_finished(self, now: float) -> None:
         """Stop a process that printed its whole report but does not exit (ntttcp's
         receiver often hangs, and its sender waits for it)."""
         sender = self.procs.get("sender")
-        sender_done = sender is not None and (
+        sender_done = self.plan.receive_only or (sender is not None and (
             sender.parser.out.report_complete or sender.process.returncode is not None
-        )
+        ))
         for proc in self.procs.values():
             if proc.process.returncode is not None or not proc.parser.out.report_complete:
                 continue
@@ -381,7 +426,8 @@ class _Session:
     def _files_ready(self, role: str) -> bool:
         for kind in ("xml", "json"):
             path = self.plan.files.get(f"{role}.{kind}")
-            if path is None or f"-{kind[0]}" not in self.procs[role].process.argv:
+            asked = any(arg.startswith(f"-{kind[0]}") for arg in self.procs[role].process.argv)
+            if path is None or not asked:
                 continue
             text = _read(path)
             if text is None or not _complete(kind, text):
@@ -418,7 +464,7 @@ class _Session:
         if not reasons:
             return self._result("ok", [])
         why = "; ".join(reasons)
-        command = " ".join(self.plan.sender_argv)
+        command = " ".join(self.plan.sender_argv or self.plan.receiver_argv or ())
         raise TestFailed(
             f"ntttcp failed: {why}; command: {command}", self._result("failed", reasons)
         )
@@ -440,9 +486,12 @@ class _Session:
 
     def _result(self, status: str, errors: list[str]) -> Result:
         with self.lock:
-            sides = {role: self._side(role) for role in self.procs}
+            totals = {role: self._totals(role) for role in ("sender", "receiver")}
             intervals = tuple(self.driven.collected())
-        sender, receiver = sides.get("sender"), sides.get("receiver")
+        omit = float(self.spec.omit_s)
+        sender, receiver = (p.side_summary(role, found, self.spec.protocol, omit)
+                            if (found := totals[role]) is not None else None
+                            for role in ("sender", "receiver"))
         summaries: tuple[FlowSummary, ...] = ()
         if sender is not None or receiver is not None:
             summaries = (FlowSummary("client_to_server", sender=sender, receiver=receiver),)
@@ -451,37 +500,51 @@ class _Session:
         warnings = [*self.warnings, *self.driven.warnings]
         if intervals:
             warnings.append(_INTERVAL_NOTE)
+        if self.plan.receive_only:
+            warnings.append(_RECEIVE_ONLY_NOTE)
         version = next(
             (pr.parser.out.version for pr in self.procs.values() if pr.parser.out.version), None
         )
+        local, remote = self._endpoints()
         return with_cpu_warnings(Result(
             tool=ToolInfo(name="ntttcp", version=version or self.version),
             spec=self.spec,
             start_time=self.start_time,
-            local=Endpoint(role="client", address=self.spec.bind_address, system=system_name()),
-            remote=Endpoint(
-                role="server",
-                host=self.spec.host,
-                address=self.plan.address,
-                port=self.plan.base_port,
-                system=system_name() if self.plan.local else None,
-            ),
+            local=local,
+            remote=remote,
             status=status,
             duration_s=duration,
             summaries=summaries,
+            streams=p.streams(totals["sender"], totals["receiver"], self.spec.protocol, omit),
             intervals=intervals,
             warnings=tuple(warnings),
             errors=tuple(errors),
             raw=self._raw(),
         ))
 
-    def _side(self, role: str) -> SideSummary | None:
+    def _endpoints(self) -> tuple[Endpoint, Endpoint]:
+        """This machine and the far end (in receive-only mode: the receiver here, and the
+        outside sender as its first connection shows it)."""
+        if self.plan.receive_only:
+            peer = self.procs["receiver"].parser.out.peer_address
+            return (Endpoint(role="server", address=self.plan.address,
+                             port=self.plan.base_port, system=system_name()),
+                    Endpoint(role="client", address=peer))
+        return (Endpoint(role="client", address=self.spec.bind_address, system=system_name()),
+                Endpoint(role="server", host=self.spec.host, address=self.plan.address,
+                         port=self.plan.base_port,
+                         system=system_name() if self.plan.local else None))
+
+    def _totals(self, role: str) -> p.Totals | None:
+        """The role's report: its console's and its result files' figures together."""
         proc = self.procs.get(role)
         if proc is None:
             return None
         files = _result_files(self.plan.files, role)
-        totals = p.merge(proc.parser.out.totals, files)
-        return p.side_summary(role, totals, self.spec.protocol, float(self.spec.omit_s))
+        warning = p.disagreement(proc.parser.out.totals, files, role)
+        if warning and warning not in self.warnings:
+            self.warnings.append(warning)
+        return p.merge(proc.parser.out.totals, files)
 
     def _raw(self) -> tuple[RawOutput, ...]:
         found = [proc.process.raw() for proc in self.procs.values()]
@@ -492,6 +555,10 @@ class _Session:
         return tuple(found)
 
 
+_RECEIVE_ONLY_NOTE = (
+    "receive-only: netprobe ran the ntttcp receiver and an outside sender sent; the "
+    "sender's own figures are in its output"
+)
 _INTERVAL_NOTE = (
     "ntttcp intervals are its ~0.5 s real-time throughput lines, timed by their arrival "
     "and summed to the interval; their bytes are derived from the printed rate"
@@ -558,6 +625,9 @@ def _read_source(name: str, text: str, roles: dict[str, _RoleOutputs], warnings:
         if slot.file is None or name.endswith(".xml"):  # XML has more than JSON
             slot.file = found
         return
+    if is_windows_console(text):
+        _read_windows_console(name, text, roles, warnings)
+        return
     out = p.parse_console(text)
     if out.recognized == 0 or (out.version is None and out.unknown and not out.in_totals
                                and not out.report_complete and not out.errors):  # fmt: skip
@@ -574,6 +644,24 @@ def _read_source(name: str, text: str, roles: dict[str, _RoleOutputs], warnings:
         )
 
 
+def _read_windows_console(name: str, text: str, roles: dict[str, _RoleOutputs],
+                          warnings: list[str]) -> None:
+    """Windows NTttcp's console: it does not say its role, the file name may."""
+    totals = parse_windows_console(text)
+    if totals.bytes is None:
+        raise ParseError("Windows NTttcp output without its totals table", name,
+                         text.count("\n") + 1)
+    role = next((r for r in ("receiver", "sender") if r in name.lower()), None)
+    if role is None:
+        role = "sender"  # the Windows end of an interop test is usually the sender
+        warnings.append(f"{name}: Windows NTttcp does not print its role: taken as the sender")
+    version = windows_version(text)
+    roles[role].console = p.ConsoleOutput(role=role, totals=totals, report_complete=True,
+                                          recognized=1, version=version)
+    warnings.append(f"{name}: Windows NTttcp {version or ''}".rstrip() + ": its MB are 2**20 "
+                    "bytes; Avg. CPU %, retransmits, DPC and interrupt counts are the host's")
+
+
 def _parsed_result(
     roles: dict[str, _RoleOutputs],
     warnings: list[str],
@@ -581,8 +669,15 @@ def _parsed_result(
     readable: list[tuple[str, str]],
 ) -> Result:
     spec = _parsed_spec(roles)
-    sides, errors = _parsed_sides(roles, spec, warnings)
-    sender, receiver = sides["sender"], sides["receiver"]
+    totals, errors = _parsed_totals(roles, warnings)
+    omit = float(spec.omit_s)
+    sender, receiver = (p.side_summary(role, totals[role], spec.protocol, omit)
+                        for role in ("sender", "receiver"))
+    for role in ("sender", "receiver"):
+        console = roles[role].console
+        if console and console.started and not console.report_complete and (
+                sender if role == "sender" else receiver) is None:
+            warnings.append(f"ntttcp {role}: no report: the output is incomplete")
     if sender is None and receiver is None and not errors:
         name, text = readable[-1]
         raise ParseError("no ntttcp results in the output (truncated?)", name, text.count("\n") + 1)
@@ -604,6 +699,7 @@ def _parsed_result(
         status="failed" if errors and not summaries else "ok",
         duration_s=None if first is None else first.end_s - first.start_s,
         summaries=summaries,
+        streams=p.streams(totals["sender"], totals["receiver"], spec.protocol, omit),
         warnings=(_RECONSTRUCTED, *warnings),
         errors=tuple(errors),
         raw=raw,
@@ -616,24 +712,24 @@ _RECONSTRUCTED = (
 )
 
 
-def _parsed_sides(
-    roles: dict[str, _RoleOutputs], spec: TestSpec, warnings: list[str]
-) -> tuple[dict[str, SideSummary | None], list[str]]:
-    """Each role's summary (result file figures first) and the errors its console shows."""
-    sides: dict[str, SideSummary | None] = {}
+def _parsed_totals(
+    roles: dict[str, _RoleOutputs], warnings: list[str]
+) -> tuple[dict[str, p.Totals], list[str]]:
+    """Each role's totals (console and result file together) and the errors its console
+    shows."""
+    found: dict[str, p.Totals] = {}
     errors: list[str] = []
     for role, slot in roles.items():
-        console = slot.console
-        totals = p.merge(
-            console.totals if console else None, slot.file.totals if slot.file else None
-        )
-        sides[role] = p.side_summary(role, totals, spec.protocol, float(spec.omit_s))
-        message = p.failure_message(console) if console else None
+        console = slot.console.totals if slot.console else None
+        result_file = slot.file.totals if slot.file else None
+        warning = p.disagreement(console, result_file, role)
+        if warning:
+            warnings.append(warning)
+        found[role] = p.merge(console, result_file)
+        message = p.failure_message(slot.console) if slot.console else None
         if message:
             errors.append(f"{role}: {message}")
-        if console and console.started and not console.report_complete and sides[role] is None:
-            warnings.append(f"ntttcp {role}: no report: the output is incomplete")
-    return sides, errors
+    return found, errors
 
 
 def _parsed_spec(roles: dict[str, _RoleOutputs]) -> TestSpec:
