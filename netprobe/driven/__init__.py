@@ -2,39 +2,63 @@
 
 :mod:`netprobe.driven.process` runs one binary (:class:`DrivenProcess`, :func:`find_binary`,
 :func:`run_once`); :mod:`netprobe.driven.net` knows the ports and hosts (:func:`free_port`,
-:func:`is_listening`, :func:`is_local_host`, ...); :mod:`netprobe.driven.run` owns a run's
-lifecycle (:class:`DrivenRun`: start, wait until ready, deadline, Ctrl-C, stop by PID,
-intervals delivered on the caller's thread). Every name is re-exported here: plugins
-import ``netprobe.driven``.
+:func:`free_port_block`, :func:`is_listening`, :func:`is_local_host`, ...);
+:mod:`netprobe.driven.run` owns a run's lifecycle (:class:`DrivenRun`: start, wait until
+ready, deadline, Ctrl-C, stop by PID, intervals delivered on the caller's thread);
+:mod:`netprobe.driven.session` is the glue from a plan to a Result (:class:`Plan`,
+:class:`DrivenSession`: server then client, one policy for interrupted, failed and ok);
+:mod:`netprobe.driven.tool` is the Tool side (:class:`DrivenTool`: the binary found once,
+:func:`read_version`, :func:`readable_sources`). Every name is re-exported here: plugins
+import ``netprobe.driven``. docs/plugins.md shows a whole plugin built on them.
 """
 
 from netprobe.driven.net import (
     family_for,
     free_port,
+    free_port_block,
     is_listening,
     is_local_host,
     is_numeric,
+    loopback,
     port_is_free,
     system_name,
     wait_port,
 )
 from netprobe.driven.process import DrivenProcess, find_binary, not_found, run_once
 from netprobe.driven.run import DrivenRun, Ready, listening, printed
+from netprobe.driven.session import (
+    HANG_GRACE_S,
+    DrivenSession,
+    Plan,
+    client_deadline,
+    local_server_wanted,
+)
+from netprobe.driven.tool import DrivenTool, read_version, readable_sources
 
 __all__ = [
+    "HANG_GRACE_S",
     "DrivenProcess",
     "DrivenRun",
+    "DrivenSession",
+    "DrivenTool",
+    "Plan",
     "Ready",
+    "client_deadline",
     "family_for",
     "find_binary",
     "free_port",
+    "free_port_block",
     "is_listening",
     "is_local_host",
     "is_numeric",
     "listening",
+    "local_server_wanted",
+    "loopback",
     "not_found",
     "port_is_free",
     "printed",
+    "read_version",
+    "readable_sources",
     "run_once",
     "system_name",
     "wait_port",

@@ -3,8 +3,9 @@ is this machine.
 
 :func:`free_port`, :func:`port_is_free`, :func:`is_listening`, :func:`wait_port` and
 :func:`is_local_host` help a plugin start the tool's server on this machine and know when
-it is ready; :func:`family_for`, :func:`is_numeric` and :func:`system_name` say what a
-result's endpoints need.
+it is ready (:func:`free_port_block` for tools that take a run of ports); :func:`loopback`,
+:func:`family_for`, :func:`is_numeric` and :func:`system_name` say what a result's
+endpoints need.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import ipaddress
 import platform
 import socket
 import time
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Union
+
+from netprobe.errors import TestFailed
 
 if TYPE_CHECKING:
     from netprobe.schema import TestSpec
@@ -43,9 +47,31 @@ def free_port(
     raise OSError(f"no free port found on {host}")
 
 
+def free_port_block(count: int, family: int = socket.AF_INET, *, below: int = 0,
+                    avoid: Collection[int] = (), lowest: int = 1024) -> int:
+    """The first of ``count`` consecutive ports that are free now for TCP and UDP, with
+    the ``below`` ports just under it free too (a tool's sync or control port), none of
+    them in ``avoid`` nor under ``lowest``. TestFailed if 100 tries find none.
+
+    Tools that open one data port per stream (nuttcp -N, ntttcp -m) need the whole run."""
+    for _ in range(100):
+        start = free_port(family)
+        ports = range(start - below, start + count)
+        if ports.start < lowest or ports.stop - 1 > 65535 or any(p in ports for p in avoid):
+            continue
+        if all(port_is_free(port, family) for port in ports if port != start):
+            return start
+    raise TestFailed(f"no block of {below + count} free ports found")
+
+
+def loopback(family: int) -> str:
+    """This machine's loopback address in ``family``: ``::1`` or ``127.0.0.1``."""
+    return "::1" if family == socket.AF_INET6 else "127.0.0.1"
+
+
 def port_is_free(port: int, family: int = socket.AF_INET, host: str | None = None) -> bool:
     """True if ``port`` can be bound now for both TCP and UDP on ``host`` (loopback)."""
-    host = host or ("::1" if family == socket.AF_INET6 else "127.0.0.1")
+    host = host or loopback(family)
     for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
         try:
             with socket.socket(family, kind) as sock:
@@ -155,5 +181,5 @@ def system_name() -> str:
     return f"{uname.system} {uname.release} {uname.machine}"
 
 
-__all__ = ["family_for", "free_port", "is_listening", "is_local_host", "is_numeric",
-           "port_is_free", "system_name", "wait_port"]
+__all__ = ["family_for", "free_port", "free_port_block", "is_listening", "is_local_host",
+           "is_numeric", "loopback", "port_is_free", "system_name", "wait_port"]
