@@ -34,6 +34,25 @@ def _shared_dir() -> Path | None:
 
 SHARED = _shared_dir()
 PEER_FIXTURES = (SHARED or Path("/nonexistent/shared")) / "fixtures" / "peers"
+needs_fixtures = pytest.mark.skipif(
+    not PEER_FIXTURES.is_dir(), reason=f"peer fixtures not found at {PEER_FIXTURES}"
+)
+"""Marks a test that reads the saved peer outputs (skipped without shared/)."""
+
+
+def fixture_files(pattern: str) -> list[Path]:
+    """The saved peer outputs matching ``pattern``, sorted (none without shared/)."""
+    return sorted(PEER_FIXTURES.glob(pattern)) if PEER_FIXTURES.is_dir() else []
+
+
+def read_fixture(name: str) -> str:
+    """The text of the saved peer output ``name``; the test is skipped without it."""
+    path = PEER_FIXTURES / name
+    if not path.exists():
+        pytest.skip(f"fixture {name} not found")
+    return path.read_text()
+
+
 BUILT_BIN = Path(
     os.environ.get("NETPROBE_PEERS_BIN")
     or Path.home() / ".cache" / "netprobe-peers" / "bin"

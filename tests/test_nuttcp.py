@@ -18,33 +18,25 @@ from netprobe.errors import ParseError, SpecError, TestFailed, TestInterrupted
 from netprobe.plugin import NullReporter
 from netprobe.schema import Interval, Result, TestSpec
 from netprobe.tools.nuttcp import parse_output as p
-from netprobe.tools.nuttcp.tool import NuttcpTool, client_args
-from tests.peers import PEER_FIXTURES, PeerBinary, peer_params
+from netprobe.tools.nuttcp.command import client_args
+from netprobe.tools.nuttcp.tool import NuttcpTool
+from tests.peers import (
+    PEER_FIXTURES,
+    PeerBinary,
+    fixture_files,
+    needs_fixtures,
+    peer_params,
+    read_fixture,
+)
 
 FIXTURES = PEER_FIXTURES
 MIB = 1 << 20
 
-needs_fixtures = pytest.mark.skipif(
-    not FIXTURES.is_dir(), reason=f"peer fixtures not found at {FIXTURES}"
-)
-
-
-def _fixtures(pattern: str) -> list[Path]:
-    return sorted(FIXTURES.glob(pattern)) if FIXTURES.is_dir() else []
-
-
-def _read(name: str) -> str:
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"fixture {name} not found")
-    return path.read_text()
-
-
 def _parse(name: str) -> Result:
-    return NuttcpTool().parse([(name, _read(name))])
+    return NuttcpTool().parse([(name, read_fixture(name))])
 
 
-CLIENT_FILES = _fixtures("nuttcp[68]-*-client.txt")
+CLIENT_FILES = fixture_files("nuttcp[68]-*-client.txt")
 RESULT_FILES = [f for f in CLIENT_FILES if not re.search(r"-(err-|help|version|xt)", f.name)]
 
 
@@ -236,10 +228,10 @@ def test_error_outputs_parse_as_failed_results(name: str, needle: str) -> None:
 @needs_fixtures
 def test_server_files_are_empty_and_skipped() -> None:
     client, server = "nuttcp6-6.1.2-fparse-client.txt", "nuttcp6-6.1.2-fparse-server.txt"
-    both = NuttcpTool().parse([(server, _read(server)), (client, _read(client))])
+    both = NuttcpTool().parse([(server, read_fixture(server)), (client, read_fixture(client))])
     assert both.summaries[0].receiver is not None
     with pytest.raises(ParseError, match="empty"):
-        NuttcpTool().parse([(server, _read(server))])
+        NuttcpTool().parse([(server, read_fixture(server))])
 
 
 @needs_fixtures
@@ -251,7 +243,7 @@ def test_version_output_has_no_results() -> None:
 
 @needs_fixtures
 def test_truncated_file_keeps_what_was_read_and_warns() -> None:
-    text = _read("nuttcp8-8.2.2-i1-fparse-client.txt")
+    text = read_fixture("nuttcp8-8.2.2-i1-fparse-client.txt")
     cut = text[: text.index("\n\n")]  # intervals only, summary lost
     result = NuttcpTool().parse([("cut.txt", cut)])
     assert len(result.intervals) == 4 and result.summaries == ()
