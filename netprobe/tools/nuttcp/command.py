@@ -20,6 +20,7 @@ port one above it.
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -145,8 +146,10 @@ def _option_args(spec: TestSpec) -> list[str]:
 # --- what the options cannot express ---------------------------------------------------
 
 
-def refusals(spec: TestSpec, version: str | None) -> list[str]:
-    """What nuttcp's option units (and 6.x's quirks) cannot honour, beyond capabilities."""
+def refusals(spec: TestSpec, version: Callable[[], str | None]) -> list[str]:
+    """What nuttcp's option units (and 6.x's quirks) cannot honour, beyond capabilities.
+    ``version()`` (which may run the binary) is asked only where the answer depends on it:
+    anything else is refused before any process starts."""
     found: list[str] = []
 
     def refuse(option: str, why: str) -> None:
@@ -177,7 +180,7 @@ def refusals(spec: TestSpec, version: str | None) -> list[str]:
     return found
 
 
-def _unsteady_udp_reverse_reports(spec: TestSpec, version: str | None) -> bool:
+def _unsteady_udp_reverse_reports(spec: TestSpec, version: Callable[[], str | None]) -> bool:
     """True for the combination nuttcp 6.x fails now and then: a UDP receiver on the
     client (-u -r) reporting more often than every second."""
     return (
@@ -185,5 +188,5 @@ def _unsteady_udp_reverse_reports(spec: TestSpec, version: str | None) -> bool:
         and spec.direction == "reverse"
         and spec.interval_s is not None
         and spec.interval_s < 1.0
-        and version_major(version) == 6
+        and version_major(version()) == 6
     )

@@ -66,7 +66,7 @@ class NuttcpTool(DrivenTool):
 
     def refusals(self, spec: TestSpec) -> list[str]:
         """Capability refusals plus the ones nuttcp's option units impose."""
-        return [*super().refusals(spec), *command.refusals(spec, self.probe().version)]
+        return [*super().refusals(spec), *command.refusals(spec, lambda: self.probe().version)]
 
     def run(self, spec: TestSpec, reporter: Reporter) -> Result:
         """Run the test (starting a one-shot server first when the host is this machine)."""
