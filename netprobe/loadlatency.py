@@ -128,15 +128,15 @@ def attach(result: Result, log: latency.ProbeLog, live: LatencyReporter) -> Resu
     samples = list(log.samples)
     intervals = tuple(live.add(i, samples) for i in result.intervals)
     warnings = list(result.warnings)
-    if result.latency is not None and result.latency.measured_by != log.measured_by:
-        own = result.latency
-        warnings.append(f"{result.tool.name}'s own latency figure (mean {own.mean_us} us over "
-                        f"{own.count} samples) replaced by netprobe's probes under load")
+    # The tool's own figure (qperf's, iperf 2's TCP RTT) measures something else: kept
+    # apart in tool_latency, never mixed into the probes' phases.
+    own = result.latency if result.latency is not None else result.tool_latency
     bad = ", ".join(f"{count} {why}" for why, count in log.bad)
     if bad:
         warnings.append(f"latency probes ignored as bad: {bad}")
     summary = attrs.evolve(latency.summarize(log), test_start_s=round(live.zero_s, 4))
-    return attrs.evolve(result, latency=summary, intervals=intervals, warnings=tuple(warnings))
+    return attrs.evolve(result, latency=summary, tool_latency=own, intervals=intervals,
+                        warnings=tuple(warnings))
 
 
 def pause(prober: Prober, seconds: float) -> None:

@@ -450,8 +450,9 @@ def _one_line(exc: BaseException) -> str:
 
 def fill_missing(result: Result, other: Result, far_end: Optional[RawOutput] = None) -> Result:
     """``result`` with the sender/receiver figures it lacks (None) taken from ``other``,
-    matched by direction and stream, plus ``other``'s intervals of roles it has none of.
-    For merging what a far end reported into what the client saw."""
+    matched by direction and stream, plus ``other``'s intervals of roles it has none of,
+    and ``other``'s latency when ``result`` has none (the far end may be the one that
+    measured it). For merging what a far end reported into what the client saw."""
     flows = {f.direction: f for f in other.summaries}
     streams = {(s.stream_id, s.direction): s for s in other.streams}
     summaries = tuple(_fill(f, flows.get(f.direction)) for f in result.summaries)
@@ -463,7 +464,7 @@ def fill_missing(result: Result, other: Result, far_end: Optional[RawOutput] = N
     intervals = tuple(sorted([*result.intervals, *extra], key=lambda i: (i.end_s, i.role)))
     raw = (*result.raw, far_end) if far_end is not None else result.raw
     return attrs.evolve(result, summaries=summaries, streams=merged_streams,
-                        intervals=intervals, raw=raw)
+                        intervals=intervals, raw=raw, latency=result.latency or other.latency)
 
 
 def _fill(mine: Any, theirs: Any) -> Any:

@@ -4,17 +4,24 @@ and real runs of Debian's iperf 2.1.8 on loopback."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import statistics
+from pathlib import Path
 
+import attrs
 import pytest
 
+from netprobe import convert
+from netprobe.cli.render import human_text
 from netprobe.driven import free_port
 from netprobe.errors import ParseError, SpecError, TestFailed
-from netprobe.schema import Interval, Result, TestSpec
+from netprobe.schema import Interval, RawOutput, Result, TestSpec
 from netprobe.tools.iperf2 import parse_output as p2
 from netprobe.tools.iperf2.tool import Iperf2Tool, client_argv
 from tests.peers import PEER_FIXTURES
+from tests.test_cli import netprobe_cmd
 
 PEERS = PEER_FIXTURES
 C2S, S2C = "client_to_server", "server_to_client"
@@ -323,6 +330,80 @@ def p2_binary():
     return Iperf2Binary(path="iperf", version="2.1.8")
 
 
+# --- latency: iperf 2's own RTT (issue 18) ----------------------------------------------------
+
+OWN_DATA = Path(__file__).resolve().parent / "data"
+"""Real iperf 2.1.8 -e outputs captured on loopback for the latency figures."""
+
+
+def parse_own(*names: str) -> Result:
+    return Iperf2Tool().parse([(name, (OWN_DATA / name).read_text()) for name in names])
+
+
+@pytest.mark.parametrize(("case", "rtts"), [
+    # Each stream's sender lines: "767K/176(301) us" -> 176; the summary line's RTT is
+    # taken as the connection closes and is left out.
+    ("tcp-P1-e-i1", [176, 93, 129]),
+    ("tcp-P2-e-i1", [1650, 260, 606, 142, 1802, 1479]),
+    ("tcp-R-e-i1", [238, 602, 182]),  # -R: the server sends, its report has the RTT
+])
+def test_tcp_rtt_fills_latency_as_the_senders_smoothed_rtt(case: str, rtts: list[int]) -> None:
+    result = parse_own(f"iperf2-2.1.8-{case}-client.txt", f"iperf2-2.1.8-{case}-server.txt")
+    latency = result.latency
+    assert latency is not None
+    assert (latency.measured_by, latency.metric) == ("iperf2", "tcp_srtt")
+    assert latency.count == len(rtts)
+    assert (latency.min_us, latency.max_us) == (min(rtts), max(rtts))
+    assert latency.mean_us == pytest.approx(sum(rtts) / len(rtts))
+    assert latency.p50_us == pytest.approx(statistics.median(rtts))
+    assert sorted(s.rtt_us for s in latency.samples) == sorted(rtts)
+    assert latency.phases == () and latency.grade is None  # no idle baseline of its own
+
+
+def test_reverse_client_alone_has_no_rtt_to_report() -> None:
+    # The receiving client prints no RTT: no latency rather than a made-up one.
+    assert parse_own("iperf2-2.1.8-tcp-R-e-i1-client.txt").latency is None
+
+
+def test_far_end_output_brings_the_senders_rtt() -> None:
+    # Through an agent, -R's sender is the far server: its output, merged in, has the RTT.
+    client_text = (OWN_DATA / "iperf2-2.1.8-tcp-R-e-i1-client.txt").read_text()
+    server_text = (OWN_DATA / "iperf2-2.1.8-tcp-R-e-i1-server.txt").read_text()
+    seen = attrs.evolve(Iperf2Tool().parse([("client", client_text)]),
+                        raw=(RawOutput("client", client_text),))
+    merged = Iperf2Tool().merge_far_end(seen, RawOutput("server", server_text))
+    assert merged.latency is not None and merged.latency.count == 3
+    assert merged.latency.max_us == 602
+
+
+def test_udp_has_no_latency() -> None:
+    assert parse("iperf2-2.1.8-udp-b100M-e-i1-client.txt").latency is None
+
+
+def test_bounceback_is_a_round_trip_latency_test() -> None:
+    # [  1] 0.0000-3.0251 sec  6000 Bytes  15867 bits/sec    30=0.035/0.012/0.399/0.072 ms
+    result = parse_own("iperf2-2.1.8-bounceback-e-i1-client.txt",
+                       "iperf2-2.1.8-bounceback-e-i1-server.txt")
+    latency = result.latency
+    assert latency is not None
+    assert (latency.measured_by, latency.metric) == ("iperf2", "round_trip")
+    assert (latency.count, latency.mean_us, latency.min_us, latency.max_us) == (30, 35, 12, 399)
+    assert latency.p50_us is None  # iperf 2 gives a 100 us histogram, not percentiles
+    assert result.spec.direction == "normal" and flow(result, C2S).sender.bytes == 6000
+
+
+def test_bounceback_streams_are_pooled_and_empty_sums_dropped() -> None:
+    # Two streams of 20 bounces: 0.045/0.009/0.482 and 0.040/0.009/0.292 ms; the client's
+    # [SUM] lines of a bounce-back test are all zero.
+    result = parse_own("iperf2-2.1.8-bounceback-P2-e-i1-client.txt")
+    latency = result.latency
+    assert latency is not None
+    assert (latency.count, latency.min_us, latency.max_us) == (40, 9, 482)
+    assert latency.mean_us == pytest.approx(42.5)
+    assert flow(result, C2S).sender.bytes == 8000
+    assert all(i.bytes > 0 for i in result.intervals if i.role == "sender")
+
+
 # --- real runs on loopback ------------------------------------------------------------------
 
 needs_iperf = pytest.mark.skipif(shutil.which("iperf") is None, reason="iperf (2) not installed")
@@ -363,6 +444,10 @@ def test_run_tcp() -> None:
     assert one.receiver.bytes == one.sender.bytes  # exact: -f b on both ends
     assert {i.role for i in recorder.intervals} == {"sender", "receiver"}
     assert [r.name for r in result.raw] == ["client", "server"]
+    latency = result.latency  # -e's RTT of each interval, sender side
+    assert latency is not None and (latency.measured_by, latency.metric) == ("iperf2", "tcp_srtt")
+    sent = [i for i in result.intervals if i.role == "sender" and i.rtt_us]
+    assert latency.count == len(sent) >= 1 and latency.min_us == min(i.rtt_us for i in sent)
 
 
 @pytest.mark.peers
@@ -394,6 +479,7 @@ def test_run_reverse_and_bidir() -> None:
     reverse, _ = run(TestSpec(tool="iperf2", duration_s=2, direction="reverse"))
     assert [f.direction for f in reverse.summaries] == [S2C]
     assert flow(reverse, S2C).sender.retransmits is not None  # the local server's report
+    assert reverse.latency is not None and reverse.latency.count >= 1  # the server's RTT
     bidir, _ = run(TestSpec(tool="iperf2", duration_s=2, direction="bidir"))
     assert flow(bidir, C2S).receiver.bytes > 0 and flow(bidir, S2C).receiver.bytes > 0
 
@@ -408,3 +494,29 @@ def test_run_without_a_server_fails_clearly() -> None:
     assert "connect failed: Connection refused" in message
     assert "exit code 0" in message and f"-p {port}" in message
     assert info.value.partial.status == "failed"
+
+
+@pytest.mark.peers
+@needs_iperf
+def test_latency_option_keeps_iperf2s_rtt_beside_netprobes_probes() -> None:
+    proc = netprobe_cmd("run", "--tool", "iperf2", "-t", "1", "-i", "0.5", "--latency",
+                        "--latency-idle", "0.5", "--json")
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)
+    probes, own = document["latency"], document["tool_latency"]
+    assert probes["measured_by"] == "netprobe-udp"
+    assert [p["name"] for p in probes["phases"]] == ["idle", "loaded"]
+    assert (own["measured_by"], own["metric"]) == ("iperf2", "tcp_srtt")
+    assert own["count"] >= 1 and own["phases"] == []  # nothing of it in the probes' phases
+    assert not any("latency figure" in w for w in document["warnings"])
+    text = human_text(convert.from_json(proc.stdout))
+    assert "latency under load:" in text  # the probes' verdict
+    assert "iperf2's own latency (TCP sender's smoothed RTT under load):" in text
+
+
+def test_human_output_says_what_iperf2s_latency_is() -> None:
+    result = parse_own("iperf2-2.1.8-tcp-P1-e-i1-client.txt")
+    text = human_text(result)
+    assert "latency (iperf2, TCP sender's smoothed RTT under load): 3 samples" in text
+    bounced = human_text(parse_own("iperf2-2.1.8-bounceback-e-i1-client.txt"))
+    assert "latency (iperf2, round trip): 30 samples, min 12.0 us, mean 35.0 us" in bounced

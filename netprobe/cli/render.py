@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from netprobe.cli.units import Units, format_bytes, format_ms_from_us, format_percent
-from netprobe.schema import Interval, Result, SideSummary, TestSpec
+from netprobe.schema import Interval, Latency, Result, SideSummary, TestSpec
 
 FILE_WIDTH = 120
 """Width of human output written to a file or a pipe (no terminal to measure)."""
@@ -270,7 +270,11 @@ def print_result(console: Console, result: Result, *, intervals: bool = False,
 
         print_latency(console, result)
     elif result.latency is not None:
-        console.print(latency_text(result), soft_wrap=True)
+        console.print(latency_text(result.latency), soft_wrap=True)
+    if result.tool_latency is not None:
+        own = result.tool_latency
+        console.print(latency_text(own, f"{own.measured_by or result.tool.name}'s own latency"),
+                      soft_wrap=True)
     for warning in result.warnings:
         console.print(Text.assemble(("warning: ", "bold yellow"), warning), soft_wrap=True)
     for error in result.errors:
@@ -278,17 +282,26 @@ def print_result(console: Console, result: Result, *, intervals: bool = False,
     console.print(Text.assemble("status: ", (result.status, _STATUS_STYLES[result.status])))
 
 
-def latency_text(result: Result) -> Text:
-    """``latency: 31,250 samples, mean 17.4 us, p50 ..., p99 ...`` (known figures only)."""
-    latency = result.latency
-    assert latency is not None
+_METRICS = {"round_trip": "round trip", "tcp_srtt": "TCP sender's smoothed RTT under load"}
+"""What a Latency's samples are, in words (its ``metric``)."""
+
+
+def latency_text(latency: Latency, label: str = "latency") -> Text:
+    """``latency (iperf2, round trip): 31,250 samples, mean 17.4 us, ...`` (known figures
+    only; who measured it and what when the record says)."""
+    metric = _METRICS.get(latency.metric or "")
+    if label == "latency":
+        said = [w for w in (latency.measured_by, metric) if w]
+        label += f" ({', '.join(said)})" if said else ""
+    elif metric:
+        label += f" ({metric})"
     parts = [f"{latency.count:,} samples"]
-    for label, value in (("min", latency.min_us), ("mean", latency.mean_us),
-                         ("p50", latency.p50_us), ("p90", latency.p90_us),
-                         ("p99", latency.p99_us), ("max", latency.max_us)):
+    for name, value in (("min", latency.min_us), ("mean", latency.mean_us),
+                        ("p50", latency.p50_us), ("p90", latency.p90_us),
+                        ("p99", latency.p99_us), ("max", latency.max_us)):
         if value is not None:
-            parts.append(f"{label} {value:.1f} us")
-    return Text.assemble(("latency: ", "bold"), ", ".join(parts))
+            parts.append(f"{name} {value:.1f} us")
+    return Text.assemble((f"{label}: ", "bold"), ", ".join(parts))
 
 
 def _print_sparkline(console: Console, result: Result) -> None:

@@ -16,6 +16,7 @@ import attrs
 
 from netprobe.bottleneck import with_cpu_warnings
 from netprobe.driven import DrivenProcess, DrivenRun, find_binary, printed, run_once
+from netprobe.engine.latency import distribution
 from netprobe.errors import TestFailed, TestInterrupted, ToolUnavailable
 from netprobe.plugin import Reporter
 from netprobe.schema import (
@@ -24,6 +25,8 @@ from netprobe.schema import (
     Endpoint,
     FlowSummary,
     Interval,
+    Latency,
+    LatencySample,
     RawOutput,
     Result,
     SideSummary,
@@ -54,6 +57,7 @@ class Parts:
     remote: Endpoint | None = None
     start_time: str | None = None
     version: str | None = None
+    latency: Latency | None = None
 
 
 @attrs.define
@@ -197,6 +201,7 @@ def assemble(
         summaries=tuple(sorted(parts.summaries, key=lambda f: f.direction)),
         streams=tuple(sorted(parts.streams, key=lambda s: (s.direction, s.stream_id))),
         intervals=tuple(sorted(parts.intervals, key=_interval_order)),
+        latency=parts.latency,
         warnings=tuple(parts.warnings),
         errors=tuple(parts.errors if errors is None else errors),
         raw=raw,
@@ -206,6 +211,26 @@ def assemble(
 def _interval_order(sample: Interval) -> tuple[float, str, str, int]:
     stream = sample.stream_id if sample.stream_id is not None else 1 << 30  # sums last
     return (round(sample.start_s, 3), sample.direction, sample.role, stream)
+
+
+def tcp_rtt_latency(intervals: Sequence[Interval], measured_by: str) -> Latency | None:
+    """The TCP senders' smoothed RTT over the test as a latency distribution: one sample
+    per stream and interval (each read at the interval's end, so under the test's own load;
+    summary lines are left out: their RTT is read as the connection closes). None when no
+    interval carries one (UDP, a receiving client alone, no intervals)."""
+    read = sorted((i for i in intervals if i.role == "sender" and i.stream_id is not None
+                   and i.rtt_us is not None and not i.omitted), key=lambda i: i.end_s)
+    if not read:
+        return None
+    # Consecutive samples come from different streams: their difference is no jitter.
+    return attrs.evolve(
+        distribution([float(i.rtt_us or 0) for i in read]),
+        jitter_us=None,
+        measured_by=measured_by,
+        metric="tcp_srtt",
+        samples=tuple(LatencySample(t_s=i.end_s, rtt_us=float(i.rtt_us or 0)) for i in read),
+        test_start_s=0.0,
+    )
 
 
 def process_cpu(total: float | None, user: float | None, system: float | None) -> Cpu | None:

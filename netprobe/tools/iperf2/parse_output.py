@@ -22,9 +22,11 @@ from typing import Any
 import attrs
 
 from netprobe.errors import ParseError
-from netprobe.schema import Endpoint, FlowSummary, Interval, SideSummary, StreamResult
-from netprobe.tools._iperf_common import Parts, side_directions
+from netprobe.schema import Endpoint, FlowSummary, Interval, Latency, SideSummary, StreamResult
+from netprobe.tools._iperf_common import Parts, side_directions, tcp_rtt_latency
 
+TOOL = "iperf2"
+"""The ``measured_by`` of iperf 2's latency figures."""
 C2S = "client_to_server"
 S2C = "server_to_client"
 _BYTE_UNITS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
@@ -39,6 +41,11 @@ _TCP_TX = re.compile(
     r"^\s+(?P<writes>\d+)/(?P<werr>\d+)\s+(?P<retry>\d+)"
     r"(?:\s+(?:(?P<cwnd>\d+)K|NA)/(?P<rtt>\d+)(?:\((?P<rttvar>\d+)\))?\s+us)?"
 )
+_BOUNCE = re.compile(
+    r"^\s+(?P<count>\d+)=(?P<avg>[\d.]+)/(?P<min>[\d.]+)/(?P<max>[\d.]+)/[\d.]+\s+ms"
+    r"\s+(?P<retry>\d+)\s+(?:(?P<cwnd>\d+)K|NA)/(?P<rtt>\d+)\s+us"
+)
+"""A --bounceback client's columns: ``BB cnt=avg/min/max/stdev`` in ms, retries, cwnd/RTT."""
 _TCP_RX = re.compile(r"^\s+(?P<reads>\d+)=\d+(?::\d+)*")
 _UDP_RX = re.compile(
     r"^\s+(?P<jitter>\d+(?:\.\d+)?)\s+ms\s+(?P<lost>-?\d+)/\s*(?P<total>-?\d+)\s+\((?P<pct>[^)]*)%\)"
@@ -111,6 +118,23 @@ class _Record:
     role: str
     sample: Interval
     writes: int | None = None
+    bounce: Bounces | None = None
+
+
+@attrs.frozen
+class Bounces:
+    """What a --bounceback line says of its round trips (microseconds)."""
+
+    count: int
+    mean_us: float
+    min_us: float
+    max_us: float
+
+    @classmethod
+    def read(cls, found: re.Match[str]) -> Bounces:
+        """From a match of the bounce-back columns (printed in ms)."""
+        return cls(int(found["count"]), *(round(float(found[k]) * 1000, 3)
+                                          for k in ("avg", "min", "max")))
 
 
 def _size(value: str, unit: str) -> int:
@@ -215,11 +239,13 @@ class TextReader:
         found = _LINE.match(line)
         if found is None or found["id"].startswith("FD"):
             return None  # not a report line, or a full-duplex both-ways sum
-        if found["id"].startswith("SUM") and self.full_duplex:
-            return None  # with --full-duplex, [SUM] adds up both directions
+        if found["id"].startswith("SUM") and (self.full_duplex or self.bounceback):
+            # With --full-duplex, [SUM] adds up both directions; a bounce-back test's are 0.
+            return None
         is_client = self.is_client and not self._server_report
         self._server_report = False
-        role, extra, writes = _columns(found["rest"])
+        bounce = _BOUNCE.match(found["rest"])
+        role, extra, writes = _bounce_columns(bounce) if bounce else _columns(found["rest"])
         role = role or self._legacy_role(found["id"], bool(found["star"]), is_client)
         direction = side_directions(is_client, role)
         label = found["id"]
@@ -234,7 +260,8 @@ class TextReader:
             bits_per_second=_rate(found["rate"], found["runit"]),
             **extra,
         )
-        return _Record(label, direction, role, sample, writes)
+        return _Record(label, direction, role, sample, writes,
+                       Bounces.read(bounce) if bounce else None)
 
     def _legacy_role(self, label: str, star: bool, is_client: bool) -> str:
         """Role of a line without enhanced columns. A connection this process accepted
@@ -249,6 +276,11 @@ class TextReader:
             return "sender"
         flipped = star or "(reverse)" in (conn[4] if conn else "")
         return "sender" if is_client != flipped else "receiver"
+
+    @property
+    def bounceback(self) -> bool:
+        """True for a --bounceback test (a latency test: small writes echoed back)."""
+        return any("(bb w/" in conn[4] for conn in self.connections.values())
 
     @property
     def full_duplex(self) -> bool:
@@ -266,6 +298,16 @@ class TextReader:
     def parts(self) -> Parts:
         """Intervals and summaries of everything read so far."""
         return build_parts(self.records, self.ooo, self.intervals_on)
+
+
+def _bounce_columns(found: re.Match[str]) -> tuple[str, dict[str, Any], None]:
+    """A bounce-back client's line: it sends the requests (its RTT is the srtt's)."""
+    rtt = int(found["rtt"])
+    return "sender", {
+        "retransmits": int(found["retry"]),
+        "cwnd_bytes": int(found["cwnd"]) * 1024 if found["cwnd"] else None,
+        "rtt_us": rtt or None,
+    }, None
 
 
 def _columns(rest: str) -> tuple[str | None, dict[str, Any], int | None]:
@@ -328,10 +370,33 @@ def build_parts(
         if is_final:
             finals.append(last)
     parts.streams = _streams(finals, groups, ooo)
+    parts.latency = _bounce_latency([r.bounce for r in finals if r.bounce is not None])
     parts.summaries = _flows(finals, parts.streams, ooo)
     ends = [f.sample.end_s for f in finals]
     parts.duration_s = max(ends) if ends else None
     return parts
+
+
+def _bounce_latency(streams: list[Bounces]) -> Latency | None:
+    """The round trips of a bounce-back test, every stream's summary pooled (iperf 2 gives
+    count, mean, min and max; its 100 us histogram is too coarse for percentiles)."""
+    count = sum(b.count for b in streams)
+    if not count:
+        return None
+    return Latency(
+        count=count,
+        mean_us=round(sum(b.mean_us * b.count for b in streams) / count, 3),
+        min_us=min(b.min_us for b in streams),
+        max_us=max(b.max_us for b in streams),
+        measured_by=TOOL,
+        metric="round_trip",
+    )
+
+
+def latency(parts: Parts) -> Latency | None:
+    """What iperf 2 measured of latency: a bounce-back test's round trips, else the TCP
+    senders' smoothed RTT of each interval (``-e``)."""
+    return parts.latency or tcp_rtt_latency(parts.intervals, TOOL)
 
 
 def _with_ooo(sample: Interval, label: str, ooo: dict[tuple[str, float], int]) -> Interval:
@@ -451,6 +516,7 @@ def merge(client: Parts, server: Parts) -> Parts:
     out.warnings = client.warnings + server.warnings
     out.errors = client.errors + [e for e in server.errors if e not in client.errors]
     out.duration_s = client.duration_s or server.duration_s
+    out.latency = client.latency or server.latency
     return out
 
 

@@ -181,6 +181,7 @@ class Iperf2Tool(Tool):
             parts.remote, host=spec.host or target[0], port=parts.remote.port or target[1]
         )
         parts.start_time = client.start_time
+        parts.latency = p2.latency(parts)
         problem = _problem(outcome, client, server, parts, spec)
         parts.warnings.extend(_server_warnings(outcome.server, server, problem))
         if outcome.client is not None and outcome.client.callback_error is not None:
@@ -225,6 +226,7 @@ class Iperf2Tool(Tool):
         for other, _, _ in readings:
             if other is not parts:
                 parts = p2.merge(parts, other)
+        parts.latency = p2.latency(parts)
         status = "failed" if parts.errors else "ok"
         spec = _spec_from(sources, parts)
         raw = tuple(RawOutput(name=name, text=text) for name, text in sources)
