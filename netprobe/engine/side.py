@@ -130,6 +130,23 @@ class LocalStream:
             return None
 
 
+_heap_frozen = threading.Event()
+
+
+def _freeze_start_up_heap() -> None:
+    """Move the heap as it is at the first test out of the collector's sight, once.
+
+    The start-up heap (imports, the parser, the registry) is tens of thousands of objects: a
+    full collection of it in the middle of a test is CPU stolen from the data threads'
+    process. Once per process only: frozen objects are never collected, so freezing at every
+    test made a long-running server keep every finished test's reference cycles (its
+    Session, Side, Reader and their threads: about 40 KiB a test) for ever.
+    """
+    if not _heap_frozen.is_set():
+        _heap_frozen.set()
+        gc.freeze()
+
+
 class Side:
     """Runs this side's streams for one test and samples them at every interval."""
 
@@ -157,10 +174,7 @@ class Side:
 
     def start(self) -> None:
         """Start every stream loop and the sampler, now."""
-        # The start-up heap (imports, the parser, the registry) is tens of thousands of
-        # objects: a full collection of it in the middle of a test is CPU stolen from the
-        # data threads' process. Freezing moves it out of the collector's sight.
-        gc.freeze()
+        _freeze_start_up_heap()
         self.t0 = core.monotonic()
         if any(s.role == "receiver" and not s.is_tcp for s in self.streams):
             self._rcvbuf_base = kernel.udp_receive_buffer_errors()
