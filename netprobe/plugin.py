@@ -209,8 +209,11 @@ class Reporter(Protocol):
       A reporter that draws on a screen needs no lock for its own state.
     - Errors: an exception from the reporter never ends or fails the test. The tool goes on
       measuring, says so once in ``Result.warnings`` (naming the reporter), keeps every
-      interval in the Result, and may stop calling the reporter. KeyboardInterrupt is no
-      error: it interrupts the test as Ctrl-C does.
+      interval (up to :data:`MAX_INTERVALS_KEPT`) in the Result, and may stop calling the
+      reporter. KeyboardInterrupt is no error: it interrupts the test as Ctrl-C does.
+    - Every sample reaches the reporter, however many there are; the Result keeps at most
+      :data:`MAX_INTERVALS_KEPT` of each end (:class:`KeptIntervals`), so a reporter that
+      streams them (``--format json-stream``) is where a long test's every interval goes.
     - Speed: calls should return quickly; a slow reporter delays a driven tool's deadline
       checks, never its measurements (the tool's output is read by other threads).
     """
@@ -220,6 +223,46 @@ class Reporter(Protocol):
 
     def note(self, message: str) -> None:
         """A progress message (connected, server started, ...)."""
+
+
+MAX_INTERVALS_KEPT = 20_000
+"""Interval samples of each end a Result keeps: a one-hour test at the default 1 s interval
+with 4 streams and their sum fits. Past it, samples still reach the reporter as they come
+(and ``--format json-stream`` writes every one), but the Result holds no more, and says
+so; the whole-test summaries never come from the kept samples alone, so they stay exact."""
+
+
+class KeptIntervals:
+    """The interval samples a run keeps for its Result: the first :data:`MAX_INTERVALS_KEPT`,
+    and a count of the rest (memory stays bounded, however long the test)."""
+
+    def __init__(self, limit: Optional[int] = None) -> None:
+        self.limit = MAX_INTERVALS_KEPT if limit is None else limit
+        """How many samples are kept (the module's limit unless given)."""
+        self.samples: list[Interval] = []
+        """The samples kept, in arrival order."""
+        self.dropped = 0
+        """Samples given past the limit, not kept."""
+
+    def add(self, sample: Interval) -> bool:
+        """Keep ``sample`` unless the limit is reached (False then: it is only counted)."""
+        if len(self.samples) >= self.limit:
+            self.dropped += 1
+            return False
+        self.samples.append(sample)
+        return True
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
+def intervals_not_kept(kept: int, dropped: int) -> Optional[str]:
+    """The Result's warning for ``dropped`` samples not kept beside ``kept`` (None: none)."""
+    if not dropped:
+        return None
+    return (f"{kept} interval reports kept in the result, {dropped} more not kept (they "
+            "went to the live output as they came; --format json-stream writes every one); "
+            "the summaries cover the whole test")
 
 
 class RelayReporter:
@@ -487,9 +530,11 @@ def bits_per_second(nbytes: int, seconds: float) -> float:
 __all__ = [
     "API_VERSION",
     "ENTRY_POINT_GROUP",
+    "MAX_INTERVALS_KEPT",
     "SWITCHES",
     "Availability",
     "Capabilities",
+    "KeptIntervals",
     "LoadFailure",
     "NetprobeError",
     "NullReporter",
@@ -500,6 +545,7 @@ __all__ = [
     "Tool",
     "bits_per_second",
     "fill_missing",
+    "intervals_not_kept",
     "load_registry",
     "make_manager",
     "utc_now_iso",

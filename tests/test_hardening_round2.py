@@ -631,10 +631,10 @@ def test_a_long_far_end_output_comes_back_whole() -> None:
 
 
 def test_intervals_kept_are_bounded_and_the_summary_exact(monkeypatch: pytest.MonkeyPatch) -> None:
-    from netprobe.engine import conduct
+    from netprobe import plugin
     from netprobe.tools.native import NativeTool
 
-    monkeypatch.setattr(conduct, "MAX_INTERVALS_KEPT", 40)
+    monkeypatch.setattr(plugin, "MAX_INTERVALS_KEPT", 40)
     seen: list[Any] = []
 
     class Counting(NullReporter):

@@ -32,7 +32,7 @@ from typing import Callable
 
 from netprobe.driven.net import is_listening
 from netprobe.driven.process import DrivenProcess
-from netprobe.plugin import Reporter
+from netprobe.plugin import KeptIntervals, Reporter, intervals_not_kept
 from netprobe.schema import Interval, RawOutput
 
 POLL_S = 0.05
@@ -67,10 +67,11 @@ class DrivenRun:
         """The tool's name, for notes and warnings."""
         self.processes: dict[str, DrivenProcess] = {}
         """Every process started, by role name, in the order started."""
-        self.intervals: list[Interval] = []
-        """Every sample emitted, in arrival order (all of them, delivered or not)."""
-        self.warnings: list[str] = []
-        """What the Result should say about the run itself (a failing reporter)."""
+        self.kept = KeptIntervals()
+        """The samples kept for the Result, in arrival order: the first
+        :data:`~netprobe.plugin.MAX_INTERVALS_KEPT`, and a count of the rest (every one
+        still reaches the reporter)."""
+        self._notes: list[str] = []  # a failing reporter (see warnings)
         self.interrupted = False
         """True when Ctrl-C (or SIGTERM) ended the run."""
         self.timed_out = False
@@ -139,10 +140,16 @@ class DrivenRun:
 
     # -- the reporter ------------------------------------------------------------------
 
+    @property
+    def intervals(self) -> list[Interval]:
+        """The samples kept (see :attr:`kept`), in arrival order."""
+        return self.kept.samples
+
     def emit(self, sample: Interval) -> None:
-        """Keep ``sample`` and queue it for the reporter (any thread may call this)."""
+        """Keep ``sample`` (up to the limit) and queue it for the reporter (any thread may
+        call this). Past the limit, the run's :attr:`warnings` say how many were not kept."""
         with self._lock:
-            self.intervals.append(sample)
+            self.kept.add(sample)
         self._pending.put(sample)
 
     def interval(self, sample: Interval) -> None:
@@ -164,9 +171,17 @@ class DrivenRun:
         self._call("note", message)
 
     def collected(self) -> list[Interval]:
-        """The samples emitted so far (a copy)."""
+        """The samples kept so far (a copy)."""
         with self._lock:
-            return list(self.intervals)
+            return list(self.kept.samples)
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the Result should say about the run itself: a failing reporter, samples
+        past the limit not kept (a new list each time)."""
+        with self._lock:
+            not_kept = intervals_not_kept(len(self.kept), self.kept.dropped)
+        return [*self._notes, *([not_kept] if not_kept else [])]
 
     def _call(self, event: str, value: object) -> None:
         if self._reporter is None:
@@ -175,7 +190,7 @@ class DrivenRun:
             getattr(self._reporter, event)(value)
         except Exception as exc:  # the reporter is outside code: it must not cost the test
             self._reporter = None
-            self.warnings.append(f"the live reporter failed and was not called again: "
+            self._notes.append(f"the live reporter failed and was not called again: "
                                  f"{type(exc).__name__}: {exc}")
 
     # -- context manager ---------------------------------------------------------------

@@ -12,6 +12,7 @@ from netprobe.engine.conduct import Outcome
 from netprobe.engine.side import Side
 from netprobe.engine.summary import sum_summaries, summary_from_intervals
 from netprobe.errors import NetprobeError
+from netprobe.plugin import KeptIntervals, intervals_not_kept
 from netprobe.schema import (
     Cpu,
     Endpoint,
@@ -62,8 +63,7 @@ def build_result(
     remote: Endpoint,
     side: Side,
     outcome: Outcome,
-    local_intervals: list[Interval],
-    local_dropped: int = 0,
+    local_kept: KeptIntervals,
     status: str,
     errors: list[str],
     data_path: str,
@@ -78,18 +78,16 @@ def build_result(
     peer_summaries, peer_sockets, peer_cpu = _peer_parts(outcome.peer_report)
     summaries.update(peer_summaries)
     warnings = _fill_from_intervals(spec, summaries, outcome.peer_intervals)
-    dropped = local_dropped + outcome.intervals_dropped
-    if dropped:
-        kept = len(local_intervals) + len(outcome.peer_intervals)
-        warnings.append(f"{kept} interval reports kept in the result, {dropped} more not kept "
-                        "(they went to the live output as they came); the summaries cover "
-                        "the whole test")
+    not_kept = intervals_not_kept(len(local_kept) + len(outcome.peer_kept),
+                                  local_kept.dropped + outcome.peer_kept.dropped)
+    if not_kept:
+        warnings.append(not_kept)
     for key, info in peer_sockets.items():
         sockets.setdefault(key, info)
     cpu_by_role = _cpu_by_role(spec, side.cpu(), peer_cpu)
     streams, flows = _streams_and_flows(spec, summaries, sockets, cpu_by_role)
     intervals = sorted(
-        _with_late_retransmits([*local_intervals, *outcome.peer_intervals], summaries),
+        _with_late_retransmits([*local_kept.samples, *outcome.peer_intervals], summaries),
         key=lambda i: (i.end_s, i.direction, i.role, i.stream_id or 1_000_000),
     )
     ends = [s.end_s for s in summaries.values()]

@@ -10,12 +10,12 @@ from typing import Any, Optional
 from netprobe import convert, core
 from netprobe.engine import auth, greeting, protocol
 from netprobe.engine.assemble import build_result
-from netprobe.engine.conduct import Conductor, Outcome, Reader, keep_interval
+from netprobe.engine.conduct import Conductor, Outcome, Reader
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side
 from netprobe.engine.sockets import apply_options, family_for, resolve
 from netprobe.errors import NetprobeError, ProtocolError, TestFailed, TestInterrupted
-from netprobe.plugin import Reporter, utc_now_iso
+from netprobe.plugin import KeptIntervals, Reporter, utc_now_iso
 from netprobe.schema import Endpoint, Interval, Result, TestSpec
 
 CONNECT_TIMEOUT_S = 5.0
@@ -41,9 +41,8 @@ class Client:
         self.welcome: dict[str, Any] = {}
         self.streams: list[LocalStream] = []
         self.side: Optional[Side] = None
-        self.local_intervals: list[Interval] = []
+        self.local_kept = KeptIntervals()  # bounded: plugin.MAX_INTERVALS_KEPT
         self.sequence_base = 0
-        self.local_dropped = 0  # interval samples not kept (see conduct.MAX_INTERVALS_KEPT)
 
     def run(self) -> Result:
         """Run the test; TestFailed/TestInterrupted carry the partial result."""
@@ -237,8 +236,7 @@ class Client:
     # -- results ---------------------------------------------------------------------
 
     def _local_interval(self, sample: Interval) -> None:
-        if not keep_interval(self.local_intervals, sample):
-            self.local_dropped += 1
+        self.local_kept.add(sample)
         self.reporter.interval(sample)
 
     def _result(self, outcome: Outcome, status: str, errors: list[str]) -> Result:
@@ -263,8 +261,7 @@ class Client:
             remote=remote,
             side=self.side,
             outcome=outcome,
-            local_intervals=self.local_intervals,
-            local_dropped=self.local_dropped,
+            local_kept=self.local_kept,
             status=status,
             errors=errors,
             data_path=core.DATA_PATH,

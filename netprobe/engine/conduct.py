@@ -20,6 +20,7 @@ from netprobe import convert, core
 from netprobe.engine.protocol import Channel
 from netprobe.engine.side import Side, default_length
 from netprobe.errors import NetprobeError, ProtocolError
+from netprobe.plugin import KeptIntervals
 from netprobe.schema import Interval
 
 UDP_DRAIN_S = 0.5  # datagrams still in flight when the peer says it stopped sending
@@ -27,10 +28,6 @@ TCP_DRAIN_S = 5.0  # a TCP receiver should see EOF well within this after the pe
 REPORT_WAIT_S = 15.0  # how long past the planned end to wait for the peer's report
 UDP_QUIET_S = 0.05  # ... but a receiver with no new datagram for this long has drained
 POLL_S = 0.05
-MAX_INTERVALS_KEPT = 20_000
-"""Interval samples of each end kept for the result: a one-hour test at the default 1 s
-interval with 4 streams and their sum fits; past it samples still reach the reporter as
-they come, but the result keeps no more, and says so (the summaries are exact anyway)."""
 NO_PROGRESS_S = 20.0  # a byte-count test with nothing moving this long has stalled
 # While data flows nothing needs a poll: messages and the local loops' ends wake the
 # conductor at once. It looks in twice a second for an overdue peer, and polls fast only
@@ -75,11 +72,15 @@ class Outcome:
     """What the conductor learnt from the peer."""
 
     peer_report: Optional[dict[str, Any]] = None
-    peer_intervals: list = attrs.Factory(list)
-    intervals_dropped: int = 0
-    """Interval samples (of either end) not kept, past MAX_INTERVALS_KEPT each."""
+    peer_kept: KeptIntervals = attrs.Factory(KeptIntervals)
+    """The peer's interval samples kept for the result (bounded: plugin.MAX_INTERVALS_KEPT)."""
     error: Optional[str] = None
     aborted_by_peer: bool = False
+
+    @property
+    def peer_intervals(self) -> list[Interval]:
+        """The peer's interval samples kept, in arrival order."""
+        return self.peer_kept.samples
 
 
 class Conductor:
@@ -239,8 +240,7 @@ class Conductor:
         except NetprobeError:
             self._fail("peer sent a malformed interval")
             return
-        if not keep_interval(self.outcome.peer_intervals, sample):
-            self.outcome.intervals_dropped += 1
+        self.outcome.peer_kept.add(sample)
         self.side.emit_to(self.on_peer_interval, sample)
 
     def _fail(self, reason: str) -> None:
@@ -252,14 +252,6 @@ class Conductor:
         """Tell the peer the test is over (Ctrl-C, local failure) and stop local loops."""
         self.send({"type": "abort", "reason": reason})
         self.side.stop()
-
-
-def keep_interval(kept: list, sample: Interval) -> bool:
-    """Add ``sample`` to ``kept`` unless it holds MAX_INTERVALS_KEPT already (False then)."""
-    if len(kept) >= MAX_INTERVALS_KEPT:
-        return False
-    kept.append(sample)
-    return True
 
 
 def local_report(side: Side) -> dict[str, Any]:
