@@ -179,16 +179,24 @@ def add_socket_options(parser: argparse.ArgumentParser) -> None:
                        help="discard received data in the kernel (MSG_TRUNC)")
 
 
-def add_output_options(parser: argparse.ArgumentParser) -> None:
-    """Where and how results are written."""
+def add_output_options(parser: argparse.ArgumentParser, stream: bool = False) -> None:
+    """Where and how results are written (``stream``: the command runs one test, which
+    ``--format json-stream`` writes as it goes)."""
     group = parser.add_argument_group("output")
-    group.add_argument("--format", choices=("human", "json", "jsonl", "csv"), default=None,
+    choices = ("human", "json", "jsonl", "csv", *(("json-stream",) if stream else ()))
+    group.add_argument("--format", choices=choices, default=None,
                        help="result format on stdout and in -o FILE (default: human on "
                             "stdout, and the FILE's extension for FILE). json: one "
                             "document; jsonl: one line per result; csv: a header and one "
-                            "row per direction")
+                            "row per direction" + ("; json-stream: JSON lines as the test "
+                            "runs (start, every interval as it comes, end with the result)"
+                            if stream else ""))
     group.add_argument("-J", "--json", dest="format", action="store_const", const="json",
                        help="same as --format json (-J as in iperf3)")
+    if stream:
+        group.add_argument("--json-stream", dest="format", action="store_const",
+                           const="json-stream",
+                           help="same as --format json-stream (as iperf3 --json-stream)")
     group.add_argument("-f", "--units", metavar="LETTER", type=_units,
                        help="show rates and byte counts in one unit, as iperf3 -f: k m g t "
                             "for Kbit/s .. Tbit/s, K M G T for KByte/s .. TByte/s (default: "

@@ -6,6 +6,8 @@ Formats:
 * ``json``: exactly one JSON document (:func:`netprobe.convert.to_json`).
 * ``jsonl``: one line of JSON per result; ``-o FILE`` appends a line.
 * ``csv``: a header and one row per flow direction; columns are :data:`CSV_COLUMNS`.
+* ``json-stream`` (``run``): JSON lines of events as the test runs, every interval as it
+  comes, then the result (:mod:`netprobe.cli.stream`); ``-o FILE`` appends them.
 
 Where and how a file is written (atomically, in place for a device or FIFO, the format
 from the extension) is :mod:`netprobe.cli.outfile`'s business.
@@ -27,7 +29,7 @@ from netprobe.convert import to_json
 from netprobe.plugin import NullReporter, Reporter
 from netprobe.schema import FlowSummary, Result, SideSummary
 
-FORMATS = ("human", "json", "jsonl", "csv")
+FORMATS = ("human", "json", "jsonl", "csv", "json-stream")
 """Names accepted by ``--format``."""
 
 CSV_COLUMNS = (
@@ -70,6 +72,10 @@ def format_result(result: Result, fmt: str, per_stream: bool = False,
         return to_json(result, indent=None) + "\n"
     if fmt == "csv":
         return format_csv([result])
+    if fmt == "json-stream":
+        from netprobe.cli.stream import stream_text
+
+        return stream_text(result)
     if fmt == "human":
         from netprobe.cli.render import human_text  # rich only when a person reads it
 
@@ -147,6 +153,7 @@ class Output:
         self.file_fmt = file_fmt or fmt
         self.quiet = quiet
         self.per_stream = per_stream
+        self._stream: Any = None  # the StreamReporter of the run in progress (json-stream)
 
     @property
     def live(self) -> bool:
@@ -159,7 +166,15 @@ class Output:
             check_target(self.path)
 
     def reporter(self, spec: Any) -> Reporter:
-        """A LiveReporter when interval lines are shown, else a NullReporter."""
+        """A LiveReporter when interval lines are shown, a StreamReporter for json-stream
+        (it writes the start at once), else a NullReporter."""
+        to_stdout = self.fmt == "json-stream" and not self.quiet
+        to_file = self.path if self.file_fmt == "json-stream" else None
+        if to_stdout or to_file:
+            from netprobe.cli.stream import StreamReporter
+
+            self._stream = StreamReporter(spec, to_stdout, to_file)
+            return self._stream
         if not self.live:
             return NullReporter()
         from netprobe.cli.render import LiveReporter
@@ -175,6 +190,10 @@ class Output:
         does not repeat them; otherwise (``parse``, or a tool that reported nothing live)
         the result's own intervals are drawn.
         """
+        if self._stream is not None:  # json-stream: the run's start and intervals are out
+            stream, self._stream = self._stream, None
+            stream.end(result)
+            return
         try:
             if self.path is not None:
                 self._to_file(format_result(result, self.file_fmt, self.per_stream,
@@ -185,7 +204,7 @@ class Output:
 
     def _to_file(self, text: str) -> None:
         assert self.path is not None
-        if self.file_fmt == "jsonl":
+        if self.file_fmt in ("jsonl", "json-stream"):
             append_text(self.path, text)
         else:
             write_text(self.path, text)

@@ -64,7 +64,7 @@ def choose_formats(given: Optional[str], path: Optional[str]) -> Formats:
     if given is None:
         return Formats(stdout_fmt, by_name or UNKNOWN_EXTENSION_FORMAT)
     warning = None
-    if by_name is not None and by_name != given:
+    if by_name is not None and by_name != given and (given, by_name) != ("json-stream", "jsonl"):
         warning = (f"{path} is written as {given} (--format), although its name says "
                    f"{by_name}")
     return Formats(stdout_fmt, given, warning)
@@ -159,6 +159,46 @@ def append_text(path: str, text: str) -> None:
         os.close(fd)
 
 
+class AppendFile:
+    """A file written line by line as a run goes (``--format json-stream``): opened for
+    appending once, each :meth:`write` one ``write`` call of whole lines (a reader sees
+    every line but, after a crash, the last), :meth:`close` flushes it to disk. Regular
+    files are appended to, devices and FIFOs written in place; OutputError on failure."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        flags = os.O_WRONLY | os.O_APPEND
+        if _kind(path) == _REPLACE:
+            flags |= os.O_CREAT
+        try:
+            self._fd: Optional[int] = os.open(path, flags, 0o666)
+        except OSError as exc:
+            raise _error(path, exc) from None
+        self._regular = stat.S_ISREG(os.fstat(self._fd).st_mode)
+
+    def write(self, text: str) -> None:
+        """Append ``text`` now (OutputError if it cannot be)."""
+        if self._fd is None:
+            raise OutputError(f"cannot write {self.path}: already closed")
+        try:
+            _write_all(self._fd, text.encode("utf-8"))
+        except OSError as exc:
+            raise _error(self.path, exc) from None
+
+    def close(self) -> None:
+        """Flush to disk (a regular file) and close; idempotent."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            if self._regular:
+                os.fsync(fd)
+        except OSError as exc:
+            raise _error(self.path, exc) from None
+        finally:
+            os.close(fd)
+
+
 def write_stdout(text: str) -> None:
     """Write ``text`` to stdout and flush; a full disk or a failing device behind stdout is
     an OutputError (exit 6). A reader that went away stays a BrokenPipeError (also 6)."""
@@ -235,5 +275,5 @@ def _remove_quietly(path: str) -> None:
         os.unlink(path)
 
 
-__all__ = ["EXTENSION_FORMATS", "Formats", "OutputError", "append_text", "check_target",
-           "choose_formats", "write_stdout", "write_text"]
+__all__ = ["EXTENSION_FORMATS", "AppendFile", "Formats", "OutputError", "append_text",
+           "check_target", "choose_formats", "write_stdout", "write_text"]

@@ -38,7 +38,7 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
     opts.add_agent_options(parser)
     opts.add_mode_options(parser)
     opts.add_latency_options(parser)
-    opts.add_output_options(parser)
+    opts.add_output_options(parser, stream=True)
     opts.add_trial_options(parser, ("--repeat",), None,
                            "run the test N times and summarise the trials (mean, median, sd, "
                            "min, max, 95%% confidence interval of the mean)")
@@ -58,6 +58,9 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     if args.latency and (args.repeat is not None or args.from_host):
         raise UsageError("--latency cannot be combined with --repeat or --from")
     if args.repeat is not None:
+        if args.format == "json-stream":
+            raise UsageError("--format json-stream writes one test as it runs; with --repeat "
+                             "use --format jsonl (one line per trial)")
         from netprobe.cli.trialsink import run_trials_shown
 
         return run_trials_shown(args, spec, [tool], args.repeat, [])
