@@ -81,7 +81,7 @@ def test_json_stream_writes_every_interval_as_it_comes_and_report_reads_it(
         tmp_path: Path) -> None:
     from netprobe import plugin
     from netprobe.cli.main import main
-    from netprobe.saved import load_texts
+    from netprobe.results.saved import load_texts
 
     monkeypatch.setattr(plugin, "MAX_INTERVALS_KEPT", 6)
     path = tmp_path / "run.jsonl"

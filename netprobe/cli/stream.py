@@ -15,7 +15,7 @@ warnings). The ``end`` event carries the whole Result; its summaries cover the w
 
 ``-o FILE`` gets the same lines, appended one ``write`` per line as ``jsonl`` is (so a
 file can hold many runs, and a reader never sees half a line but the last one of a run
-killed mid-write). :mod:`netprobe.saved` reads a stream back: each ``end`` event is a
+killed mid-write). :mod:`netprobe.results.saved` reads a stream back: each ``end`` event is a
 result; a run cut short before its ``end`` (SIGKILL, a lost disk) becomes a partial result
 of the intervals it streamed.
 """
