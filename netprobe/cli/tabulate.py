@@ -13,7 +13,16 @@ import math
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from netprobe.results.analysis import Figure, FigureStats, GroupStats, shown_figures
+from netprobe.engine.latency import grade
+from netprobe.results.analysis import (
+    LATENCY,
+    Figure,
+    FigureStats,
+    GroupStats,
+    LatencyFigure,
+    shown_figures,
+)
+from netprobe.results.stats import Summary
 
 DIRECTION_LABELS = {"client_to_server": "c->s", "server_to_client": "s->c"}
 """Flow directions as the tables label them (as the run's summary table does)."""
@@ -30,7 +39,7 @@ def scale(kind: str, magnitude: float) -> tuple[float, str]:
         return 1000.0**power, _RATE_UNITS[power]
     if kind == "us":  # RTT: microseconds on a LAN, milliseconds across the world
         return (1000.0, "ms") if abs(magnitude) >= 1000 else (1.0, "µs")
-    return 1.0, {"ms": "ms", "percent": "%", "count": ""}[kind]
+    return 1.0, {"ms": "ms", "percent": "%", "count": "", "grade": ""}[kind]
 
 
 def number(value: Optional[float]) -> str:
@@ -50,9 +59,10 @@ def ratio_text(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def figure_label(direction: str, figure: Figure, unit: str) -> str:
-    """``c->s receiver throughput (Gbit/s)``."""
-    return f"{DIRECTION_LABELS[direction]} {figure.label}" + (f" ({unit})" if unit else "")
+def figure_label(direction: str, figure: Figure | LatencyFigure, unit: str) -> str:
+    """``c->s receiver throughput (Gbit/s)``; a latency figure has no direction."""
+    where = "" if direction == LATENCY else f"{DIRECTION_LABELS[direction]} "
+    return f"{where}{figure.label}" + (f" ({unit})" if unit else "")
 
 
 # --- the statistics table ----------------------------------------------------------------
@@ -80,14 +90,15 @@ def stats_rows(stats: Sequence[GroupStats]) -> list[list[list[str]]]:
         means = [c.summary.mean for c in cells if c is not None and c.summary is not None]
         divisor, unit = scale(figure.kind, max((abs(m) for m in means), default=0.0))
         label = figure_label(direction, figure, unit)
-        rows = [_row(label if i == 0 else "", g, c, divisor, len(stats) > 1)
+        rows = [_row(label if i == 0 else "", g, c, divisor, len(stats) > 1,
+                     graded=figure.kind == "grade")
                 for i, (g, c) in enumerate(zip(stats, cells))]
         blocks.append(rows)
     return blocks
 
 
 def _row(label: str, group: GroupStats, cell: Optional[FigureStats], divisor: float,
-         grouped: bool) -> list[str]:
+         grouped: bool, graded: bool = False) -> list[str]:
     summary = cell.summary if cell is not None else None
     count = summary.n if summary is not None else 0
     values: list[Optional[float]] = [None] * 6
@@ -96,25 +107,48 @@ def _row(label: str, group: GroupStats, cell: Optional[FigureStats], divisor: fl
                   summary.ci_half_width]
     scaled = [number(None if v is None else v / divisor) for v in values]
     scaled[-1] = "-" if scaled[-1] == "-" else f"±{scaled[-1]}"
+    if graded:
+        scaled = _grade_cells(summary)
     n = str(count) if count == group.total else f"{count}/{group.total}"
     row = [label, group.label, n, *scaled, ratio_text(cell.ratio if cell else None)]
     return row if grouped else [row[0], *row[2:-1]]
 
 
+def _grade_cells(summary: Optional[Summary]) -> list[str]:
+    """mean, median, sd, min, max, CI of a bloat as grades (``C..D``: the CI's two ends)."""
+    if summary is None:
+        return ["-"] * 6
+    ci = "-"
+    if summary.ci_low is not None and summary.ci_high is not None:
+        low, high = grade(summary.ci_low), grade(summary.ci_high)
+        ci = low if low == high else f"{low}..{high}"
+    return [grade(summary.mean), grade(summary.median), "-", grade(summary.min),
+            grade(summary.max), ci]
+
+
 def stats_records(stats: Sequence[GroupStats]) -> list[dict[str, Any]]:
-    """The statistics as plain records (unscaled: bits/s, µs, ms, percent) for JSON/CSV."""
+    """The statistics as plain records (unscaled: bits/s, µs, ms, percent) for JSON/CSV;
+    the grade's record holds letters (the grade of each statistic of the bloat)."""
     records = []
     for direction, figure in shown_figures(stats):
         for group in stats:
             cell = group.get(direction, figure.key)
             summary = cell.summary if cell is not None else None
+            values = {name: getattr(summary, name) if summary else None for name in RECORD_STATS}
+            if figure.kind == "grade":
+                values.update({name: _letter(values[name]) for name in
+                               ("mean", "median", "min", "max", "ci_low", "ci_high")},
+                              stdev=None)
             records.append({
                 "group": group.label, "results": group.total, "ok": group.ok,
-                "direction": direction, "figure": figure.key,
-                **{name: getattr(summary, name) if summary else None for name in RECORD_STATS},
+                "direction": direction, "figure": figure.key, **values,
                 "ratio": cell.ratio if cell is not None else None,
             })
     return records
+
+
+def _letter(bloat_us: Optional[float]) -> Optional[str]:
+    return None if bloat_us is None else grade(bloat_us)
 
 
 RECORD_STATS = ("n", "mean", "median", "stdev", "min", "max", "ci_low", "ci_high",

@@ -17,10 +17,19 @@ from attrs import field, frozen
 
 from netprobe.errors import SpecError
 from netprobe.results.stats import DEFAULT_CONFIDENCE, Summary, summarize
-from netprobe.schema import FLOW_DIRECTIONS, FlowSummary, Interval, Result, SideSummary, TestSpec
+from netprobe.schema import (
+    FLOW_DIRECTIONS,
+    FlowSummary,
+    Interval,
+    Latency,
+    Result,
+    SideSummary,
+    TestSpec,
+)
 
-KINDS = ("rate", "count", "us", "ms", "percent")
-"""What a figure's number is: bits per second, a count, microseconds, milliseconds, percent."""
+KINDS = ("rate", "count", "us", "ms", "percent", "grade")
+"""What a figure's number is: bits per second, a count, microseconds, milliseconds, percent,
+or a bloat in microseconds shown as its bufferbloat grade."""
 
 
 @frozen
@@ -39,6 +48,24 @@ class Figure:
     def value(self, flow: Optional[FlowSummary]) -> Optional[float]:
         """The figure in ``flow``, or None."""
         return None if flow is None else self.read(flow)
+
+
+@frozen
+class LatencyFigure:
+    """One number of a result's latency (``Result.latency``), not of a flow direction."""
+
+    key: str
+    """Stable name, as in the records (``latency_p50_us``)."""
+    label: str
+    """Words for people (``latency p50``)."""
+    kind: str = field(validator=attrs.validators.in_(KINDS))
+    """What the number is: one of :data:`KINDS`."""
+    read: Callable[[Latency], Optional[float]] = field(eq=False, repr=False)
+    """Takes the figure out of the latency record (None when unknown)."""
+
+    def value(self, record: Optional[Latency]) -> Optional[float]:
+        """The figure in ``record``, or None."""
+        return None if record is None else self.read(record)
 
 
 def _side(role: str, name: str) -> Callable[[FlowSummary], Optional[float]]:
@@ -77,6 +104,23 @@ FIGURES: tuple[Figure, ...] = (
 )
 """The figures summarised over trials, in the order reports show them. The process CPU is
 percent of one core; the host CPU percent of all cores."""
+
+LATENCY = "latency"
+"""The ``direction`` of the latency figures' stats: they belong to the run, not to a flow."""
+
+LATENCY_FIGURES: tuple[LatencyFigure, ...] = (
+    LatencyFigure("latency_p50_us", "latency p50", "us", lambda lat: lat.p50_us),
+    LatencyFigure("latency_p99_us", "latency p99", "us", lambda lat: lat.p99_us),
+    LatencyFigure("latency_increase_us", "latency increase", "us", lambda lat: lat.increase_us),
+    LatencyFigure("latency_bloat_us", "latency bloat", "us", lambda lat: lat.bloat_us),
+    LatencyFigure("latency_rpm", "RPM", "count", lambda lat: lat.rpm),
+    LatencyFigure("latency_lost_percent", "probe loss", "percent", lambda lat: lat.lost_percent),
+    LatencyFigure("latency_grade", "bufferbloat grade", "grade", lambda lat: lat.bloat_us),
+)
+"""A result's latency figures (``Result.latency``: with netprobe's probes the round trip
+under load, its increase and bloat over idle, RPM, probe loss; a driven tool's own figure
+otherwise). The grade's statistics are of the bloat, each shown as its grade: the grade is
+monotone in the bloat, so the grade of the median bloat is the median grade."""
 
 
 # --- grouping ----------------------------------------------------------------------------
@@ -155,7 +199,7 @@ class FigureStats:
 
     direction: str
     """Flow direction (``client_to_server`` or ``server_to_client``)."""
-    figure: Figure
+    figure: Figure | LatencyFigure
     """Which figure."""
     summary: Optional[Summary]
     """Over the group's successful results; None when none of them measured it."""
@@ -194,7 +238,8 @@ def group_stats(groups: Sequence[Group], confidence: float = DEFAULT_CONFIDENCE
                 ) -> list[GroupStats]:
     """Each group's statistics per direction and figure, with ratios to the first group."""
     wanted = directions(r for g in groups for r in g.results)
-    plain = [_stats_of(group, wanted, confidence) for group in groups]
+    with_latency = any(r.latency is not None for g in groups for r in g.results)
+    plain = [_stats_of(group, wanted, confidence, with_latency) for group in groups]
     if not plain:
         return []
     reference = plain[0]
@@ -202,23 +247,31 @@ def group_stats(groups: Sequence[Group], confidence: float = DEFAULT_CONFIDENCE
             for g in plain]
 
 
-def _stats_of(group: Group, wanted: list[str], confidence: float) -> GroupStats:
+def _stats_of(group: Group, wanted: list[str], confidence: float,
+              with_latency: bool = False) -> GroupStats:
     good = [r for r in group.results if r.status == "ok"]
     figures = tuple(
         FigureStats(direction, figure,
                     summarize((figure.value(r.summary(direction)) for r in good), confidence))
         for direction in wanted for figure in FIGURES)
+    if with_latency:
+        figures += tuple(
+            FigureStats(LATENCY, each, summarize((each.value(r.latency) for r in good),
+                                                 confidence))
+            for each in LATENCY_FIGURES)
     return GroupStats(group.label, len(group.results), len(good), figures)
 
 
 def _with_ratio(stats: FigureStats, reference: GroupStats) -> FigureStats:
     base = reference.get(stats.direction, stats.figure.key)
+    if stats.figure.kind == "grade":  # a letter has no ratio
+        return stats
     if stats.summary is None or base is None or base.summary is None or base.summary.mean == 0:
         return stats
     return attrs.evolve(stats, ratio=stats.summary.mean / base.summary.mean)
 
 
-def shown_figures(stats: Sequence[GroupStats]) -> list[tuple[str, Figure]]:
+def shown_figures(stats: Sequence[GroupStats]) -> list[tuple[str, Figure | LatencyFigure]]:
     """(direction, figure) pairs that at least one group measured, in report order."""
     if not stats:
         return []
