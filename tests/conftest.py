@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from netprobe import core
-from netprobe.core import pure as _purecore
+from netprobe.core import pure
+from netprobe.core.contract import DataPath
 from tests.peers import PEER_FIXTURES, PeerBinary, default_peer
 
 CORE_NAMES = (
@@ -54,16 +55,16 @@ def peer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Pee
 def data_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test on the compiled core and again on the pure-Python one.
 
-    The pure path is swapped in by pointing netprobe.core's public names at
-    netprobe.core.pure, which is exactly what the module does itself when the compiled
-    core is missing or NETPROBE_PURE=1.
+    The pure path is swapped in by pointing netprobe.core's public names at a
+    DataPath over netprobe.core.pure, which is exactly what the module does itself when
+    the compiled core is missing or NETPROBE_PURE=1.
     """
     if request.param == "c" and core.DATA_PATH != "c":
         pytest.skip("the compiled core is not built here")
     if request.param == "python":
-        for name in CORE_NAMES:
-            monkeypatch.setattr(core, name, getattr(_purecore, name))
-        monkeypatch.setattr(core, "DATA_PATH", "python")
+        python = DataPath(pure)
+        for name in (*CORE_NAMES, "DATA_PATH"):
+            monkeypatch.setattr(core, name, getattr(python, name))
     return str(request.param)
 
 

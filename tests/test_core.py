@@ -19,24 +19,24 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 import netprobe.core
 import netprobe.core.wrapper
-from netprobe.core import pure as _purecore
+from netprobe.core import contract, pure
 from netprobe.core.records import HostCpu, TcpInfo, pattern
 from netprobe.errors import CoreError
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = struct.Struct("!QQ")
 MIB = 1 << 20
+PURE = contract.DataPath(pure)  # netprobe.core's functions over the pure-Python path
 
 
 @pytest.fixture(scope="session")
-def compiled() -> ModuleType:
+def compiled() -> Any:
     """netprobe.core on the C data path, building the extension in place if need be."""
     if netprobe.core.DATA_PATH != "c":
         if os.environ.get("NETPROBE_PURE") == "1":
@@ -51,11 +51,11 @@ def compiled() -> ModuleType:
 
 
 @pytest.fixture(params=["c", "python"])
-def impl(request: pytest.FixtureRequest) -> ModuleType:
+def impl(request: pytest.FixtureRequest) -> Any:
     """Each implementation in turn: the compiled core, then the pure-Python one."""
     if request.param == "c":
         return request.getfixturevalue("compiled")
-    return _purecore
+    return PURE
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def soon(seconds: float) -> float:
 
 
 @pytest.mark.parametrize("zerocopy", [False, True])
-def test_tcp_send_stops_exactly_at_max_bytes(impl: ModuleType, pool: ThreadPoolExecutor,
+def test_tcp_send_stops_exactly_at_max_bytes(impl: Any, pool: ThreadPoolExecutor,
                                               zerocopy: bool) -> None:
     with tcp_pair() as (client, server):
         received = pool.submit(drain, server)
@@ -131,7 +131,7 @@ def test_tcp_send_stops_exactly_at_max_bytes(impl: ModuleType, pool: ThreadPoolE
 
 
 @pytest.mark.parametrize("zerocopy", [False, True])
-def test_tcp_send_payload_is_the_pattern(impl: ModuleType, zerocopy: bool) -> None:
+def test_tcp_send_payload_is_the_pattern(impl: Any, zerocopy: bool) -> None:
     with tcp_pair() as (client, server):
         impl.tcp_send(client.fileno(), impl.Counters(), length=1000, max_bytes=1000,
                       zerocopy=zerocopy)
@@ -142,7 +142,7 @@ def test_tcp_send_payload_is_the_pattern(impl: ModuleType, zerocopy: bool) -> No
 
 
 @pytest.mark.parametrize("skip_copy", [False, True])
-def test_tcp_recv_counts_to_eof(impl: ModuleType, pool: ThreadPoolExecutor,
+def test_tcp_recv_counts_to_eof(impl: Any, pool: ThreadPoolExecutor,
                                 skip_copy: bool) -> None:
     with tcp_pair() as (client, server):
         counters = impl.Counters()
@@ -154,7 +154,7 @@ def test_tcp_recv_counts_to_eof(impl: ModuleType, pool: ThreadPoolExecutor,
     assert counters.bytes == 2_500_001
 
 
-def test_tcp_recv_stops_exactly_at_max_bytes(impl: ModuleType) -> None:
+def test_tcp_recv_stops_exactly_at_max_bytes(impl: Any) -> None:
     with tcp_pair() as (client, server):
         client.sendall(b"y" * 300_000)
         client.shutdown(socket.SHUT_WR)
@@ -163,7 +163,7 @@ def test_tcp_recv_stops_exactly_at_max_bytes(impl: ModuleType) -> None:
         assert drain(server) == 199_999
 
 
-def test_tcp_loops_accumulate_on_the_same_counters(impl: ModuleType) -> None:
+def test_tcp_loops_accumulate_on_the_same_counters(impl: Any) -> None:
     counters = impl.Counters()
     with tcp_pair() as (client, server):
         for _ in range(3):
@@ -173,7 +173,7 @@ def test_tcp_loops_accumulate_on_the_same_counters(impl: ModuleType) -> None:
     assert counters.bytes == 30_000
 
 
-def test_tcp_send_ends_at_deadline(impl: ModuleType, pool: ThreadPoolExecutor) -> None:
+def test_tcp_send_ends_at_deadline(impl: Any, pool: ThreadPoolExecutor) -> None:
     with tcp_pair() as (client, server):
         received = pool.submit(drain, server)
         start = time.monotonic()
@@ -185,7 +185,7 @@ def test_tcp_send_ends_at_deadline(impl: ModuleType, pool: ThreadPoolExecutor) -
     assert 0.29 <= elapsed < 0.6
 
 
-def test_nonblocking_sockets_work_without_spinning(impl: ModuleType,
+def test_nonblocking_sockets_work_without_spinning(impl: Any,
                                                    pool: ThreadPoolExecutor) -> None:
     with tcp_pair() as (client, server):
         client.setblocking(False)
@@ -203,7 +203,7 @@ def test_nonblocking_sockets_work_without_spinning(impl: ModuleType,
         assert not os.get_blocking(server.fileno())
 
 
-def test_loops_restore_the_socket_timeout(impl: ModuleType) -> None:
+def test_loops_restore_the_socket_timeout(impl: Any) -> None:
     with tcp_pair() as (client, server):
         # struct timeval: 2 x 8 bytes, or 2 x 4 with a 32-bit time_t (armv7l)
         timeval = "=2q" if len(server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
@@ -228,7 +228,7 @@ def _until(check: Any, within: float) -> Any:
 
 
 @pytest.mark.parametrize("length", [1 << 20, 4096])
-def test_tcp_recv_wakes_once_per_quarter_buffer(impl: ModuleType, pool: ThreadPoolExecutor,
+def test_tcp_recv_wakes_once_per_quarter_buffer(impl: Any, pool: ThreadPoolExecutor,
                                                  length: int) -> None:
     # A receiver faster than its link must not wake for every segment: the loop asks the
     # kernel (SO_RCVLOWAT) to wake it once min(length, SO_RCVBUF / 4) bytes are queued,
@@ -246,7 +246,7 @@ def test_tcp_recv_wakes_once_per_quarter_buffer(impl: ModuleType, pool: ThreadPo
         assert _lowat(server) == before
 
 
-def test_tcp_recv_counts_a_trickle_below_the_wake_threshold(impl: ModuleType,
+def test_tcp_recv_counts_a_trickle_below_the_wake_threshold(impl: Any,
                                                               pool: ThreadPoolExecutor) -> None:
     # Fewer wake-ups must not mean late counts: bytes below the threshold are counted
     # within a tick (100 ms), not when the threshold or EOF comes.
@@ -270,7 +270,7 @@ def _stop_after(counters: Any, delay: float) -> threading.Timer:
     return timer
 
 
-def test_stop_ends_a_blocked_recv(impl: ModuleType) -> None:
+def test_stop_ends_a_blocked_recv(impl: Any) -> None:
     with tcp_pair() as (_client, server):
         counters = impl.Counters()
         _stop_after(counters, 0.2)
@@ -280,7 +280,7 @@ def test_stop_ends_a_blocked_recv(impl: ModuleType) -> None:
     assert counters.stopped
 
 
-def test_stop_ends_a_blocked_send(impl: ModuleType) -> None:
+def test_stop_ends_a_blocked_send(impl: Any) -> None:
     with tcp_pair() as (client, _server):  # nobody reads: the send buffer fills up
         counters = impl.Counters()
         _stop_after(counters, 0.3)
@@ -290,7 +290,7 @@ def test_stop_ends_a_blocked_send(impl: ModuleType) -> None:
         assert sent == counters.bytes > 0
 
 
-def test_stop_ends_udp_loops(impl: ModuleType) -> None:
+def test_stop_ends_udp_loops(impl: Any) -> None:
     with udp_pair() as (tx, rx):
         rx_counters, tx_counters = impl.Counters(), impl.Counters()
         _stop_after(rx_counters, 0.2)
@@ -303,7 +303,7 @@ def test_stop_ends_udp_loops(impl: ModuleType) -> None:
         assert tx_counters.packets == 1  # the first datagram is due at once, the next in 2 s
 
 
-def test_stop_before_start_returns_at_once(impl: ModuleType) -> None:
+def test_stop_before_start_returns_at_once(impl: Any) -> None:
     counters = impl.Counters()
     counters.stop()
     with tcp_pair() as (client, _server):
@@ -311,7 +311,7 @@ def test_stop_before_start_returns_at_once(impl: ModuleType) -> None:
     assert counters.calls == 0
 
 
-def test_counters_are_readable_while_the_loop_runs(impl: ModuleType,
+def test_counters_are_readable_while_the_loop_runs(impl: Any,
                                                    pool: ThreadPoolExecutor) -> None:
     with tcp_pair() as (client, server):
         counters = impl.Counters()
@@ -334,7 +334,7 @@ def test_counters_are_readable_while_the_loop_runs(impl: ModuleType,
 
 
 @pytest.mark.parametrize("zerocopy", [False, True])
-def test_send_to_a_reset_connection_names_the_syscall(impl: ModuleType, zerocopy: bool) -> None:
+def test_send_to_a_reset_connection_names_the_syscall(impl: Any, zerocopy: bool) -> None:
     with tcp_pair() as (client, server):
         server.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         server.close()  # RST
@@ -347,7 +347,7 @@ def test_send_to_a_reset_connection_names_the_syscall(impl: ModuleType, zerocopy
     assert isinstance(info.value, OSError)
 
 
-def test_recv_on_a_reset_connection_names_the_syscall(impl: ModuleType) -> None:
+def test_recv_on_a_reset_connection_names_the_syscall(impl: Any) -> None:
     with tcp_pair() as (client, server):
         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         client.close()
@@ -358,7 +358,7 @@ def test_recv_on_a_reset_connection_names_the_syscall(impl: ModuleType) -> None:
     assert str(info.value).startswith("[Errno") and "recv: " in str(info.value)
 
 
-def test_bad_descriptors_name_the_first_syscall(impl: ModuleType) -> None:
+def test_bad_descriptors_name_the_first_syscall(impl: Any) -> None:
     read_end, write_end = os.pipe()
     os.close(write_end)
     try:
@@ -373,12 +373,12 @@ def test_bad_descriptors_name_the_first_syscall(impl: ModuleType) -> None:
     assert (info.value.syscall, info.value.errno) == ("getsockopt(SO_RCVTIMEO)", errno.EBADF)
 
 
-def test_udp_send_on_an_unconnected_socket_names_the_syscall(impl: ModuleType) -> None:
+def test_udp_send_on_an_unconnected_socket_names_the_syscall(impl: Any) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx, \
             pytest.raises(CoreError) as info:
         impl.udp_send(tx.fileno(), impl.Counters(), length=64, max_packets=1, deadline=soon(5))
     # One datagram per send() in pure Python, batches per sendmmsg() in C.
-    assert info.value.syscall == ("send" if impl is _purecore else "sendmmsg")
+    assert info.value.syscall == ("send" if impl is PURE else "sendmmsg")
     assert info.value.errno == errno.EDESTADDRREQ
 
 
@@ -393,32 +393,31 @@ def test_udp_send_on_an_unconnected_socket_names_the_syscall(impl: ModuleType) -
     ({"length": 64, "deadline": float("nan")}, ValueError),
     ({"length": 64.0}, TypeError),
 ])
-def test_udp_arguments_are_checked(impl: ModuleType, kwargs: dict[str, Any],
+def test_udp_arguments_are_checked(impl: Any, kwargs: dict[str, Any],
                                    error: type[Exception]) -> None:
     with pytest.raises(error):
         impl.udp_send(0, impl.Counters(), **kwargs)
 
 
-def test_foreign_counters_and_fds_are_refused(impl: ModuleType) -> None:
-    other = _purecore if impl is not _purecore else impl
+def test_foreign_counters_and_fds_are_refused(impl: Any) -> None:
     with pytest.raises(ValueError):
         impl.tcp_recv(-1, impl.Counters(), length=1024)
     with pytest.raises(TypeError):
         impl.tcp_recv(0, object(), length=1024)
-    if other is not impl:
+    if impl is not PURE:
         with pytest.raises(TypeError):
-            impl.tcp_recv(0, other.Counters(), length=1024)
+            impl.tcp_recv(0, PURE.Counters(), length=1024)
 
 
 # --- UDP ------------------------------------------------------------------------------
 
 
-def _recv_all(impl: ModuleType, rx: socket.socket, counters: Any, count: int) -> int:
+def _recv_all(impl: Any, rx: socket.socket, counters: Any, count: int) -> int:
     return int(impl.udp_recv(rx.fileno(), counters, length=2048, max_packets=count,
                              deadline=soon(3)))
 
 
-def test_udp_sequence_accounting(impl: ModuleType) -> None:
+def test_udp_sequence_accounting(impl: Any) -> None:
     with udp_pair() as (tx, rx):
         for seq in (0, 1, 2, 5, 3, 3, 4, 9, 7):
             tx.send(datagram(seq))
@@ -432,7 +431,7 @@ def test_udp_sequence_accounting(impl: ModuleType) -> None:
     assert counters.lost == 2                # 6 and 8 never came
 
 
-def test_udp_late_arrivals_reduce_loss_across_calls(impl: ModuleType) -> None:
+def test_udp_late_arrivals_reduce_loss_across_calls(impl: Any) -> None:
     counters = impl.Counters()
     with udp_pair() as (tx, rx):
         for seq in (0, 1, 4):
@@ -446,7 +445,7 @@ def test_udp_late_arrivals_reduce_loss_across_calls(impl: ModuleType) -> None:
     assert counters.packets == 6
 
 
-def test_udp_duplicate_window_is_64k(impl: ModuleType) -> None:
+def test_udp_duplicate_window_is_64k(impl: Any) -> None:
     with udp_pair() as (tx, rx):
         for seq in (0, 70_000, 69_999, 69_999, 0):
             tx.send(datagram(seq))
@@ -457,7 +456,7 @@ def test_udp_duplicate_window_is_64k(impl: ModuleType) -> None:
     assert counters.lost == 70_001 - 4
 
 
-def test_udp_jitter_follows_rfc3550(impl: ModuleType) -> None:
+def test_udp_jitter_follows_rfc3550(impl: Any) -> None:
     # Send times 10 ms apart, arrivals microseconds apart: |D| ~ 10 ms for each of the 4
     # transitions, so J = 10 ms * (1 - (15/16)**4).
     with udp_pair() as (tx, rx):
@@ -468,7 +467,7 @@ def test_udp_jitter_follows_rfc3550(impl: ModuleType) -> None:
     assert counters.jitter_ms == pytest.approx(10 * (1 - (15 / 16) ** 4), abs=0.05)
 
 
-def test_udp_stream_end_to_end(impl: ModuleType, pool: ThreadPoolExecutor) -> None:
+def test_udp_stream_end_to_end(impl: Any, pool: ThreadPoolExecutor) -> None:
     with udp_pair() as (tx, rx):
         rx_counters, tx_counters = impl.Counters(), impl.Counters()
         got = pool.submit(_recv_all, impl, rx, rx_counters, 3000)
@@ -484,7 +483,7 @@ def test_udp_stream_end_to_end(impl: ModuleType, pool: ThreadPoolExecutor) -> No
     assert time.monotonic_ns() > start_ns
 
 
-def test_udp_datagram_format(impl: ModuleType) -> None:
+def test_udp_datagram_format(impl: Any) -> None:
     with udp_pair() as (tx, rx):
         before = time.monotonic_ns()
         impl.udp_send(tx.fileno(), impl.Counters(), length=40, max_packets=5)
@@ -498,7 +497,7 @@ def test_udp_datagram_format(impl: ModuleType) -> None:
     assert frames[0][16:] == pattern(40)[16:]
 
 
-def test_udp_sequence_continues_across_send_calls(impl: ModuleType) -> None:
+def test_udp_sequence_continues_across_send_calls(impl: Any) -> None:
     counters = impl.Counters()
     with udp_pair() as (tx, rx):
         impl.udp_send(tx.fileno(), counters, length=16, max_packets=2)
@@ -509,14 +508,14 @@ def test_udp_sequence_continues_across_send_calls(impl: ModuleType) -> None:
     assert counters.packets == 4
 
 
-def test_udp_max_bytes_counts_whole_datagrams(impl: ModuleType) -> None:
+def test_udp_max_bytes_counts_whole_datagrams(impl: Any) -> None:
     with udp_pair() as (tx, _rx):
         counters = impl.Counters()
         assert impl.udp_send(tx.fileno(), counters, length=100, max_bytes=1050) == 1000
     assert counters.packets == 10
 
 
-def test_udp_to_a_closed_port_is_not_an_error(impl: ModuleType) -> None:
+def test_udp_to_a_closed_port_is_not_an_error(impl: Any) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as gone:
         gone.bind(("127.0.0.1", 0))
         address = gone.getsockname()
@@ -529,7 +528,7 @@ def test_udp_to_a_closed_port_is_not_an_error(impl: ModuleType) -> None:
     assert counters.calls > 200  # refused sends were retried, not fatal
 
 
-def test_udp_over_ipv6(impl: ModuleType, pool: ThreadPoolExecutor) -> None:
+def test_udp_over_ipv6(impl: Any, pool: ThreadPoolExecutor) -> None:
     if not socket.has_ipv6:
         pytest.skip("no IPv6")
     try:
@@ -551,7 +550,7 @@ def test_udp_over_ipv6(impl: ModuleType, pool: ThreadPoolExecutor) -> None:
 # --- pacing ----------------------------------------------------------------------------
 
 
-def _paced_tcp(impl: ModuleType, pool: ThreadPoolExecutor, rate: float,
+def _paced_tcp(impl: Any, pool: ThreadPoolExecutor, rate: float,
                seconds: float) -> tuple[float, float]:
     """(achieved rate / asked rate, sender thread's CPU seconds)."""
     with tcp_pair() as (client, server):
@@ -566,18 +565,18 @@ def _paced_tcp(impl: ModuleType, pool: ThreadPoolExecutor, rate: float,
     return sent * 8 / seconds / rate, cpu
 
 
-def test_tcp_pacing_is_accurate_and_sleeps(impl: ModuleType, pool: ThreadPoolExecutor) -> None:
+def test_tcp_pacing_is_accurate_and_sleeps(impl: Any, pool: ThreadPoolExecutor) -> None:
     ratio, cpu = _paced_tcp(impl, pool, 100e6, 0.5)
     assert ratio == pytest.approx(1.0, abs=0.02)
     assert cpu < 0.5 * 0.5  # sleeps between writes, never spins
 
 
-def test_tcp_pacing_at_a_gigabit(compiled: ModuleType, pool: ThreadPoolExecutor) -> None:
+def test_tcp_pacing_at_a_gigabit(compiled: Any, pool: ThreadPoolExecutor) -> None:
     ratio, _cpu = _paced_tcp(compiled, pool, 1e9, 0.5)
     assert ratio == pytest.approx(1.0, abs=0.02)
 
 
-def _paced_udp(impl: ModuleType, pool: ThreadPoolExecutor, seconds: float,
+def _paced_udp(impl: Any, pool: ThreadPoolExecutor, seconds: float,
                **rate: float) -> tuple[int, Any]:
     with udp_pair() as (tx, rx):
         counters = impl.Counters()
@@ -589,22 +588,22 @@ def _paced_udp(impl: ModuleType, pool: ThreadPoolExecutor, seconds: float,
     return sent, counters
 
 
-def test_udp_pacing_by_bits(impl: ModuleType, pool: ThreadPoolExecutor) -> None:
+def test_udp_pacing_by_bits(impl: Any, pool: ThreadPoolExecutor) -> None:
     # 100 Mbit/s of 1400-byte datagrams is ~9k sends/s: more than pure Python sustains
     # next to a pure-Python receiver on a busy 2-core box, so it is asked for less.
-    rate = 20e6 if impl is _purecore else 100e6
+    rate = 20e6 if impl is PURE else 100e6
     sent, counters = _paced_udp(impl, pool, 0.5, rate_bps=rate)
     assert sent * 8 / 0.5 == pytest.approx(rate, rel=0.02)
     assert counters.bytes == sent and counters.lost == 0
 
 
-def test_udp_pacing_by_packets(impl: ModuleType, pool: ThreadPoolExecutor) -> None:
+def test_udp_pacing_by_packets(impl: Any, pool: ThreadPoolExecutor) -> None:
     sent, counters = _paced_udp(impl, pool, 0.5, rate_pps=2000)
     assert sent // 1400 == pytest.approx(1000, rel=0.02)
     assert counters.packets == sent // 1400
 
 
-def test_udp_pacing_at_a_gigabit(compiled: ModuleType, pool: ThreadPoolExecutor) -> None:
+def test_udp_pacing_at_a_gigabit(compiled: Any, pool: ThreadPoolExecutor) -> None:
     sent, _counters = _paced_udp(compiled, pool, 0.5, rate_bps=1e9)
     assert sent * 8 / 0.5 == pytest.approx(1e9, rel=0.02)
 
@@ -612,7 +611,7 @@ def test_udp_pacing_at_a_gigabit(compiled: ModuleType, pool: ThreadPoolExecutor)
 # --- system figures -------------------------------------------------------------------
 
 
-def test_tcp_info_after_a_transfer(impl: ModuleType, full_tcp_info: None) -> None:
+def test_tcp_info_after_a_transfer(impl: Any, full_tcp_info: None) -> None:
     with tcp_pair() as (client, server):
         impl.tcp_send(client.fileno(), impl.Counters(), length=65536, max_bytes=1_000_000)
         client.shutdown(socket.SHUT_WR)
@@ -626,15 +625,15 @@ def test_tcp_info_after_a_transfer(impl: ModuleType, full_tcp_info: None) -> Non
     assert info.pmtu_bytes >= 1280 and info.delivery_rate_bps > 0
 
 
-def test_both_paths_read_tcp_info_alike(compiled: ModuleType) -> None:
+def test_both_paths_read_tcp_info_alike(compiled: Any) -> None:
     with tcp_pair() as (client, server):
         client.sendall(b"z" * 10_000)
         server.recv(10_000, socket.MSG_WAITALL)
         time.sleep(0.05)
-        assert compiled.tcp_info(client.fileno()) == _purecore.tcp_info(client.fileno())
+        assert compiled.tcp_info(client.fileno()) == PURE.tcp_info(client.fileno())
 
 
-def test_tcp_info_on_udp_names_the_call(impl: ModuleType) -> None:
+def test_tcp_info_on_udp_names_the_call(impl: Any) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock, \
             pytest.raises(CoreError) as info:
         impl.tcp_info(sock.fileno())
@@ -644,9 +643,9 @@ def test_tcp_info_on_udp_names_the_call(impl: ModuleType) -> None:
 
 def test_tcp_info_short_kernel_struct_gives_none() -> None:
     raw = bytes(104)  # a kernel whose struct tcp_info ends after tcpi_total_retrans
-    assert _purecore._tcpi(raw, "total_retrans") == 0
-    assert _purecore._tcpi(raw, "bytes_acked") is None
-    assert _purecore._tcpi(raw, "delivery_rate") is None
+    assert pure._tcpi(raw, "total_retrans") == 0
+    assert pure._tcpi(raw, "bytes_acked") is None
+    assert pure._tcpi(raw, "delivery_rate") is None
 
 
 def _burn(seconds: float) -> None:
@@ -655,7 +654,7 @@ def _burn(seconds: float) -> None:
         pass
 
 
-def test_rusage_counts_this_thread(impl: ModuleType) -> None:
+def test_rusage_counts_this_thread(impl: Any) -> None:
     before_t, cpu_before = impl.rusage("thread"), time.thread_time()
     end = time.monotonic() + 5  # on a busy host, 0.1 s of CPU may take longer
     while time.thread_time() - cpu_before < 0.1 and time.monotonic() < end:
@@ -667,7 +666,7 @@ def test_rusage_counts_this_thread(impl: ModuleType) -> None:
         impl.rusage("host")
 
 
-def test_host_cpu(impl: ModuleType) -> None:
+def test_host_cpu(impl: Any) -> None:
     earlier = impl.host_cpu()
     _burn(0.1)
     later = impl.host_cpu()
@@ -677,17 +676,17 @@ def test_host_cpu(impl: ModuleType) -> None:
     assert later.busy_fraction_since(later) == 0.0
 
 
-def test_both_paths_read_host_cpu_and_rusage_alike(compiled: ModuleType) -> None:
+def test_both_paths_read_host_cpu_and_rusage_alike(compiled: Any) -> None:
     for _ in range(5):  # a tick may land between the two reads
-        if compiled.host_cpu() == _purecore.host_cpu():
+        if compiled.host_cpu() == PURE.host_cpu():
             break
     else:
         pytest.fail("host_cpu differs between data paths")
     record = compiled.rusage()
-    assert type(record) is type(_purecore.rusage())
+    assert type(record) is type(PURE.rusage())
 
 
-def test_monotonic_is_time_monotonic(impl: ModuleType) -> None:
+def test_monotonic_is_time_monotonic(impl: Any) -> None:
     before = time.monotonic()
     now = impl.monotonic()
     assert before <= now <= time.monotonic()
@@ -696,9 +695,32 @@ def test_monotonic_is_time_monotonic(impl: ModuleType) -> None:
 # --- selection -------------------------------------------------------------------------
 
 
-def test_data_path_names_the_implementation(impl: ModuleType) -> None:
+def test_data_path_names_the_implementation(impl: Any) -> None:
     assert impl.DATA_PATH in ("c", "python")
-    assert (impl is _purecore) == (impl.DATA_PATH == "python")
+    assert (impl is PURE) == (impl.DATA_PATH == "python")
+
+
+def test_every_public_name_has_a_docstring(impl: Any) -> None:
+    # The functions are written once (contract.DataPath), whichever path runs them.
+    for name in netprobe.core.__all__:
+        public = getattr(netprobe.core, name)
+        if callable(public):
+            assert (public.__doc__ or "").strip(), name
+            if name != "Counters":  # each path has its own, on the one BaseCounters
+                assert getattr(impl, name, public).__doc__ == public.__doc__, name
+    counters = impl.Counters()
+    assert isinstance(counters, contract.BaseCounters)
+    for figure in ("bytes", "calls", "packets", "lost", "out_of_order", "duplicates",
+                   "jitter_ms", "foreign", "stopped", "sequence_base"):
+        assert (getattr(type(counters), figure).__doc__ or "").strip(), figure
+        if figure != "sequence_base":
+            with pytest.raises(AttributeError, match="read-only"):
+                setattr(counters, figure, 1)
+    counters.sequence_base = (1 << 64) + 5  # 64-bit, wrapping
+    assert counters.sequence_base == 5 and counters.bytes == 0 and counters.stopped is False
+    counters.stop()
+    assert counters.stopped is True
+    assert "Counters(bytes=0," in repr(counters)
 
 
 def test_netprobe_pure_forces_the_python_path() -> None:
@@ -719,7 +741,7 @@ def test_only_core_imports_the_compiled_module() -> None:
 
 
 
-def test_udp_forged_sequence_numbers_are_foreign(impl: ModuleType) -> None:
+def test_udp_forged_sequence_numbers_are_foreign(impl: Any) -> None:
     # A datagram whose sequence number lies far beyond what the sender can have sent is
     # not of this test: it is counted as foreign and touches no figure (it once made
     # lost = 2**63 - 346 and wrapped the loss figures).
@@ -733,7 +755,7 @@ def test_udp_forged_sequence_numbers_are_foreign(impl: ModuleType) -> None:
     assert (counters.lost, counters.out_of_order, counters.duplicates) == (0, 0, 0)
 
 
-def test_udp_sequence_base_keys_the_stream(impl: ModuleType, pool: ThreadPoolExecutor) -> None:
+def test_udp_sequence_base_keys_the_stream(impl: Any, pool: ThreadPoolExecutor) -> None:
     # Both ends of a test share a random base: the sender numbers from it, the receiver
     # counts relative to it, so a forger who does not know it lands outside the window.
     base = (1 << 64) - (1 << 62) + 12345

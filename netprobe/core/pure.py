@@ -3,7 +3,8 @@
 Used where the C core could not be built or with NETPROBE_PURE=1, and as the reference
 the compiled core is tested against. It moves one buffer or datagram per system call
 (Python has no sendmmsg/recvmmsg), so it is slower; its figures mean the same things.
-Import it through :mod:`netprobe.core`, never directly.
+Import it through :mod:`netprobe.core`, never directly: the functions here are the bodies
+of :class:`~netprobe.core.contract.DataPath`'s, given checked arguments.
 """
 from __future__ import annotations
 
@@ -19,13 +20,13 @@ import time
 from collections.abc import Iterator
 from typing import Callable
 
+from netprobe.core.contract import SEQUENCE_MASK, BaseCounters
 from netprobe.core.records import (
     UDP_HEADER_BYTES,
     HostCpu,
     LoopArgs,
     Rusage,
     TcpInfo,
-    check_fd,
     pattern,
 )
 from netprobe.errors import CoreError
@@ -37,7 +38,6 @@ _TICK_NS = 100_000_000  # how long a blocked call waits before looking at the st
 _PACED_MIN_CHUNK = 1024
 _WINDOW = 65536  # sequence numbers remembered for duplicate detection
 _AHEAD = 1 << 32  # farthest plausible jump past the highest number (np_udp.c NP_SEQ_AHEAD)
-_SEQ_MASK = (1 << 64) - 1
 _HEADER = struct.Struct("!QQ")
 # ICMP echoes of earlier datagrams, or a full device queue: a UDP test carries on.
 _UDP_SOFT = (errno.ECONNREFUSED, errno.ENOBUFS)
@@ -60,88 +60,31 @@ class _RxState:
         self.window = bytearray(_WINDOW)
 
 
-class Counters:
-    """Live, thread-safe-to-read state of one stream loop.
-
-    Totals accumulate across the loops run with the same counters; a UDP receiver's
-    sequence accounting carries over too.
-    """
+class Counters(BaseCounters):
+    """The figures of one stream loop, in Python attributes the loop updates."""
 
     __slots__ = ("_bytes", "_calls", "_duplicates", "_jitter_ms", "_lost", "_out_of_order",
-                 "_packets", "_rx", "_stop")
+                 "_packets", "_rx", "_stopped")
 
     def __init__(self) -> None:
         self._bytes = self._calls = self._packets = 0
         self._lost = self._out_of_order = self._duplicates = 0
         self._jitter_ms = 0.0
-        self._stop = False
+        self._stopped = False
         self._rx = _RxState()
 
-    @property
-    def bytes(self) -> int:
-        """Payload bytes moved so far."""
-        return self._bytes
+    def _read(self, figure: str) -> float:
+        if figure == "foreign":
+            return self._rx.foreign
+        if figure == "sequence_base":
+            return self._rx.base
+        return getattr(self, f"_{figure}")
 
-    @property
-    def calls(self) -> int:
-        """Data system calls made (including ones that returned a soft error)."""
-        return self._calls
+    def _write_sequence_base(self, base: int) -> None:
+        self._rx.base = base
 
-    @property
-    def packets(self) -> int:
-        """UDP datagrams sent (sender) or received (receiver)."""
-        return self._packets
-
-    @property
-    def lost(self) -> int:
-        """UDP receiver: datagrams missing (highest sequence + 1 - distinct received)."""
-        return self._lost
-
-    @property
-    def out_of_order(self) -> int:
-        """UDP receiver: datagrams that arrived below the highest sequence number seen."""
-        return self._out_of_order
-
-    @property
-    def duplicates(self) -> int:
-        """UDP receiver: datagrams whose sequence number had already arrived."""
-        return self._duplicates
-
-    @property
-    def jitter_ms(self) -> float:
-        """UDP receiver: RFC 3550 interarrival jitter, milliseconds."""
-        return self._jitter_ms
-
-    @property
-    def foreign(self) -> int:
-        """UDP receiver: datagrams numbered out of this test's reach, left out of every figure."""
-        return self._rx.foreign
-
-    @property
-    def sequence_base(self) -> int:
-        """The test's first UDP sequence number (both ends set the same one before a loop)."""
-        return self._rx.base
-
-    @sequence_base.setter
-    def sequence_base(self, base: int) -> None:
-        self._rx.base = base & _SEQ_MASK
-
-    @property
-    def stopped(self) -> bool:
-        """Whether :meth:`stop` was called."""
-        return self._stop
-
-    def stop(self) -> None:
-        """Ask the loop to return; it does within ~200 ms, even when blocked.
-
-        The flag stays set: a later loop on these counters returns at once.
-        """
-        self._stop = True
-
-    def __repr__(self) -> str:
-        return (f"Counters(bytes={self.bytes}, calls={self.calls}, packets={self.packets}, "
-                f"lost={self.lost}, out_of_order={self.out_of_order}, "
-                f"duplicates={self.duplicates}, jitter_ms={self.jitter_ms:.3f})")
+    def _request_stop(self) -> None:
+        self._stopped = True
 
 
 def _counters(counters: object) -> Counters:
@@ -180,7 +123,7 @@ class _Loop:
         self.timed = self.deadline is not None or self.pacer.ns_per_unit > 0
 
     def done(self) -> bool:
-        if self.counters._stop:
+        if self.counters._stopped:
             return True
         if not self.timed:
             return False
@@ -305,20 +248,12 @@ def _pattern_file(data: bytes) -> Iterator[int]:
         os.close(fd)
 
 
-def tcp_send(fd: int, counters: Counters, *, length: int, deadline: float | None = None,
-             max_bytes: int | None = None, rate_bps: float | None = None,
-             zerocopy: bool = False) -> int:
-    """Send ``length``-byte buffers until the deadline, ``max_bytes`` (exact) or stop.
-
-    Returns the bytes this call sent. ``rate_bps`` paces the payload (writes then carry
-    ~1 ms of data each); ``zerocopy`` sends with sendfile() from a memory file.
-    """
-    args = LoopArgs(length=length, deadline=deadline, max_bytes=max_bytes, rate_bps=rate_bps)
+def tcp_send(fd: int, counters: BaseCounters, args: LoopArgs) -> int:
     c = _counters(counters)
-    with _loop_socket(check_fd(fd), send=True) as sock:
-        loop = _Loop(sock, c, args, (rate_bps or 0.0) / 8)
+    with _loop_socket(fd, send=True) as sock:
+        loop = _Loop(sock, c, args, (args.rate_bps or 0.0) / 8)
         data = pattern(args.length)
-        if not zerocopy:
+        if not args.zerocopy:
             view = memoryview(data)
             return _tcp_send_loop(
                 loop, lambda n: sock.send(view[:n], socket.MSG_NOSIGNAL), "send", args)
@@ -346,20 +281,13 @@ def _fewer_wakeups(sock: socket.socket, length: int) -> Iterator[None]:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, saved)
 
 
-def tcp_recv(fd: int, counters: Counters, *, length: int, deadline: float | None = None,
-             max_bytes: int | None = None, skip_copy: bool = False) -> int:
-    """Receive until the peer closes, the deadline, ``max_bytes`` (exact) or stop.
-
-    Returns the bytes this call received. ``skip_copy`` uses recv(MSG_TRUNC): the kernel
-    discards the data instead of copying it out.
-    """
-    args = LoopArgs(length=length, deadline=deadline, max_bytes=max_bytes)
+def tcp_recv(fd: int, counters: BaseCounters, args: LoopArgs) -> int:
     c = _counters(counters)
     limit = args.max_bytes if args.max_bytes is not None else 1 << 64
     buf = memoryview(bytearray(args.length))
-    flags = socket.MSG_TRUNC if skip_copy else 0
+    flags = socket.MSG_TRUNC if args.skip_copy else 0
     total = 0
-    with _loop_socket(check_fd(fd), send=False) as sock, _fewer_wakeups(sock, args.length):
+    with _loop_socket(fd, send=False) as sock, _fewer_wakeups(sock, args.length):
         loop = _Loop(sock, c, args, 0.0)
         while not loop.done() and total < limit:
             c._calls += 1
@@ -376,32 +304,20 @@ def tcp_recv(fd: int, counters: Counters, *, length: int, deadline: float | None
     return total
 
 
-def udp_send(fd: int, counters: Counters, *, length: int, deadline: float | None = None,
-             max_bytes: int | None = None, max_packets: int | None = None,
-             rate_bps: float | None = None, rate_pps: float | None = None,
-             batch: int = 32) -> int:
-    """Send sequenced, timestamped datagrams on a connected UDP socket.
-
-    Stops at the deadline, ``max_packets``, ``max_bytes`` (whole datagrams only) or stop.
-    Paced by ``rate_bps`` (payload bits) or ``rate_pps``. Returns the bytes this call sent.
-    ``batch`` is accepted for the compiled core's sake; here each call sends one datagram.
-    """
-    args = LoopArgs(length=length, deadline=deadline, max_bytes=max_bytes,
-                    max_packets=max_packets, rate_bps=rate_bps, rate_pps=rate_pps,
-                    batch=batch).check_udp()
+def udp_send(fd: int, counters: BaseCounters, args: LoopArgs) -> int:
     c = _counters(counters)
     limit = min(args.max_packets if args.max_packets is not None else 1 << 64,
                 (args.max_bytes if args.max_bytes is not None else 1 << 64) // args.length)
     buf = bytearray(pattern(args.length))
     seq0, sent = c._packets, 0
-    with _loop_socket(check_fd(fd), send=True) as sock:
+    with _loop_socket(fd, send=True) as sock:
         loop = _Loop(sock, c, args, args.packets_per_s)
         while not loop.done() and sent < limit:
             if loop.pacer.ns_per_unit and not loop.pacer.allowed(sent, loop.now):
                 loop.sleep_until_due(sent)
                 continue
-            _HEADER.pack_into(buf, 0, (c._rx.base + seq0 + sent) & _SEQ_MASK, loop.now if loop.timed
-                              else time.monotonic_ns())
+            _HEADER.pack_into(buf, 0, (c._rx.base + seq0 + sent) & SEQUENCE_MASK,
+                              loop.now if loop.timed else time.monotonic_ns())
             c._calls += 1
             try:
                 sock.send(buf)
@@ -433,7 +349,7 @@ def _account(c: Counters, data: memoryview, n: int, arrival_ns: int) -> None:
     rx = c._rx
     if n >= UDP_HEADER_BYTES:
         seq, sent_ns = _HEADER.unpack_from(data)
-        seq = (seq - rx.base) & _SEQ_MASK
+        seq = (seq - rx.base) & SEQUENCE_MASK
         if seq >= rx.next_seq + _AHEAD:  # not the sender's: see np_udp.c
             rx.foreign += 1
             return
@@ -464,19 +380,12 @@ def _account(c: Counters, data: memoryview, n: int, arrival_ns: int) -> None:
     rx.have_transit = True
 
 
-def udp_recv(fd: int, counters: Counters, *, length: int, deadline: float | None = None,
-             max_packets: int | None = None, batch: int = 32) -> int:
-    """Receive datagrams until the deadline, ``max_packets`` or stop; count loss and jitter.
-
-    Returns the bytes this call received (true datagram sizes, even beyond ``length``).
-    """
-    args = LoopArgs(length=length, deadline=deadline, max_packets=max_packets,
-                    batch=batch).check_udp()
+def udp_recv(fd: int, counters: BaseCounters, args: LoopArgs) -> int:
     c = _counters(counters)
     limit = args.max_packets if args.max_packets is not None else 1 << 64
     buf = memoryview(bytearray(args.length))
     got = total = 0
-    with _loop_socket(check_fd(fd), send=False) as sock:
+    with _loop_socket(fd, send=False) as sock:
         loop = _Loop(sock, c, args, 0.0)
         while not loop.done() and got < limit:
             c._calls += 1
@@ -511,8 +420,7 @@ def _tcpi(raw: bytes, name: str) -> int | None:
 
 
 def tcp_info(fd: int) -> TcpInfo:
-    """The connection's TCP_INFO figures; None for what this kernel does not report."""
-    with _borrowed(check_fd(fd), "getsockopt(TCP_INFO)") as sock:
+    with _borrowed(fd, "getsockopt(TCP_INFO)") as sock:
         try:
             raw = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 256)
         except OSError as exc:
@@ -529,11 +437,8 @@ def tcp_info(fd: int) -> TcpInfo:
         bytes_acked=_tcpi(raw, "bytes_acked"), bytes_retrans=_tcpi(raw, "bytes_retrans"))
 
 
-def rusage(scope: str = "process") -> Rusage:
-    """CPU time of this process (``"process"``) or of the calling thread (``"thread"``)."""
-    if scope not in ("process", "thread"):
-        raise ValueError(f"scope must be 'process' or 'thread', not {scope!r}")
-    who = resource.RUSAGE_THREAD if scope == "thread" else resource.RUSAGE_SELF
+def rusage(thread: bool) -> Rusage:
+    who = resource.RUSAGE_THREAD if thread else resource.RUSAGE_SELF
     try:
         ru = resource.getrusage(who)
     except OSError as exc:
@@ -542,7 +447,6 @@ def rusage(scope: str = "process") -> Rusage:
 
 
 def host_cpu() -> HostCpu:
-    """The host's cumulative CPU ticks from the first line of /proc/stat."""
     try:
         fd = os.open("/proc/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
@@ -561,5 +465,4 @@ def host_cpu() -> HostCpu:
 
 
 def monotonic() -> float:
-    """Seconds on CLOCK_MONOTONIC, the clock deadlines are given on."""
     return time.monotonic()

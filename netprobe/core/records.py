@@ -136,6 +136,10 @@ class LoopArgs:
     batch: int = attrs.field(
         default=32, validator=[_int_at_least(1), attrs.validators.le(MAX_BATCH)])
     """Datagrams per sendmmsg/recvmmsg call."""
+    zerocopy: bool = False
+    """TCP sender: sendfile() from a memory file instead of send() from a buffer."""
+    skip_copy: bool = False
+    """TCP receiver: recv(MSG_TRUNC), the kernel discards the data instead of copying it."""
 
     def __attrs_post_init__(self) -> None:
         if self.rate_bps is not None and self.rate_pps is not None:
