@@ -63,9 +63,10 @@ def phase_spec(base: TestSpec, direction: str) -> TestSpec:
 def run_bufferbloat(run: RunTest, base: TestSpec, reporter: Reporter,
                     options: ProbeOptions, secret: Optional[bytes] = None,
                     idle_s: float = DEFAULT_PHASE_S,
-                    plan: Sequence[tuple[str, str]] = LOADED_PHASES) -> Result:
+                    plan: Sequence[tuple[str, str]] = LOADED_PHASES,
+                    label: str = "bufferbloat") -> Result:
     """Idle, the loaded phases of ``plan`` (name, direction; default download, upload,
-    both), idle, with probes throughout; one Result.
+    both), idle, with probes throughout; one Result. ``label`` begins the notes.
 
     A phase that fails ends the run: TestFailed carries what the phases before it and
     the probes measured."""
@@ -75,11 +76,11 @@ def run_bufferbloat(run: RunTest, base: TestSpec, reporter: Reporter,
     with far_end(base, options) as (host, port):
         prober = open_prober(host, port, secret, options, session_s)
         try:
-            reporter.note(f"bufferbloat: idle {idle_s:g} s")
+            reporter.note(f"{label}: idle {idle_s:g} s")
             pause(prober, idle_s)
             for name, direction in plan:
                 prober.mark(name, True)
-                reporter.note(f"bufferbloat: {name} ({direction}) {per_test:g} s")
+                reporter.note(f"{label}: {name} ({direction}) {per_test:g} s")
                 live = LatencyReporter(reporter, prober)
                 try:
                     result = run(phase_spec(base, direction), live)
@@ -93,7 +94,7 @@ def run_bufferbloat(run: RunTest, base: TestSpec, reporter: Reporter,
                 _settle(live, prober.now_s() - per_test)
                 done.append(_Done(name, result, live))
             prober.mark("idle_tail", False)
-            reporter.note(f"bufferbloat: idle {idle_s:g} s")
+            reporter.note(f"{label}: idle {idle_s:g} s")
             pause(prober, idle_s)
             return combine(base, done, prober.stop())
         finally:

@@ -101,7 +101,7 @@ def run_phases(args: argparse.Namespace, load: common.RegistryLoader,
     try:
         result = run_bufferbloat(lambda s, r: run_spec(tool, s, r, agent=access), spec,
                                  reporter, options, access.secret, idle_s=args.idle,
-                                 plan=plan)
+                                 plan=plan, label=args.command)
     except TestFailed as exc:
         common.emit_partial(out, exc.partial, reporter)
         raise
