@@ -157,17 +157,18 @@ class Outcome:
 
 
 def measure(where: Where, server: list[str], client: list[str], port: int, case: Case,
-            server_exits: bool = True, udp_listen: bool = False) -> Outcome:
+            server_exits: bool = True, udp_listen: bool = False,
+            env: Optional[dict[str, str]] = None) -> Outcome:
     """Run a server and a client; their outputs and CPU (see the module docstring)."""
     with tempfile.TemporaryFile() as server_out:
         srv = subprocess.Popen([*where.server_prefix, *server], stdout=server_out,
-                               stderr=subprocess.STDOUT)
+                               stderr=subprocess.STDOUT, env=env)
         try:
             wait_listening(where, port, udp_listen)
             server_start_cpu = proc_cpu_s(srv.pid)
             busy = host_busy_s()
             cli = subprocess.Popen([*where.client_prefix, *client], stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT)
+                                   stderr=subprocess.STDOUT, env=env)
             assert cli.stdout is not None
             out = cli.stdout.read().decode(errors="replace")
             status, client_cpu = reap(cli, case.seconds + 60)
@@ -206,6 +207,32 @@ def _k(n: int) -> str:
 
 
 
+# netprobe as a user has it installed: pip byte-compiles a wheel's modules at install time,
+# so its processes read .pyc files. A session that sets PYTHONDONTWRITEBYTECODE (as this
+# one's shell may) would otherwise make every native run compile ~150 modules from source,
+# 0.1 CPU s that no installed netprobe pays. The bytecode goes to a cache of the bench's
+# own (PYTHONPYCACHEPREFIX), never into the source tree; warm_bytecode() fills it.
+PYCACHE = os.path.join(tempfile.gettempdir(), f"netprobe-bench-pycache-{os.getuid()}")
+NATIVE_ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+              "PYTHONPYCACHEPREFIX": PYCACHE}
+WARM_IMPORTS = ("netprobe.cli.main", "netprobe.cli.commands.run", "netprobe.cli.commands.server",
+                "netprobe.session", "netprobe.engine.client", "netprobe.engine.server",
+                "netprobe.tools.native", "netprobe.convert", "netprobe.cli.formats",
+                "netprobe.cli.render", "stevedore", "rich.console")
+
+
+def warm_bytecode() -> None:
+    """Compile netprobe and what a native run imports into the bench's bytecode cache."""
+    import netprobe
+
+    package = os.path.dirname(netprobe.__file__)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", package], env=NATIVE_ENV,
+                   capture_output=True, timeout=300)
+    code = "\n".join(f"import {m}" for m in WARM_IMPORTS)
+    subprocess.run([sys.executable, "-c", code], env=NATIVE_ENV, capture_output=True,
+                   timeout=120)
+
+
 def native(case: Case, where: Where) -> Run:
     port = free_port_pair()
     np = [sys.executable, "-m", "netprobe"]
@@ -215,7 +242,7 @@ def native(case: Case, where: Where) -> Run:
     if case.length:
         args += ["-l", str(case.length)]
     o = measure(where, [*np, "server", "-1", "-B", where.host, "-p", str(port)],
-                [*np, "run", where.host, "-p", str(port), *args], port, case)
+                [*np, "run", where.host, "-p", str(port), *args], port, case, env=NATIVE_ENV)
     receiver = json.loads(o.client_out)["summaries"][0]["receiver"]
     span = receiver["end_s"] - receiver["start_s"]
     pps = receiver["packets"] / span if case.udp else None
@@ -538,6 +565,16 @@ def machine_line() -> str:
             f" {platform.machine()}; {os.cpu_count()} cores; Python {platform.python_version()}")
 
 
+def netprobe_line() -> str:
+    """Which netprobe the native runs import (a source tree's commit when there is one)."""
+    import netprobe
+
+    where = os.path.dirname(os.path.dirname(os.path.abspath(netprobe.__file__)))
+    commit = subprocess.run(["git", "-C", where, "describe", "--always", "--dirty"],
+                            capture_output=True, text=True, timeout=10).stdout.strip()
+    return f"{where} ({commit or 'not a git tree'}), bytecode cache {PYCACHE}"
+
+
 def load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
@@ -562,7 +599,9 @@ def main() -> int:
     if any(s not in matrix for s in sections):
         parser.error(f"sections are: {', '.join(matrix)}")
     print(f"machine: {machine_line()}")
+    print(f"netprobe: {netprobe_line()}")
     print(f"load average before: {load()}; started {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    warm_bytecode()
     began = time.monotonic()
     for section in sections:
         print(f"\n## {section}")

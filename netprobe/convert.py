@@ -8,21 +8,24 @@ import json
 import math
 import sys
 import typing
-from functools import lru_cache
-from typing import Any, TypeVar, Union
+from functools import cache, lru_cache
+from typing import Any, Callable, TypeVar, Union
 
 import attrs
-import cattrs
 
 from netprobe import schema
 from netprobe.errors import NetprobeError, ParseError
 
 T = TypeVar("T")
 
-_converter = cattrs.Converter(forbid_extra_keys=False)
+# Hand-written rather than cattrs: cattrs generates (and compiles) a function per class on
+# first use in every process, and importing it costs as much again; at a `netprobe run`'s
+# start and end that was ~0.1 CPU s, the largest share of a short test's sending end on a
+# slow link. The schema has four shapes only (scalars, Optional[X], tuple[X, ...] and attrs
+# classes), so one structurer and one unstructurer per type, built once and cached, cover it.
 
 
-def _finite_float(value: Any, _: Any) -> float:
+def _finite_float(value: Any) -> float:
     # JSON has no NaN or infinity; Python's reader takes them (and 1e999) anyway, and a
     # figure that is not a number breaks every sum and format downstream.
     number = float(value)
@@ -31,52 +34,123 @@ def _finite_float(value: Any, _: Any) -> float:
     return number
 
 
-def _is_tuple(tp: Any) -> bool:
-    return typing.get_origin(tp) is tuple
+_SCALAR_STRUCTURE: dict[Any, Callable[[Any], Any]] = {
+    int: int, float: _finite_float, str: str, bool: bool}
 
 
-def _tuple_hook(tp: Any) -> Any:
-    def hook(value: Any, _: Any) -> Any:
-        # A string or an object is iterable too: without this, "errors": "boom" would
-        # become the errors ("b", "o", "o", "m").
-        if not isinstance(value, (list, tuple)):
-            raise ValueError(f"expected a list, not a JSON {type(value).__name__}")
-        return _converter._structure_tuple(value, tp)
+class _FieldError(ValueError):
+    """A value that does not fit, with the path of the field it was found at."""
 
-    return hook
+    def __init__(self, path: str, cause: BaseException) -> None:
+        super().__init__(f"{path}: {_message(cause)}")
+        self.path = path
+        self.cause = cause
 
 
-_converter.register_structure_hook(float, _finite_float)
-_converter.register_structure_hook_factory(_is_tuple, _tuple_hook)
+def _message(exc: BaseException) -> str:
+    # attrs' validators raise ValueError(message, attribute, ...): the message is args[0].
+    args = exc.args
+    return args[0] if len(args) > 1 and isinstance(args[0], str) else str(exc)
 
 
 def unstructure(obj: Any) -> Any:
     """Turn a schema record into plain dicts, lists and scalars (tuples become lists)."""
-    return _lists(_converter.unstructure(obj))
+    cls: Any = type(obj)
+    if attrs.has(cls):
+        return {name: unstructure(getattr(obj, name)) for name in _field_names(cls)}
+    if isinstance(obj, (list, tuple)):
+        return [unstructure(value) for value in obj]
+    if isinstance(obj, dict):
+        return {key: unstructure(value) for key, value in obj.items()}
+    return obj
 
 
-def _lists(data: Any) -> Any:
-    if isinstance(data, dict):
-        return {key: _lists(value) for key, value in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [_lists(value) for value in data]
-    return data
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(a.name for a in attrs.fields(cls))
 
 
 def structure(data: Any, cls: type[T]) -> T:
     """Build a record of type ``cls`` from plain data; ParseError if it does not fit."""
     try:
-        return _converter.structure(data, cls)
+        built: T = _structurer(typing.cast(Any, cls))(data)
+        return built
     except NetprobeError as exc:
         raise ParseError(str(exc)) from None
-    except (cattrs.BaseValidationError, TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise ParseError(f"not a valid {cls.__name__}: {_first_error(exc)}") from None
+    except _FieldError as exc:
+        if isinstance(exc.cause, NetprobeError):
+            raise ParseError(str(exc.cause)) from None
+        raise ParseError(f"not a valid {cls.__name__}: {exc}") from None
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ParseError(f"not a valid {cls.__name__}: {_message(exc)}") from None
 
 
-def _first_error(exc: BaseException) -> str:
-    while isinstance(exc, cattrs.BaseValidationError) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return str(exc) or type(exc).__name__
+@cache
+def _structurer(tp: Any) -> Callable[[Any], Any]:
+    if tp is Any:
+        return lambda value: value
+    if tp in _SCALAR_STRUCTURE:
+        return _SCALAR_STRUCTURE[tp]
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Union and len(args) == 2 and type(None) in args:
+        inner = _structurer(next(a for a in args if a is not type(None)))
+        return lambda value: None if value is None else inner(value)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return _tuple_structurer(_structurer(args[0]))
+    if attrs.has(tp):
+        return _class_structurer(tp)
+    raise TypeError(f"no structure for {tp!r}")
+
+
+def _tuple_structurer(item: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def build(value: Any) -> tuple[Any, ...]:
+        # A string or an object is iterable too: without this, "errors": "boom" would
+        # become the errors ("b", "o", "o", "m").
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"expected a list, not a JSON {_json_kind(value)}")
+        return tuple(_at(f"[{index}]", item, one) for index, one in enumerate(value))
+
+    return build
+
+
+def _class_structurer(cls: type) -> Callable[[Any], Any]:
+    fields: list[tuple[str, str, Callable[[Any], Any]]] = []
+
+    def build(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise ValueError(f"expected an object, not a JSON {_json_kind(value)}")
+        if not fields:  # resolved on first use: the schema's classes refer to each other
+            fields.extend(_fields_of(cls))
+        # Unknown keys are ignored: a newer netprobe's result loads in an older one.
+        kwargs = {alias: _at(name, convert, value[name])
+                  for name, alias, convert in fields if name in value}
+        return cls(**kwargs)
+
+    return build
+
+
+def _fields_of(cls: type) -> list[tuple[str, str, Callable[[Any], Any]]]:
+    hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
+    return [(a.name, a.alias or a.name, _structurer(hints[a.name]))
+            for a in attrs.fields(cls) if a.init]
+
+
+def _at(path: str, convert: Callable[[Any], Any], value: Any) -> Any:
+    try:
+        return convert(value)
+    except _FieldError as exc:
+        sep = "" if exc.path.startswith("[") else "."
+        raise _FieldError(f"{path}{sep}{exc.path}", exc.cause) from None
+    except NetprobeError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise _FieldError(path, exc) from None
+
+
+def _json_kind(value: Any) -> str:
+    names = {str: "string", int: "number", float: "number", bool: "boolean", dict: "object",
+             list: "array", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
 
 
 def to_json(result: schema.Result, indent: int | None = 2) -> str:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import abc
 import datetime
+import importlib
+import os
 import queue
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Callable, ClassVar, Optional, Protocol
@@ -431,11 +434,20 @@ class Registry:
 def make_manager(
     on_failure: Callable[[Any, Any, BaseException], None], names: Optional[Sequence[str]] = None
 ) -> Any:
-    """Build the stevedore manager for the tool group (the one place tests can substitute).
+    """Build the manager of the tool group's extensions (the one place tests can substitute).
 
     With ``names``, only those entry points are imported: a run needs one tool, and
-    importing every plugin costs start-up time that matters on a router.
+    importing every plugin costs start-up time that matters on a router. Names that
+    netprobe's own distribution publishes (the built-in tools) are read from its own
+    metadata (:func:`own_entry_points`) without scanning the others; any other name goes
+    through stevedore, which reads every installed distribution's entry points, so a
+    third-party plugin is found exactly as before.
     """
+    if names is not None:
+        own = own_entry_points()
+        if own and all(name in own for name in names):
+            loaded = (_load_own(name, own[name], on_failure) for name in names)
+            return [ext for ext in loaded if ext is not None]
     from stevedore import ExtensionManager, NamedExtensionManager  # imported late: start-up
 
     if names is not None:
@@ -448,6 +460,106 @@ def make_manager(
         invoke_on_load=False,
         on_load_failure_callback=on_failure,
     )
+
+
+@frozen
+class EntryPoint:
+    """One entry point of netprobe's own distribution (what ``LoadFailure.target`` names)."""
+
+    name: str
+    """Its name in the group (the tool's name)."""
+    value: str
+    """``module:attribute``, what it points at."""
+
+
+@frozen
+class _OwnExtension:
+    # What load_registry reads of a stevedore Extension: name, plugin, entry_point.value.
+    name: str
+    entry_point: EntryPoint
+    plugin: Any
+
+
+def own_entry_points(group: str = ENTRY_POINT_GROUP) -> dict[str, str]:
+    """The entry points netprobe's own distribution publishes in ``group`` (name -> value).
+
+    Read straight from its ``entry_points.txt``: the first netprobe metadata directory on
+    ``sys.path`` (the one ``importlib.metadata.distribution("netprobe")`` would pick), and
+    only when its version is this netprobe's, so stale metadata of another copy is never
+    trusted. Empty when there is none (a bare source tree): callers then scan with stevedore.
+    This skips importing importlib.metadata and stevedore, and stevedore's read of every
+    distribution's entry points, for the one tool a ``netprobe run`` names.
+    """
+    found = _own_metadata_dir()
+    if found is None:
+        return {}
+    try:
+        with open(os.path.join(found, "entry_points.txt"), encoding="utf-8") as handle:
+            return _entry_points_in(handle.read(), group)
+    except OSError:
+        return {}
+
+
+def _own_metadata_dir() -> Optional[str]:
+    # The package is imported already (this module is in it); no import statement, so the
+    # package's lazy attributes (netprobe.run -> session -> plugin) make no cycle.
+    version = sys.modules["netprobe"].__version__
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:  # a zip file, a missing directory: not where metadata is read from
+            continue
+        for name in names:
+            low = name.lower()
+            if low.endswith((".dist-info", ".egg-info")) and low.split("-")[0].split(".")[0] \
+                    == "netprobe":
+                path = os.path.join(entry or ".", name)
+                return path if _metadata_version(path) == version else None
+    return None
+
+
+def _metadata_version(path: str) -> Optional[str]:
+    for filename in ("METADATA", "PKG-INFO"):
+        try:
+            with open(os.path.join(path, filename), encoding="utf-8") as handle:
+                for line in handle:
+                    if line.startswith("Version:"):
+                        return line.split(":", 1)[1].strip()
+                    if not line.strip():  # the headers end at the first blank line
+                        break
+        except OSError:
+            continue
+    return None
+
+
+def _entry_points_in(text: str, group: str) -> dict[str, str]:
+    # The entry_points.txt format: INI sections named after groups, "name = value" lines.
+    found: dict[str, str] = {}
+    section = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+        elif section == group and "=" in line:
+            name, value = (part.strip() for part in line.split("=", 1))
+            found[name] = value
+    return found
+
+
+def _load_own(name: str, value: str,
+              on_failure: Callable[[Any, Any, BaseException], None]) -> Optional[_OwnExtension]:
+    entry_point = EntryPoint(name, value)
+    try:
+        module, _, attr = value.split("[", 1)[0].strip().partition(":")
+        plugin: Any = importlib.import_module(module.strip())
+        for part in attr.strip().split(".") if attr else ():
+            plugin = getattr(plugin, part)
+    except Exception as exc:  # as stevedore does: a broken plugin is a failure, not a crash
+        on_failure(None, entry_point, exc)
+        return None
+    return _OwnExtension(name, entry_point, plugin)
 
 
 def load_registry(

@@ -8,7 +8,7 @@ Directions are named from the client's point of view: ``client_to_server`` is th
 (upload) direction, ``server_to_client`` is reverse; a bidirectional test has both.
 
 Type annotations use ``typing.Optional``/``Tuple`` so that the classes resolve on
-Python 3.9, where cattrs evaluates them.
+Python 3.9, where netprobe.convert evaluates them.
 """
 
 from __future__ import annotations

@@ -29,12 +29,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import importlib
 import os
-import platform
 import sys
-import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
@@ -112,6 +109,8 @@ def _report(exc: Exception) -> int:
     code = exit_code_for(exc)
     expected = code != ExitCode.INTERNAL or isinstance(exc, (NetprobeError, OSError))
     if os.environ.get("NETPROBE_DEBUG") == "1":
+        import traceback  # only here: every import is start-up time on a router
+
         traceback.print_exc()
     if expected:
         error(str(exc) or type(exc).__name__)
@@ -174,6 +173,8 @@ def _silence_stdout() -> None:
 
 def version_text() -> str:
     """``netprobe X.Y.Z (data path: c|python|unknown, Python X.Y.Z)``."""
+    import platform
+
     try:
         from netprobe.core import DATA_PATH
 
@@ -214,6 +215,8 @@ def _nearest_hint(parser: argparse.ArgumentParser, message: str) -> str:
         return ""
     unknown = [w.split("=", 1)[0] for w in message.split(":", 1)[1].split()
                if w.startswith("-")]
+    import difflib
+
     known = _option_strings(parser, getattr(parser, "words", []))
     hints = []
     for word in unknown:

@@ -9,7 +9,7 @@ Messages after ``start`` (either direction):
 
 from __future__ import annotations
 
-import platform
+import os
 import queue
 import threading
 from typing import Any, Callable, Optional
@@ -278,8 +278,10 @@ def local_report(side: Side) -> dict[str, Any]:
 
 def system_name() -> str:
     """A short description of this host's OS and machine."""
-    uname = platform.uname()
-    return f"{uname.system} {uname.release} {uname.machine}"
+    # os.uname, not platform.uname: the same three fields, without importing platform
+    # (it compiles a dozen regular expressions at import, start-up time on a router).
+    uname = os.uname()
+    return f"{uname.sysname} {uname.release} {uname.machine}"
 
 
 def check_report(message: dict[str, Any]) -> dict[str, Any]:
