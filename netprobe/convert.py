@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import sys
 import typing
 from functools import cache, lru_cache
-from typing import Any, Callable, TypeVar, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 import attrs
 
@@ -55,14 +56,57 @@ def _message(exc: BaseException) -> str:
 
 def unstructure(obj: Any) -> Any:
     """Turn a schema record into plain dicts, lists and scalars (tuples become lists)."""
+    return _walk(obj)
+
+
+def _walk(obj: Any) -> Any:
+    # For what the types do not say (an Any field, a dict): look at each value.
     cls: Any = type(obj)
     if attrs.has(cls):
-        return {name: unstructure(getattr(obj, name)) for name in _field_names(cls)}
+        return _class_unstructurer(cls)(obj)
     if isinstance(obj, (list, tuple)):
-        return [unstructure(value) for value in obj]
+        return [_walk(value) for value in obj]
     if isinstance(obj, dict):
-        return {key: unstructure(value) for key, value in obj.items()}
+        return {key: _walk(value) for key, value in obj.items()}
     return obj
+
+
+Unstructurer = Optional[Callable[[Any], Any]]
+"""How one declared type becomes plain data; None where the value is plain already."""
+
+
+@cache
+def _unstructurer(tp: Any) -> Unstructurer:
+    # Built once per type from the declared types, so a record's walk looks at no value it
+    # need not (a parse of a long log writes thousands of results).
+    if tp in _SCALAR_STRUCTURE:
+        return None
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Union and len(args) == 2 and type(None) in args:
+        inner = _unstructurer(next(a for a in args if a is not type(None)))
+        return None if inner is None else (lambda v: None if v is None else inner(v))
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = _unstructurer(args[0])
+        return list if item is None else (lambda v: [item(x) for x in v])
+    if attrs.has(tp):
+        return _class_unstructurer(tp)
+    return _walk
+
+
+@cache
+def _class_unstructurer(cls: type) -> Callable[[Any], Any]:
+    names = _field_names(cls)
+    convs: list[Unstructurer] = []
+    get = operator.attrgetter(*names) if len(names) > 1 else (lambda o: (getattr(o, names[0]),))
+
+    def build(obj: Any) -> dict[str, Any]:
+        if not convs:  # resolved on first use: the schema's classes refer to each other
+            hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
+            convs.extend(_unstructurer(hints[name]) for name in names)
+        return {name: value if conv is None else conv(value)
+                for name, value, conv in zip(names, get(obj), convs)}
+
+    return build
 
 
 @cache
@@ -155,9 +199,7 @@ def _json_kind(value: Any) -> str:
 
 def to_json(result: schema.Result, indent: int | None = 2) -> str:
     """Serialize a result as one JSON document."""
-    # json writes tuples as arrays itself: the walk that turns them into lists (unstructure)
-    # would cost more than the encoding on a parse of many tests.
-    return json.dumps(_converter.unstructure(result), indent=indent, allow_nan=False)
+    return json.dumps(unstructure(result), indent=indent, allow_nan=False)
 
 
 def from_json(text: str, source: str | None = None) -> schema.Result:
