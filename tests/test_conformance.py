@@ -39,17 +39,10 @@ from tests.test_plugin_host import ODD, _distribution
 
 BUILT_INS: tuple[type[Tool], ...] = (NativeTool, NuttcpTool, Iperf2Tool, Iperf3Tool, NtttcpTool)
 
-_NTTTCP_INTERVALS = (
-    "ntttcp's intervals are rebuilt from its untimed 0.5 s 'Real-time throughput' lines, "
-    "timed on arrival: about 1 s wide when 0.5 s is asked (issue 14 item 8)"
-)
 KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 """Checks a built-in tool fails today, and why; strict: a fixed tool makes its entry fail."""
 
 KNOWN_FLAKY = {
-    # when the machine is busy the lines arrive late and the intervals come out too wide
-    ("ntttcp", "loopback_run"): _NTTTCP_INTERVALS,
-    ("ntttcp", "honours_capabilities"): _NTTTCP_INTERVALS,
     ("nuttcp", "honours_capabilities"): (
         "nuttcp 6.1.2 -N2 was once seen failing with 'connect: Connection refused' under "
         "load (its data connection raced the server's listen); the adapter does not retry. "

@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import attrs
+
 from netprobe.bottleneck import with_cpu_warnings
 from netprobe.driven import (
     DrivenProcess,
@@ -41,6 +43,7 @@ from netprobe.driven import (
     not_found,
     run_once,
     system_name,
+    tcpbytes,
 )
 from netprobe.errors import NetprobeError, ParseError, TestFailed, TestInterrupted, ToolUnavailable
 from netprobe.plugin import Availability, Capabilities, Reporter, Tool, fill_missing, utc_now_iso
@@ -55,6 +58,13 @@ from netprobe.schema import (
 )
 from netprobe.tools.ntttcp import parse_output as p
 from netprobe.tools.ntttcp.command import Plan, common_args, line_buffer_prefix, make_plan
+from netprobe.tools.ntttcp.intervals import (
+    REALTIME_PERIOD_S,
+    CounterSampler,
+    IntervalBuilder,
+    reconcile,
+    schedule,
+)
 from netprobe.tools.ntttcp.parse_windows import (
     is_windows_console,
     parse_windows_console,
@@ -63,8 +73,6 @@ from netprobe.tools.ntttcp.parse_windows import (
 
 MAX_STREAMS = 512
 """ntttcp's most receiver ports (MAX_NUM_SERVER_PORTS)."""
-REALTIME_PERIOD_S = 0.5
-"""ntttcp prints a real-time throughput line about this often (not settable)."""
 _NTTTCP_HINT = ("NTTTCP for Linux is not packaged by Debian: build it from "
                 "microsoft/ntttcp-for-linux")
 _START_TIMEOUT_S = 5.0
@@ -210,75 +218,19 @@ class NtttcpTool(Tool):
             theirs = parse_sources([("receiver", far_end.text)])
         except NetprobeError:
             return super().merge_far_end(result, far_end)
-        return fill_missing(result, theirs, far_end)
+        merged = fill_missing(result, theirs, far_end)
+        receiver = merged.summaries[0].receiver if merged.summaries else None
+        if receiver is None or not any(w == COUNTER_NOTE for w in merged.warnings):
+            return merged
+        # the sender's acknowledged bytes and the far receiver's total count the same bytes
+        return attrs.evolve(merged, intervals=reconcile(merged.intervals, receiver.bytes,
+                                                        "sender"))
 
     # -- parse --------------------------------------------------------------------------
 
     def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
         """Read saved ntttcp outputs: console logs, -x XML and -j JSON files, either role."""
         return parse_sources(sources)
-
-
-# --- live intervals -------------------------------------------------------------------
-
-
-class IntervalBuilder:
-    """Turns ntttcp's untimed ~0.5 s real-time lines into Interval samples, timed by their
-    arrival and summed to the requested interval. Bytes are derived (rate x time)."""
-
-    def __init__(self, role: str, interval_s: float | None) -> None:
-        self.role = role
-        self.interval_s = interval_s
-        self.t0: float | None = None
-        self.last = 0.0
-        self.usable = True
-        self._start = 0.0
-        self._bytes = 0
-        self._omitted = False
-
-    def start(self, now: float) -> None:
-        """``Network activity progressing...`` arrived: the clock starts."""
-        self.t0 = self.last = now
-        self._start = 0.0
-
-    def add(self, sample: p.RealtimeSample, now: float) -> Interval | None:
-        """One sample at ``now``; an Interval when a whole interval has been gathered."""
-        if sample.batched:
-            self.usable = False  # terminal-style updates arrived together: no timing
-        if self.t0 is None or not self.usable or self.interval_s is None:
-            return None
-        done = None
-        if self._bytes and sample.during_warmup != self._omitted:
-            done = self._emit()  # never mix warm-up and measured time in one sample
-        span = now - self.last
-        self._omitted = sample.during_warmup
-        self._bytes += round(sample.bits_per_second * span / 8)
-        self.last = now
-        if self.last - self.t0 - self._start >= self.interval_s - REALTIME_PERIOD_S / 2:
-            return self._emit()
-        return done
-
-    def flush(self) -> Interval | None:
-        """The last, partly filled interval (at the end of the test), if any."""
-        if self.t0 is None or not self.usable or not self._bytes:
-            return None
-        return self._emit()
-
-    def _emit(self) -> Interval:
-        assert self.t0 is not None
-        start, end = self._start, self.last - self.t0
-        item = Interval(
-            direction="client_to_server",
-            role=self.role,
-            stream_id=None,
-            start_s=round(start, 3),
-            end_s=round(end, 3),
-            bytes=self._bytes,
-            bits_per_second=self._bytes * 8 / (end - start) if end > start else 0.0,
-            omitted=self._omitted,
-        )
-        self._start, self._bytes = end, 0
-        return item
 
 
 # --- one run ---------------------------------------------------------------------------
@@ -307,13 +259,34 @@ class _Session:
         live_role = "receiver" if plan.receiver_argv is not None else "sender"
         self.live_role = live_role
         self.builder = IntervalBuilder(live_role, spec.interval_s)
+        self.sampler = self._sampler()
         self.start_time = utc_now_iso()
         self.procs: dict[str, _Proc] = {}
         self.problems: list[str] = []
         self.warnings: list[str] = []
 
+    def _sampler(self) -> CounterSampler | None:
+        """TCP intervals from the connections' byte counters (None: UDP, no interval
+        asked, or no sock_diag here: the real-time lines then)."""
+        spec = self.spec
+        if spec.protocol != "tcp" or spec.interval_s is None or not tcpbytes.available(
+                self.plan.family):
+            return None
+        ports = range(self.plan.base_port, self.plan.base_port + spec.streams)
+        counter = tcpbytes.TcpBytes(self.plan.family, ports, self.live_role)
+        ends = schedule(spec.interval_s, float(spec.omit_s), float(spec.duration_s or 0))
+        return CounterSampler(self.live_role, ends, float(spec.omit_s), counter.total,
+                              self.driven.emit)
+
     def run(self) -> Result:
         """Run the processes; the Result, or TestFailed/TestInterrupted with the partial."""
+        try:
+            return self._run()
+        finally:
+            if self.sampler is not None:
+                self.sampler.stop()
+
+    def _run(self) -> Result:
         receiver_ready = True
         with self.driven as run:
             if self.plan.receiver_argv is not None:
@@ -440,12 +413,14 @@ class _Session:
         def on_line(line: str) -> None:
             now = time.monotonic()
             with self.lock:
-                started = parser.out.started
+                started = self._test_started(parser.out)
                 samples = parser.feed(line)
                 if role != self.live_role:
                     return
-                if parser.out.started and not started:
-                    self.builder.start(now)
+                if self._test_started(parser.out) and not started:
+                    self._clock_starts(now)
+                if self.sampler is not None:
+                    return
                 found = [self.builder.add(sample, now) for sample in samples]
                 if parser.out.in_totals or parser.out.report_complete:
                     found.append(self.builder.flush())  # the report: no more samples
@@ -454,6 +429,17 @@ class _Session:
                         self.driven.emit(item)
 
         return on_line
+
+    def _test_started(self, out: p.ConsoleOutput) -> bool:
+        # With sync both ends print "Network activity progressing..."; without, a
+        # receiver's test starts at its first connection (and the sender's at its own).
+        return out.started or (self.plan.no_sync and out.connected)
+
+    def _clock_starts(self, now: float) -> None:
+        if self.sampler is not None:
+            self.sampler.start(now)
+        else:
+            self.builder.start(now)
 
     # -- result -------------------------------------------------------------------------
 
@@ -487,7 +473,16 @@ class _Session:
     def _result(self, status: str, errors: list[str]) -> Result:
         with self.lock:
             totals = {role: self._totals(role) for role in ("sender", "receiver")}
-            intervals = tuple(self.driven.collected())
+        if self.sampler is not None:
+            self.sampler.stop()  # its last interval, if any, before they are read
+            if self.sampler.failed:
+                self.warnings.append(f"ntttcp intervals: {self.sampler.failed}")
+        intervals = tuple(self.driven.collected())
+        received = totals["receiver"]
+        if self.live_role == "receiver" and received is not None:
+            intervals = reconcile(intervals, received.bytes, "receiver")
+        elif self.sampler is not None and totals["sender"] is not None:
+            self._acked_gap(intervals, totals["sender"].bytes)
         omit = float(self.spec.omit_s)
         sender, receiver = (p.side_summary(role, found, self.spec.protocol, omit)
                             if (found := totals[role]) is not None else None
@@ -499,7 +494,7 @@ class _Session:
         duration = None if measured is None else measured.end_s - measured.start_s
         warnings = [*self.warnings, *self.driven.warnings]
         if intervals:
-            warnings.append(_INTERVAL_NOTE)
+            warnings.append(COUNTER_NOTE if self.sampler is not None else _INTERVAL_NOTE)
         if self.plan.receive_only:
             warnings.append(_RECEIVE_ONLY_NOTE)
         version = next(
@@ -521,6 +516,16 @@ class _Session:
             errors=tuple(errors),
             raw=self._raw(),
         ))
+
+    def _acked_gap(self, intervals: tuple[Interval, ...], written: int | None) -> None:
+        """A sender's intervals count acknowledged bytes; its total, bytes written into the
+        socket (some still unacknowledged at its end): say by how much they differ."""
+        acked = sum(i.bytes for i in intervals if i.role == "sender" and not i.omitted)
+        if written and acked != written:
+            self.warnings.append(
+                f"ntttcp sender intervals sum to {acked:,} acknowledged bytes, "
+                f"{(written - acked) / written:.1%} below its total of {written:,} bytes "
+                "written (the rest was still in the socket buffer when it ended)")
 
     def _endpoints(self) -> tuple[Endpoint, Endpoint]:
         """This machine and the far end (in receive-only mode: the receiver here, and the
@@ -561,7 +566,13 @@ _RECEIVE_ONLY_NOTE = (
 )
 _INTERVAL_NOTE = (
     "ntttcp intervals are its ~0.5 s real-time throughput lines, timed by their arrival "
-    "and summed to the interval; their bytes are derived from the printed rate"
+    "and summed to the interval; their bytes are derived from the printed rate; the last "
+    "takes what the others leave of the total"
+)
+COUNTER_NOTE = (
+    "ntttcp intervals are the kernel's byte counters of the test's connections (a "
+    "sender's acknowledged, a receiver's received bytes), sampled by netprobe; the last "
+    "takes what the others leave of the receiver's total"
 )
 
 
