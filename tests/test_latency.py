@@ -343,7 +343,10 @@ def test_human_view_fits_80_columns_and_names_the_culprit() -> None:
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "…" not in text  # no column squeezed into an ellipsis
     assert "+150.0" in text and " C " in text  # the loaded row: increase and grade
-    assert "the queue builds from client to server (upload)" in " ".join(text.split())
+    words = " ".join(text.split())
+    assert "the queue builds from client to server (upload)" in words
+    # Where the probes were lost, from the server's list: 2 on the way out, 1 echo back.
+    assert "3 probes lost (loaded: 2 client to server, 1 server to client)" in words
     chart = latency_chart(summary.samples, summary.phases, width=40, rows=4)
     assert chart is not None
     lines = chart.plain.splitlines()

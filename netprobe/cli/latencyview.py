@@ -41,6 +41,9 @@ def print_latency(console: Console, result: Result) -> None:
     if rates is not None:
         console.print(rates)
     console.print(verdict(latency))  # wrapped at words to the terminal's width
+    lost = loss_text(latency.phases)
+    if lost is not None:
+        console.print(lost)
     chart = latency_chart(latency.samples, latency.phases)
     if chart:
         console.print(chart, soft_wrap=True)
@@ -134,6 +137,26 @@ def verdict(latency: Latency) -> Text:
                 f"; neither direction's queue reaches {PROBLEM_QUEUE_US / 1000:g} ms")
     text.append(f" (measured by {latency.measured_by})", style="dim")
     return text
+
+
+def loss_text(phases: Sequence[LatencyPhase]) -> Optional[Text]:
+    """``3 probes lost (loaded: 2 client to server, 1 server to client)``: where each
+    phase's probes were lost, from the server's list of what reached it (None: no loss)."""
+    parts, total = [], 0
+    for phase in phases:
+        lost = phase.rtt.lost if phase.rtt is not None else None
+        if not lost:
+            continue
+        total += lost
+        up = phase.client_to_server.lost if phase.client_to_server else None
+        down = phase.server_to_client.lost if phase.server_to_client else None
+        where = (f"{up} client to server, {down} server to client"
+                 if up is not None and down is not None else f"{lost}, direction unknown")
+        parts.append(f"{phase.name}: {where}")
+    if not total:
+        return None
+    return Text(f"{total} probe{'s' if total > 1 else ''} lost ({'; '.join(parts)})",
+                style="yellow")
 
 
 def _averaged(latency: Latency) -> str:
