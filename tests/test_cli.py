@@ -838,3 +838,24 @@ def test_exit_codes_are_documented() -> None:
     doc = cli.__doc__ or ""
     for code in cli.EXIT_CODES:
         assert re.search(rf"^\s*{code}\s", doc, re.M), code
+
+
+def test_server_options_reach_the_server_config() -> None:
+    # Every limit flag sets its ServerConfig field (one table makes both the options and
+    # the keywords); what is not given stays at the config's default.
+    from netprobe.cli.commands.server import _server_options
+    from netprobe.engine.server import ServerConfig
+
+    args = build_parser("server").parse_args([
+        "server", "-p", "5999", "--max-tests", "3", "--max-duration", "60",
+        "--max-streams", "8", "--max-rate", "10M", "--max-connections-per-address", "4",
+        "--max-message-bytes", "4096", "--max-memory", "64M", "--handshake-timeout", "2",
+        "--idle-timeout", "7"])
+    config = ServerConfig(**_server_options(args))
+    assert (config.port, config.max_tests, config.max_duration_s, config.max_streams) == \
+        (5999, 3, 60.0, 8)
+    assert (config.max_rate_bps, config.max_connections_per_address) == (10e6, 4)
+    assert (config.max_message_bytes, config.max_memory_bytes) == (4096, 64 * 2**20)
+    assert (config.handshake_timeout_s, config.idle_timeout_s) == (2.0, 7.0)
+    plain = ServerConfig(**_server_options(build_parser("server").parse_args(["server"])))
+    assert plain == attrs.evolve(ServerConfig(), secret=plain.secret)

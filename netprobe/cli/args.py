@@ -258,8 +258,13 @@ def add_agent_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-agent", action="store_true",
                        help="do not ask an agent on HOST to start the tool's server: use "
                             "one already running there")
+    add_agent_port(group)
+
+
+def add_agent_port(group: Any) -> None:
+    """``--agent-port``: where the agents (``netprobe server``) on the far hosts listen."""
     group.add_argument("--agent-port", type=PORT, metavar="PORT",
-                       help="port of the agents (default: 5301)")
+                       help="port of the agents (default: {server:port})")
 
 
 MODE_FLAGS = {"receive": "--receive", "no_sync": "--no-sync"}

@@ -36,8 +36,7 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
     opts.add_test_options(parser)
     opts.add_socket_options(parser)
     group = parser.add_argument_group("agents")
-    group.add_argument("--agent-port", type=opts.PORT, metavar="PORT",
-                       help="port of the agents (default: 5301)")
+    opts.add_agent_port(group)
     opts.add_output_options(parser)
 
 

@@ -57,37 +57,35 @@ def _add_server_limits(parser: argparse.ArgumentParser) -> None:
                        help="require clients to prove they know the shared secret in FILE "
                             "(HMAC challenge); or set $NETPROBE_SECRET. Never on the command "
                             "line, where others could read it")
-    group.add_argument("--max-duration", type=opts.SECONDS, metavar="SECONDS",
-                       help="longest test accepted (default: {server:max_duration_s})")
-    group.add_argument("--max-streams", type=opts.COUNT, metavar="N",
-                       help="most parallel streams per test (default: {server:max_streams})")
-    group.add_argument("--max-rate", type=opts.RATE, metavar="RATE",
-                       help="highest rate per stream accepted; unlimited tests are then "
-                            "refused (default: no limit)")
-    group.add_argument("--max-connections-per-address", type=opts.COUNT, metavar="N",
-                       help="control connections and handshakes at once from one address "
-                            "(default: {server:max_connections_per_address})")
-    group.add_argument("--max-message-bytes", type=opts.COUNT, metavar="N",
-                       help="largest control message accepted "
-                            "(default: {server:max_message_bytes})")
-    group.add_argument("--max-memory", type=opts.BYTES, metavar="BYTES",
-                       help="buffer memory all running tests may take together, e.g. 256M "
-                            "(default: a quarter of this host's memory)")
-    group.add_argument("--handshake-timeout", type=opts.SECONDS, metavar="SECONDS",
-                       help="time a new connection has to say hello "
-                            "(default: {server:handshake_timeout_s})")
-    group.add_argument("--idle-timeout", type=opts.SECONDS, metavar="SECONDS",
-                       help="time a control connection may stay silent before asking for a "
-                            "test (default: {server:idle_timeout_s})")
+    for flag, field, kind, metavar, text in _LIMITS:
+        group.add_argument(flag, type=kind, metavar=metavar, dest=field, help=text)
 
 
-_SERVER_FIELDS = {
-    "port": "port", "max_tests": "max_tests", "max_duration": "max_duration_s",
-    "max_streams": "max_streams", "max_rate": "max_rate_bps",
-    "max_connections_per_address": "max_connections_per_address",
-    "max_message_bytes": "max_message_bytes", "handshake_timeout": "handshake_timeout_s",
-    "idle_timeout": "idle_timeout_s", "max_memory": "max_memory_bytes",
-}
+# The numeric limits: flag, the ServerConfig field it sets (its dest), type, metavar, help.
+# One table makes the options and turns them into ServerConfig keywords.
+_LIMITS = (
+    ("--max-duration", "max_duration_s", opts.SECONDS, "SECONDS",
+     "longest test accepted (default: {server:max_duration_s})"),
+    ("--max-streams", "max_streams", opts.COUNT, "N",
+     "most parallel streams per test (default: {server:max_streams})"),
+    ("--max-rate", "max_rate_bps", opts.RATE, "RATE",
+     "highest rate per stream accepted; unlimited tests are then refused (default: no limit)"),
+    ("--max-connections-per-address", "max_connections_per_address", opts.COUNT, "N",
+     "control connections and handshakes at once from one address "
+     "(default: {server:max_connections_per_address})"),
+    ("--max-message-bytes", "max_message_bytes", opts.COUNT, "N",
+     "largest control message accepted (default: {server:max_message_bytes})"),
+    ("--max-memory", "max_memory_bytes", opts.BYTES, "BYTES",
+     "buffer memory all running tests may take together, e.g. 256M "
+     "(default: a quarter of this host's memory)"),
+    ("--handshake-timeout", "handshake_timeout_s", opts.SECONDS, "SECONDS",
+     "time a new connection has to say hello (default: {server:handshake_timeout_s})"),
+    ("--idle-timeout", "idle_timeout_s", opts.SECONDS, "SECONDS",
+     "time a control connection may stay silent before asking for a test "
+     "(default: {server:idle_timeout_s})"),
+)
+# ServerConfig fields set from the option of the same dest when it is given.
+_CONFIG_FIELDS = ("port", "max_tests", *(field for _, field, *_rest in _LIMITS))
 
 
 def _server_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -98,9 +96,9 @@ def _server_options(args: argparse.Namespace) -> dict[str, Any]:
                                "allow_third_party": args.allow_third_party,
                                "allow": tuple(args.allow or ()),
                                "secret": load_secret(args.secret_file)}
-    for name, field in _SERVER_FIELDS.items():
-        if getattr(args, name) is not None:
-            options[field] = getattr(args, name)
+    for field in _CONFIG_FIELDS:
+        if getattr(args, field) is not None:
+            options[field] = getattr(args, field)
     return options
 
 

@@ -19,8 +19,7 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
     parser.set_defaults(handler=handle)
     parser.add_argument("host", nargs="?", metavar="HOST",
                         help="ask the netprobe agent on HOST instead of this machine")
-    parser.add_argument("--agent-port", type=opts.PORT, metavar="PORT",
-                        help="port of the agent (default: 5301)")
+    opts.add_agent_port(parser)
     parser.add_argument("--secret-file", metavar="FILE",
                         help="shared secret for an agent that requires one")
     parser.add_argument("--json", action="store_true", help="a JSON list instead of a table")
