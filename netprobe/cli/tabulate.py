@@ -19,7 +19,6 @@ from netprobe.results.analysis import (
     Figure,
     FigureStats,
     GroupStats,
-    LatencyFigure,
     shown_figures,
 )
 from netprobe.results.stats import Summary
@@ -59,7 +58,7 @@ def ratio_text(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def figure_label(direction: str, figure: Figure | LatencyFigure, unit: str) -> str:
+def figure_label(direction: str, figure: Figure[Any], unit: str) -> str:
     """``c->s receiver throughput (Gbit/s)``; a latency figure has no direction."""
     where = "" if direction == LATENCY else f"{DIRECTION_LABELS[direction]} "
     return f"{where}{figure.label}" + (f" ({unit})" if unit else "")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from typing import Callable, Optional
+from typing import Any, Callable, Generic, Optional, TypeVar
 
 import attrs
 from attrs import field, frozen
@@ -32,9 +32,14 @@ KINDS = ("rate", "count", "us", "ms", "percent", "grade")
 or a bloat in microseconds shown as its bufferbloat grade."""
 
 
+Source = TypeVar("Source", FlowSummary, Latency)
+"""What a figure is read from: a flow direction's summary, or a result's latency."""
+
+
 @frozen
-class Figure:
-    """One number a result has per flow direction (e.g. the receiver's throughput)."""
+class Figure(Generic[Source]):
+    """One number a result has per flow direction (e.g. the receiver's throughput), or, read
+    from ``Result.latency``, once per result (e.g. the latency p50)."""
 
     key: str
     """Stable name, as in the CSV columns (``receiver_bits_per_second``)."""
@@ -42,30 +47,12 @@ class Figure:
     """Words for people (``receiver throughput``)."""
     kind: str = field(validator=attrs.validators.in_(KINDS))
     """What the number is: one of :data:`KINDS`."""
-    read: Callable[[FlowSummary], Optional[float]] = field(eq=False, repr=False)
-    """Takes the figure out of a direction's summary (None when unknown)."""
+    read: Callable[[Source], Optional[float]] = field(eq=False, repr=False)
+    """Takes the figure out of a direction's summary or the latency (None when unknown)."""
 
-    def value(self, flow: Optional[FlowSummary]) -> Optional[float]:
-        """The figure in ``flow``, or None."""
-        return None if flow is None else self.read(flow)
-
-
-@frozen
-class LatencyFigure:
-    """One number of a result's latency (``Result.latency``), not of a flow direction."""
-
-    key: str
-    """Stable name, as in the records (``latency_p50_us``)."""
-    label: str
-    """Words for people (``latency p50``)."""
-    kind: str = field(validator=attrs.validators.in_(KINDS))
-    """What the number is: one of :data:`KINDS`."""
-    read: Callable[[Latency], Optional[float]] = field(eq=False, repr=False)
-    """Takes the figure out of the latency record (None when unknown)."""
-
-    def value(self, record: Optional[Latency]) -> Optional[float]:
-        """The figure in ``record``, or None."""
-        return None if record is None else self.read(record)
+    def value(self, source: Optional[Source]) -> Optional[float]:
+        """The figure in ``source``, or None."""
+        return None if source is None else self.read(source)
 
 
 def _side(role: str, name: str) -> Callable[[FlowSummary], Optional[float]]:
@@ -86,7 +73,7 @@ def _cpu(role: str, which: str) -> Callable[[FlowSummary], Optional[float]]:
     return read
 
 
-FIGURES: tuple[Figure, ...] = (
+FIGURES: tuple[Figure[FlowSummary], ...] = (
     Figure("sender_bits_per_second", "sender throughput", "rate",
            _side("sender", "bits_per_second")),
     Figure("receiver_bits_per_second", "receiver throughput", "rate",
@@ -108,14 +95,14 @@ percent of one core; the host CPU percent of all cores."""
 LATENCY = "latency"
 """The ``direction`` of the latency figures' stats: they belong to the run, not to a flow."""
 
-LATENCY_FIGURES: tuple[LatencyFigure, ...] = (
-    LatencyFigure("latency_p50_us", "latency p50", "us", lambda lat: lat.p50_us),
-    LatencyFigure("latency_p99_us", "latency p99", "us", lambda lat: lat.p99_us),
-    LatencyFigure("latency_increase_us", "latency increase", "us", lambda lat: lat.increase_us),
-    LatencyFigure("latency_bloat_us", "latency bloat", "us", lambda lat: lat.bloat_us),
-    LatencyFigure("latency_rpm", "RPM", "count", lambda lat: lat.rpm),
-    LatencyFigure("latency_lost_percent", "probe loss", "percent", lambda lat: lat.lost_percent),
-    LatencyFigure("latency_grade", "bufferbloat grade", "grade", lambda lat: lat.bloat_us),
+LATENCY_FIGURES: tuple[Figure[Latency], ...] = (
+    Figure("latency_p50_us", "latency p50", "us", lambda lat: lat.p50_us),
+    Figure("latency_p99_us", "latency p99", "us", lambda lat: lat.p99_us),
+    Figure("latency_increase_us", "latency increase", "us", lambda lat: lat.increase_us),
+    Figure("latency_bloat_us", "latency bloat", "us", lambda lat: lat.bloat_us),
+    Figure("latency_rpm", "RPM", "count", lambda lat: lat.rpm),
+    Figure("latency_lost_percent", "probe loss", "percent", lambda lat: lat.lost_percent),
+    Figure("latency_grade", "bufferbloat grade", "grade", lambda lat: lat.bloat_us),
 )
 """A result's latency figures (``Result.latency``: with netprobe's probes the round trip
 under load, its increase and bloat over idle, RPM, probe loss; a driven tool's own figure
@@ -199,7 +186,7 @@ class FigureStats:
 
     direction: str
     """Flow direction (``client_to_server`` or ``server_to_client``)."""
-    figure: Figure | LatencyFigure
+    figure: Figure[Any]
     """Which figure."""
     summary: Optional[Summary]
     """Over the group's successful results; None when none of them measured it."""
@@ -271,7 +258,7 @@ def _with_ratio(stats: FigureStats, reference: GroupStats) -> FigureStats:
     return attrs.evolve(stats, ratio=stats.summary.mean / base.summary.mean)
 
 
-def shown_figures(stats: Sequence[GroupStats]) -> list[tuple[str, Figure | LatencyFigure]]:
+def shown_figures(stats: Sequence[GroupStats]) -> list[tuple[str, Figure[Any]]]:
     """(direction, figure) pairs that at least one group measured, in report order."""
     if not stats:
         return []
