@@ -17,21 +17,20 @@ from netprobe import convert
 from netprobe.cli.render import human_text
 from netprobe.driven import free_port
 from netprobe.errors import ParseError, SpecError, TestFailed
-from netprobe.schema import Interval, RawOutput, Result, TestSpec
+from netprobe.schema import RawOutput, Result, TestSpec
+from netprobe.testing import RecordingReporter
 from netprobe.tools.iperf2 import parse_output as p2
-from netprobe.tools.iperf2.tool import Iperf2Tool, client_argv
-from tests.peers import PEER_FIXTURES
+from netprobe.tools.iperf2.command import client_argv
+from netprobe.tools.iperf2.tool import Iperf2Tool
+from netprobe.tools.iperf3.tool import Iperf3Tool
+from tests.peers import PEER_FIXTURES, read_fixture
 from tests.test_cli import netprobe_cmd
 
 PEERS = PEER_FIXTURES
 C2S, S2C = "client_to_server", "server_to_client"
 
 
-def fixture(name: str) -> str:
-    path = PEERS / name
-    if not path.exists():
-        pytest.skip(f"peer fixtures not found at {PEERS} (clone shared/ beside main/)")
-    return path.read_text()
+fixture = read_fixture
 
 
 def parse(*names: str) -> Result:
@@ -330,6 +329,31 @@ def p2_binary():
     return Iperf2Binary(path="iperf", version="2.1.8")
 
 
+def fake_binary(folder: Path, version_line: str, help_text: str) -> str:
+    """A script that answers a version and a --help as an older build would."""
+    script = folder / "old-iperf"
+    script.write_text(f"#!/bin/sh\ncase \"$1\" in\n--help) echo '{help_text}';;\n"
+                      f"*) echo '{version_line}' >&2; exit 1;;\nesac\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.parametrize(("tool", "version_line", "refused"), [
+    (Iperf2Tool, "iperf version 2.0.5 (08 Jul 2010) pthreads",
+     "iperf2 cannot honour --bidir: this iperf 2 (2.0.5) has no --full-duplex"),
+    (Iperf3Tool, "iperf 3.1.3 (cJSON 1.5.2)",
+     "iperf3 cannot honour --bidir: this iperf3 (3.1.3) has no --bidir (needs 3.7)"),
+])
+def test_what_the_binarys_help_lacks_is_refused(tmp_path: Path, tool, version_line: str,
+                                                refused: str) -> None:
+    path = fake_binary(tmp_path, version_line, "  -c, --client <host>\n  -R, --reverse")
+    found = tool({"path": path}).refusals(TestSpec(tool=tool.name, direction="bidir"))
+    assert refused in found
+    udp = TestSpec(tool=tool.name, protocol="udp", nodelay=True)
+    assert f"{tool.name} cannot honour --nodelay: TCP only in {tool.label} (ignored for UDP)" in \
+        tool({"path": path}).refusals(udp)
+
+
 # --- latency: iperf 2's own RTT (issue 18) ----------------------------------------------------
 
 OWN_DATA = Path(__file__).resolve().parent / "data"
@@ -409,22 +433,8 @@ def test_bounceback_streams_are_pooled_and_empty_sums_dropped() -> None:
 needs_iperf = pytest.mark.skipif(shutil.which("iperf") is None, reason="iperf (2) not installed")
 
 
-class Recorder:
-    """A reporter that keeps what it is given."""
-
-    def __init__(self) -> None:
-        self.intervals: list[Interval] = []
-        self.notes: list[str] = []
-
-    def interval(self, sample: Interval) -> None:
-        self.intervals.append(sample)
-
-    def note(self, message: str) -> None:
-        self.notes.append(message)
-
-
-def run(spec: TestSpec, **options) -> tuple[Result, Recorder]:
-    recorder = Recorder()
+def run(spec: TestSpec, **options) -> tuple[Result, RecordingReporter]:
+    recorder = RecordingReporter()
     return Iperf2Tool(options).run(spec, recorder), recorder
 
 

@@ -16,19 +16,16 @@ import pytest
 
 from netprobe.driven import free_port
 from netprobe.errors import ParseError, SpecError, TestFailed, TestInterrupted
-from netprobe.schema import Interval, Result, TestSpec
+from netprobe.schema import Result, TestSpec
+from netprobe.testing import RecordingReporter
 from netprobe.tools.iperf3 import Iperf3Tool
-from tests.peers import PEER_FIXTURES, PeerBinary, peer_params
+from tests.peers import PEER_FIXTURES, PeerBinary, peer_params, read_fixture
 
 PEERS = PEER_FIXTURES
 C2S, S2C = "client_to_server", "server_to_client"
 
 
-def fixture(name: str) -> str:
-    path = PEERS / name
-    if not path.exists():
-        pytest.skip(f"peer fixtures not found at {PEERS} (clone shared/ beside main/)")
-    return path.read_text()
+fixture = read_fixture
 
 
 def parse(*names: str) -> Result:
@@ -574,22 +571,8 @@ def test_probe_with_a_bad_path_says_why() -> None:
 needs_iperf3 = pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 not installed")
 
 
-class Recorder:
-    """A reporter that keeps what it is given."""
-
-    def __init__(self) -> None:
-        self.intervals: list[Interval] = []
-        self.notes: list[str] = []
-
-    def interval(self, sample: Interval) -> None:
-        self.intervals.append(sample)
-
-    def note(self, message: str) -> None:
-        self.notes.append(message)
-
-
-def run(spec: TestSpec, **options) -> tuple[Result, Recorder]:
-    recorder = Recorder()
+def run(spec: TestSpec, **options) -> tuple[Result, RecordingReporter]:
+    recorder = RecordingReporter()
     return Iperf3Tool(options).run(spec, recorder), recorder
 
 

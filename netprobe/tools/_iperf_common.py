@@ -9,16 +9,27 @@ Private to the built-in iperf adapters; the public helpers for driven tools are 
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Sequence
-from typing import Callable
+from typing import Any, Callable, ClassVar
 
 import attrs
 
 from netprobe.bottleneck import with_cpu_warnings
-from netprobe.driven import DrivenProcess, DrivenRun, find_binary, printed, run_once
+from netprobe.driven import (
+    DrivenProcess,
+    DrivenRun,
+    DrivenTool,
+    free_port,
+    is_local_host,
+    local_server_wanted,
+    printed,
+    read_version,
+    run_once,
+)
 from netprobe.engine.latency import distribution
-from netprobe.errors import TestFailed, TestInterrupted, ToolUnavailable
-from netprobe.plugin import Reporter
+from netprobe.errors import NetprobeError, TestFailed, TestInterrupted
+from netprobe.plugin import Availability, Reporter, utc_now_iso
 from netprobe.schema import (
     Cpu,
     CpuUsage,
@@ -296,17 +307,110 @@ class Probed:
         return re.search(rf"(^|[\s,]){re.escape(option)}\b", self.help_text, re.M) is not None
 
 
-def probe_binary(name: str, override: str | None, env_var: str, version_flag: str,
-                 pattern: str, label: str, not_found: str) -> Probed:
-    """Find ``name``, read its version with ``version_flag`` (``pattern``'s first group) and
-    its --help text; ToolUnavailable saying why not."""
-    path = find_binary(name, override, env_var)
-    if path is None:
-        raise ToolUnavailable(not_found)
-    code, text = run_once([path, version_flag], PROBE_TIMEOUT_S)
-    match = re.search(pattern, text)
-    if match is None:
-        first = text.strip().splitlines()[0] if text.strip() else f"exit code {code}"
-        raise ToolUnavailable(f"{path} does not look like {label}: {first}")
-    _, help_text = run_once([path, "--help"], PROBE_TIMEOUT_S)
-    return Probed(path, match.group(1), help_text)
+TCP_ONLY = {
+    "--mss": lambda spec: spec.mss_bytes is not None,
+    "--nodelay": lambda spec: spec.nodelay,
+    "--congestion": lambda spec: spec.congestion is not None,
+    "--zerocopy": lambda spec: spec.zerocopy,
+}
+"""netprobe's TCP socket options, and whether a spec asks for each."""
+
+
+@attrs.frozen
+class Launch:
+    """Where a run starts: when, where the client connects, whether this adapter starts
+    the server itself (``local``), and the DrivenRun that owns the processes."""
+
+    start_time: str
+    host: str
+    port: int
+    local: bool
+    live: DrivenRun
+
+
+class IperfTool(DrivenTool):
+    """What the iperf2 and iperf3 adapters share as tools: the binary found once with its
+    version and --help text (what it can do is read from there), and the refusals that
+    depend on them. A subclass sets DrivenTool's ``program``/``env_var``/``install_hint``
+    and how its version is asked for."""
+
+    version_args: ClassVar[tuple[str, ...]]
+    """The arguments that make the binary print its version."""
+    version_pattern: ClassVar[str]
+    """A regular expression whose first group is the version in what it prints."""
+    label: ClassVar[str]
+    """The program's name in messages (``iperf 2``, ``iperf3``)."""
+    found_type: ClassVar[type[Probed]] = Probed
+    """The record of a probed binary (a subclass may add what its options tell)."""
+    default_port: ClassVar[int]
+    """The port the tool's server listens on by default."""
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        super().__init__(options)
+        self._found: Probed | None = None
+
+    def identify(self, path: str) -> Availability:
+        """Read the version, then the --help text that tells this build's options."""
+        available, _ = read_version(path, self.version_args, self.version_pattern, self.label,
+                                    timeout_s=PROBE_TIMEOUT_S)
+        if available.available and available.version is not None:
+            _, help_text = run_once([path, "--help"], PROBE_TIMEOUT_S)
+            self._found = self.found_type(path, available.version, help_text)
+            available = attrs.evolve(available, details=self.details(self._found))
+        return available
+
+    def details(self, found: Probed) -> tuple[str, ...]:
+        """What ``probe()`` says of the binary beyond its version (none by default)."""
+        return ()
+
+    def found(self) -> Probed:
+        """The binary this tool runs; ToolUnavailable (the probe's reasons) if none."""
+        self.binary()
+        assert self._found is not None  # identify() sets it whenever binary() succeeds
+        return self._found
+
+    def launch(self, spec: TestSpec, reporter: Reporter) -> Launch:
+        """The start of ``run``: the spec checked (SpecError), the binary found
+        (ToolUnavailable), the client's target chosen."""
+        self.check(spec)
+        self.found()
+        local = local_server_wanted(spec, self.options)
+        host, port = client_target(spec, local, self.default_port)
+        return Launch(utc_now_iso(), host, port, local, DrivenRun(reporter, tool=self.name))
+
+    def tcp_only_refusals(self, spec: TestSpec, flags: Sequence[str]) -> list[str]:
+        """Those of ``flags`` (keys of TCP_ONLY) that a UDP spec asks for: the binary would
+        ignore them, so they are refused."""
+        if spec.protocol != "udp":
+            return []
+        return [f"{self.name} cannot honour {flag}: TCP only in {self.label} (ignored for UDP)"
+                for flag in flags if TCP_ONLY[flag](spec)]
+
+    def missing_options(self, wanted: Sequence[tuple[str, bool, str, str]]) -> list[str]:
+        """Refusals for what this binary's --help does not list. ``wanted`` holds
+        (netprobe flag, asked for, the binary's option, what has it or "")."""
+        try:
+            found = self.found()
+        except NetprobeError:
+            return []  # run() reports the missing binary itself
+        return [
+            f"{self.name} cannot honour {flag}: this {self.label} ({found.version}) has no "
+            f"{option}" + (f" (needs {needs})" if needs else "")
+            for flag, asked, option, needs in wanted
+            if asked and not found.has(option)
+        ]
+
+
+def client_target(spec: TestSpec, local: bool, default_port: int) -> tuple[str, int]:
+    """Where the client connects: the spec's host (loopback for ``localhost`` on this
+    machine, so that a server bound to it is reached) and port, else a free port when
+    this adapter starts the server (``local``), else the tool's default port."""
+    host = spec.host.strip("[]") if spec.host is not None else None
+    if host is None or (is_local_host(host) and host.lower().startswith("localhost")):
+        host = "::1" if spec.ip_version == 6 else "127.0.0.1"
+    if spec.port:
+        return host, spec.port
+    if not local:
+        return host, default_port
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return host, free_port(family=family, host=host)

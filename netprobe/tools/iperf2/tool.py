@@ -12,50 +12,39 @@ about): the output is checked for those messages and they fail the test.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
 
-from netprobe.driven import DrivenProcess, DrivenRun, free_port, is_local_host, not_found
+from netprobe.driven import DrivenProcess, DrivenRun
 from netprobe.errors import NetprobeError, ParseError
-from netprobe.plugin import (
-    Availability,
-    Capabilities,
-    Reporter,
-    Tool,
-    fill_missing,
-    utc_now_iso,
-)
+from netprobe.plugin import Capabilities, Reporter, fill_missing
 from netprobe.schema import RawOutput, Result, TestSpec, ToolInfo
 from netprobe.tools._iperf_common import (
     DriveSpec,
+    IperfTool,
+    Launch,
     Outcome,
     Parts,
     Probed,
-    arg_number,
     assemble,
     deadline_for,
     drive,
     finish,
-    probe_binary,
 )
 from netprobe.tools.iperf2 import parse_output as p2
+from netprobe.tools.iperf2.command import DEFAULT_PORT, client_argv, server_argv
 
-DEFAULT_PORT = 5001
-"""iperf 2's own default server port."""
 ENV_VAR = "NETPROBE_IPERF2"
 """Environment variable naming the iperf 2 binary to use."""
-UNLIMITED_UDP_BPS = 10**12
-"""Sent as the UDP rate when the spec sets none: iperf 2.1.8 rejects -b 0 for UDP."""
 
 
 Iperf2Binary = Probed
 """What probing found: the binary, its version and its --help text."""
 
 
-class Iperf2Tool(Tool):
+class Iperf2Tool(IperfTool):
     """iperf 2 driven as an external program; one Result like every other tool.
 
     Options: ``path`` (the binary), ``start_server`` (default True: for a local host,
@@ -71,83 +60,33 @@ class Iperf2Tool(Tool):
         max_streams=None, min_interval_s=0.01,
     )
 
-    def __init__(self, options: dict[str, Any] | None = None) -> None:
-        super().__init__(options)
-        self._binary: Iperf2Binary | None = None
-
-    # --- probing ------------------------------------------------------------------------
-
-    def probe(self) -> Availability:
-        """Find the binary (option ``path``, then $NETPROBE_IPERF2, then PATH) and read its
-        version. Never raises."""
-        try:
-            binary = self._find()
-        except NetprobeError as exc:
-            return Availability(available=False, reasons=(str(exc),))
-        except Exception as exc:  # probe() must never raise
-            return Availability(available=False, reasons=(f"iperf2 probe failed: {exc}",))
-        return Availability(available=True, version=binary.version, path=binary.path)
-
-    def _find(self) -> Iperf2Binary:
-        if self._binary is None:
-            override = self.options.get("path")
-            # iperf 2 prints its version to stderr and exits 1.
-            found = probe_binary("iperf", override, ENV_VAR, "-v",
-                                 r"iperf version (2\.\d+(?:\.\d+)?\S*)", "iperf 2",
-                                 not_found("iperf", override, ENV_VAR,
-                                           "iperf 2.x: apt install iperf"))
-            self._binary = found
-        return self._binary
+    program, env_var, install_hint = "iperf", ENV_VAR, "iperf 2.x: apt install iperf"
+    version_args = ("-v",)  # iperf 2 prints its version to stderr and exits 1
+    version_pattern, label = r"iperf version (2\.\d+(?:\.\d+)?\S*)", "iperf 2"
+    default_port = DEFAULT_PORT
 
     # --- refusing what cannot be honoured -------------------------------------------------
 
     def refusals(self, spec: TestSpec) -> list[str]:
         """The base checks plus iperf 2's own limits."""
         found = super().refusals(spec)
-
-        def refuse(option: str, why: str) -> None:
-            found.append(f"iperf2 cannot honour {option}: {why}")
-
         if spec.bytes_total is not None and spec.direction != "normal":
-            refuse("--bytes", "iperf 2 counts -n on the client's own sends only")
-        if spec.protocol == "udp":
-            for flag, wanted in (
-                ("--mss", spec.mss_bytes is not None),
-                ("--nodelay", spec.nodelay),
-                ("--congestion", spec.congestion is not None),
-            ):
-                if wanted:
-                    refuse(flag, "TCP only in iperf 2 (ignored for UDP)")
-        found.extend(self._binary_refusals(spec))
+            found.append("iperf2 cannot honour --bytes: iperf 2 counts -n on the client's own "
+                         "sends only")
+        found.extend(self.tcp_only_refusals(spec, ("--mss", "--nodelay", "--congestion")))
+        found.extend(self.missing_options([
+            ("--reverse", spec.direction == "reverse", "--reverse", ""),
+            ("--bidir", spec.direction == "bidir", "--full-duplex", ""),
+        ]))
         return found
-
-    def _binary_refusals(self, spec: TestSpec) -> list[str]:
-        try:
-            binary = self._find()
-        except NetprobeError:
-            return []  # run() reports the missing binary itself
-        wanted = [
-            ("--reverse", spec.direction == "reverse", "--reverse"),
-            ("--bidir", spec.direction == "bidir", "--full-duplex"),
-        ]
-        return [
-            f"iperf2 cannot honour {flag}: this iperf {binary.version} has no {option}"
-            for flag, asked, option in wanted
-            if asked and not binary.has(option)
-        ]
 
     # --- running ---------------------------------------------------------------------------
 
     def run(self, spec: TestSpec, reporter: Reporter) -> Result:
         """Run the test; start a local server (stopped by PID afterwards) when the host is
         this machine."""
-        self.check(spec)
-        binary = self._find()
-        start_time = utc_now_iso()
-        local = is_local_host(spec.host) and self.options.get("start_server", True)
-        host = _target_host(spec)
-        port = spec.port or (_free_port(host) if local else DEFAULT_PORT)
-        live = DrivenRun(reporter, tool=self.name)
+        go = self.launch(spec, reporter)
+        binary, host, port, live = self.found(), go.host, go.port, go.live
         keys = p2.StreamKeys()
         on = spec.interval_s is not None
         client = p2.TextReader(True, keys, intervals=on)
@@ -156,29 +95,27 @@ class Iperf2Tool(Tool):
         job = DriveSpec(
             client_argv=client_argv(binary, spec, host, port),
             on_client_line=_live(client, live),
-            server_argv=server_argv(binary, spec, host, port) if local else None,
+            server_argv=server_argv(binary, spec, host, port) if go.local else None,
             on_server_line=_live(server, live),
             server_ready=lambda line: "Server listening on" in line,
             server_done=lambda proc: _finished(server) >= expected or proc.returncode is not None,
             deadline_s=deadline_for(spec),
         )
-        outcome = drive(job, reporter, live)
-        return self._result(spec, binary, start_time, outcome, client, server, (host, port))
+        return self._result(spec, binary, go, drive(job, reporter, live), client, server)
 
     def _result(
         self,
         spec: TestSpec,
         binary: Iperf2Binary,
-        start_time: str,
+        go: Launch,
         outcome: Outcome,
         client: p2.TextReader,
         server: p2.TextReader,
-        target: tuple[str, int],
     ) -> Result:
         parts = p2.merge(client.parts(), server.parts())
         parts.local, parts.remote = p2.endpoints(client)
         parts.remote = attrs.evolve(
-            parts.remote, host=spec.host or target[0], port=parts.remote.port or target[1]
+            parts.remote, host=spec.host or go.host, port=parts.remote.port or go.port
         )
         parts.start_time = client.start_time
         parts.latency = p2.latency(parts)
@@ -188,14 +125,14 @@ class Iperf2Tool(Tool):
             parts.warnings.append(f"live interval display failed: {outcome.client.callback_error}")
         tool = ToolInfo(name=self.name, version=binary.version, mode="copy")
         return finish(
-            parts, tool=tool, spec=spec, start_time=start_time, outcome=outcome, problem=problem
+            parts, tool=tool, spec=spec, start_time=go.start_time, outcome=outcome, problem=problem
         )
 
     # --- parsing saved output -----------------------------------------------------------------
 
     def far_end_argv(self, spec: TestSpec, address: str, port: int) -> list[str] | None:
         """``iperf -s`` on ``address:port`` with the client's report format."""
-        return server_argv(self._find(), spec, address, port)
+        return server_argv(self.found(), spec, address, port)
 
     def merge_far_end(self, result: Result, far_end: RawOutput) -> Result:
         """iperf 2's client does not print the receiver's figures over TCP: read them from
@@ -238,70 +175,6 @@ class Iperf2Tool(Tool):
             status=status,
             raw=raw,
         )
-
-
-# --- command lines ---------------------------------------------------------------------------
-
-
-def client_argv(binary: Iperf2Binary, spec: TestSpec, host: str, port: int) -> list[str]:
-    """The iperf 2 client command line for ``spec``."""
-    argv = [binary.path, "-c", host, "-p", str(port), "-e", "-f", "b"]
-    if spec.interval_s is not None:
-        argv += ["-i", arg_number(spec.interval_s)]
-    if spec.bytes_total is not None:
-        argv += ["-n", str(spec.bytes_total)]
-    else:
-        argv += ["-t", arg_number(spec.duration_s or 10.0)]
-    if spec.streams > 1:
-        argv += ["-P", str(spec.streams)]
-    argv += {"reverse": ["-R"], "bidir": ["--full-duplex"]}.get(spec.direction, [])
-    if spec.protocol == "udp":
-        # Plain bits/s: iperf 2 reads "100M" as 100 * 2**20.
-        argv += ["-u", "-b", arg_number(spec.rate_bits_per_second or UNLIMITED_UDP_BPS)]
-    elif spec.rate_bits_per_second is not None:
-        argv += ["-b", arg_number(spec.rate_bits_per_second)]
-    return argv + _socket_args(spec)
-
-
-def _socket_args(spec: TestSpec) -> list[str]:
-    options: list[tuple[bool, list[str]]] = [
-        (spec.length_bytes is not None, ["-l", str(spec.length_bytes)]),
-        (spec.window_bytes is not None, ["-w", str(spec.window_bytes)]),
-        (spec.mss_bytes is not None, ["-M", str(spec.mss_bytes)]),
-        (spec.nodelay, ["-N"]),
-        (spec.dscp is not None, ["-S", str((spec.dscp or 0) << 2)]),  # TOS byte = DSCP << 2
-        (spec.congestion is not None, ["-Z", str(spec.congestion)]),
-        (spec.ip_version == 6, ["-V"]),  # iperf 2.1 has no -6
-        (spec.bind_address is not None, ["-B", str(spec.bind_address)]),
-    ]
-    args: list[str] = []
-    for wanted, flags in options:
-        if wanted:
-            args += flags
-    return args
-
-
-def server_argv(binary: Iperf2Binary, spec: TestSpec, host: str, port: int) -> list[str]:
-    """A local server bound to the test address, with the client's report format."""
-    argv = [binary.path, "-s", "-p", str(port), "-B", host, "-e", "-f", "b"]
-    if spec.interval_s is not None:
-        argv += ["-i", arg_number(spec.interval_s)]
-    if spec.protocol == "udp":
-        argv.append("-u")
-    if ":" in host:
-        argv.append("-V")
-    return argv
-
-
-def _target_host(spec: TestSpec) -> str:
-    if spec.host is not None and spec.host.lower() != "localhost":
-        return spec.host.strip("[]")
-    return "::1" if spec.ip_version == 6 else "127.0.0.1"
-
-
-def _free_port(host: str) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return free_port(family=family, host=host)
 
 
 # --- live reading and the outcome ------------------------------------------------------------

@@ -13,15 +13,14 @@ shown live: the intervals are reported when the test ends.
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
 
-from netprobe.driven import DrivenRun, free_port, is_local_host, not_found
-from netprobe.errors import NetprobeError, ParseError
-from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
+from netprobe.driven import DrivenRun
+from netprobe.errors import ParseError
+from netprobe.plugin import Capabilities, Reporter
 from netprobe.schema import (
     Endpoint,
     Interval,
@@ -33,38 +32,35 @@ from netprobe.schema import (
 )
 from netprobe.tools._iperf_common import (
     DriveSpec,
+    IperfTool,
+    Launch,
     Outcome,
     Parts,
     Probed,
     StreamNumbers,
-    arg_number,
     assemble,
     deadline_for,
     drive,
     finish,
-    probe_binary,
     whole_seconds,
 )
 from netprobe.tools.iperf3 import parse_output as p3
+from netprobe.tools.iperf3.command import (
+    DEFAULT_PORT,
+    Iperf3Binary,
+    client_argv,
+    mode,
+    server_argv,
+)
 
-DEFAULT_PORT = 5201
-"""iperf3's own default server port."""
 ENV_VAR = "NETPROBE_IPERF3"
 """Environment variable naming the iperf3 binary to use."""
 MAX_INTERVAL_S = 60.0
 
-
-@attrs.frozen
-class Iperf3Binary(Probed):
-    """What probing found: the binary, its version and the options its --help lists."""
-
-    @property
-    def json_stream(self) -> bool:
-        """``--json-stream`` (3.17+): JSON events line by line, live."""
-        return self.has("--json-stream")
+__all__ = ["Iperf3Binary", "Iperf3Tool"]
 
 
-class Iperf3Tool(Tool):
+class Iperf3Tool(IperfTool):
     """iperf3 (ESnet) driven as an external program; one Result like every other tool.
 
     Options: ``path`` (the binary), ``start_server`` (default True: for a local host, start
@@ -76,38 +72,21 @@ class Iperf3Tool(Tool):
     # 128 is iperf3's MAX_STREAMS; skip_rx_copy only with a binary that lists it (refusals()).
     capabilities = Capabilities.all_but(max_streams=128, min_interval_s=0.1)
 
-    def __init__(self, options: dict[str, Any] | None = None) -> None:
-        super().__init__(options)
-        self._binary: Iperf3Binary | None = None
-        self._problem: str | None = None
+    program, env_var, install_hint = "iperf3", ENV_VAR, "apt install iperf3"
+    version_args, version_pattern = ("--version",), r"\biperf (3\.\d+(?:\.\d+)?[^\s(]*)"
+    label, found_type, default_port = "iperf3", Iperf3Binary, DEFAULT_PORT
 
-    # --- probing ------------------------------------------------------------------------
+    def details(self, found: Probed) -> tuple[str, ...]:
+        """Where live intervals come from with this binary."""
+        stream = isinstance(found, Iperf3Binary) and found.json_stream
+        live = "--json-stream" if stream else "the local server's output"
+        return (f"live intervals from {live}",)
 
-    def probe(self) -> Availability:
-        """Find the binary (option ``path``, then $NETPROBE_IPERF3, then PATH) and read its
-        version and options. Never raises."""
-        try:
-            binary = self._find()
-        except NetprobeError as exc:
-            return Availability(available=False, reasons=(str(exc),))
-        except Exception as exc:  # probe() must never raise
-            return Availability(available=False, reasons=(f"iperf3 probe failed: {exc}",))
-        live = "--json-stream" if binary.json_stream else "the local server's output"
-        return Availability(
-            available=True,
-            version=binary.version,
-            path=binary.path,
-            details=(f"live intervals from {live}",),
-        )
-
-    def _find(self) -> Iperf3Binary:
-        if self._binary is None:
-            override = self.options.get("path")
-            found = probe_binary("iperf3", override, ENV_VAR, "--version",
-                                 r"\biperf (3\.\d+(?:\.\d+)?[^\s(]*)", "iperf3",
-                                 not_found("iperf3", override, ENV_VAR, "apt install iperf3"))
-            self._binary = Iperf3Binary(found.path, found.version, found.help_text)
-        return self._binary
+    def found(self) -> Iperf3Binary:
+        """The binary this tool runs (what its --help lists included)."""
+        found = super().found()
+        assert isinstance(found, Iperf3Binary)
+        return found
 
     # --- refusing what cannot be honoured -------------------------------------------------
 
@@ -126,68 +105,46 @@ class Iperf3Tool(Tool):
             refuse(f"--interval {spec.interval_s}", f"longest is {MAX_INTERVAL_S:g} s")
         if spec.bytes_total is not None and (spec.streams > 1 or spec.direction == "bidir"):
             refuse("--bytes", "iperf3 -n counts the bytes of all streams together, not per stream")
-        if spec.protocol == "udp":
-            for flag, wanted in _tcp_only(spec):
-                if wanted:
-                    refuse(flag, "TCP only in iperf3 (ignored for UDP)")
-        found.extend(self._binary_refusals(spec))
-        return found
-
-    def _binary_refusals(self, spec: TestSpec) -> list[str]:
-        try:
-            binary = self._find()
-        except NetprobeError:
-            return []  # run() reports the missing binary itself
-        wanted = [
+        found.extend(self.tcp_only_refusals(spec, ("--mss", "--nodelay", "--congestion",
+                                                   "--zerocopy")))
+        found.extend(self.missing_options([
             ("--skip-rx-copy", spec.skip_rx_copy, "--skip-rx-copy", "3.19"),
             ("--bidir", spec.direction == "bidir", "--bidir", "3.7"),
             ("--congestion", spec.congestion is not None, "--congestion", "a Linux/FreeBSD build"),
-        ]
-        return [
-            f"iperf3 cannot honour {flag}: this iperf3 {binary.version} has no {option} "
-            f"(needs {needs})"
-            for flag, asked, option, needs in wanted
-            if asked and not binary.has(option)
-        ]
+        ]))
+        return found
 
     # --- running ---------------------------------------------------------------------------
 
     def run(self, spec: TestSpec, reporter: Reporter) -> Result:
         """Run the test; start a one-off local server when the host is this machine."""
-        self.check(spec)
-        binary = self._find()
-        start_time = utc_now_iso()
-        local = is_local_host(spec.host) and self.options.get("start_server", True)
-        host = _target_host(spec, is_local_host(spec.host))
-        port = spec.port or (_free_port(spec, host) if local else DEFAULT_PORT)
-        live = DrivenRun(reporter, tool=self.name)
+        go = self.launch(spec, reporter)
+        binary, host, port, live = self.found(), go.host, go.port, go.live
         stream_doc: dict[str, Any] = {"intervals": []}
         job = DriveSpec(
             client_argv=client_argv(binary, spec, host, port),
             on_client_line=_stream_reader(stream_doc, spec, live) if binary.json_stream else None,
-            server_argv=server_argv(binary, spec, host, port) if local else None,
+            server_argv=server_argv(binary, spec, host, port) if go.local else None,
             on_server_line=None if binary.json_stream else _server_reader(spec, live),
             server_ready=lambda line: "Server listening on" in line,
             server_done=lambda server: server.returncode is not None,
             deadline_s=_deadline(spec),
         )
-        if not local and not binary.json_stream:
+        if not go.local and not binary.json_stream:
             live.note(
                 f"iperf3 {binary.version} prints JSON only at the end: "
                 "intervals will be shown when the test ends"
             )
-        outcome = drive(job, reporter, live)
-        return self._result(spec, binary, start_time, outcome, live, (host, port))
+        return self._result(spec, binary, go, drive(job, reporter, live))
 
     def _result(
         self,
         spec: TestSpec,
         binary: Iperf3Binary,
-        start_time: str,
+        go: Launch,
         outcome: Outcome,
-        live: DrivenRun,
-        target: tuple[str, int],
     ) -> Result:
+        live = go.live
         parts, problem = read_client(outcome)
         if not parts.intervals:
             parts.intervals = live.collected()  # a failed run keeps what was seen live
@@ -197,23 +154,23 @@ class Iperf3Tool(Tool):
             live.deliver()
         parts.local = parts.local or Endpoint(role="client")
         if parts.remote is None or parts.remote.port is None:
-            parts.remote = Endpoint(role="server", host=spec.host or target[0], port=target[1])
+            parts.remote = Endpoint(role="server", host=spec.host or go.host, port=go.port)
         parts.remote = attrs.evolve(parts.remote, host=spec.host or parts.remote.host)
         if outcome.timed_out:
             problem = f"no result {_deadline(spec):g} s after the start; stopped it"
         if outcome.server_failed:
             problem = f"the local iperf3 server did not start: {outcome.server_failed}"
-        tool = ToolInfo(name=self.name, version=binary.version, mode=_mode(spec))
+        tool = ToolInfo(name=self.name, version=binary.version, mode=mode(spec))
         shift_after_warmup(parts, spec.omit_s)
         return finish(
-            parts, tool=tool, spec=spec, start_time=start_time, outcome=outcome, problem=problem
+            parts, tool=tool, spec=spec, start_time=go.start_time, outcome=outcome, problem=problem
         )
 
     # --- parsing saved output -----------------------------------------------------------------
 
     def far_end_argv(self, spec: TestSpec, address: str, port: int) -> list[str] | None:
         """A one-off ``iperf3 -s -1`` on ``address:port`` (the client's -J has both sides)."""
-        return server_argv(self._find(), spec, address, port)
+        return server_argv(self.found(), spec, address, port)
 
     def split_tests(self, lines: Iterable[str]) -> Iterator[str]:
         """Each test of a log that holds several (see p3.split_tests)."""
@@ -294,104 +251,9 @@ def _shifted(side: SideSummary | None, omit_s: float) -> SideSummary | None:
     return attrs.evolve(side, start_s=side.start_s + omit_s, end_s=side.end_s + omit_s)
 
 
-# --- command lines ---------------------------------------------------------------------------
-
-
-def _tcp_only(spec: TestSpec) -> list[tuple[str, bool]]:
-    return [
-        ("--mss", spec.mss_bytes is not None),
-        ("--nodelay", spec.nodelay),
-        ("--congestion", spec.congestion is not None),
-        ("--zerocopy", spec.zerocopy),
-    ]
-
-
-def client_argv(binary: Iperf3Binary, spec: TestSpec, host: str, port: int) -> list[str]:
-    """The iperf3 client command line for ``spec``."""
-    argv = [binary.path, "-c", host, "-p", str(port), "-J"]
-    if binary.json_stream:
-        argv.append("--json-stream")
-    if binary.has("--connect-timeout"):
-        argv += ["--connect-timeout", "10000"]
-    argv += _length_of_test(spec)
-    argv += ["-i", arg_number(spec.interval_s) if spec.interval_s else "0"]
-    argv += ["-P", str(spec.streams)]
-    argv += {"reverse": ["-R"], "bidir": ["--bidir"]}.get(spec.direction, [])
-    return argv + _protocol_args(spec) + _socket_args(spec)
-
-
-def _length_of_test(spec: TestSpec) -> list[str]:
-    if spec.bytes_total is not None:
-        return ["-n", str(spec.bytes_total)]
-    args = ["-t", arg_number(spec.duration_s or 10.0)]
-    if spec.omit_s:
-        args += ["-O", arg_number(spec.omit_s)]
-    return args
-
-
-def _protocol_args(spec: TestSpec) -> list[str]:
-    args: list[str] = []
-    if spec.protocol == "udp":
-        args.append("-u")
-        # The spec's None means unlimited; iperf3's UDP default would be 1 Mbit/s.
-        args += ["-b", arg_number(spec.rate_bits_per_second or 0)]
-    elif spec.rate_bits_per_second is not None:
-        args += ["-b", arg_number(spec.rate_bits_per_second)]
-    if spec.length_bytes is not None:
-        args += ["-l", str(spec.length_bytes)]
-    return args
-
-
-def _socket_args(spec: TestSpec) -> list[str]:
-    args: list[str] = []
-    options: list[tuple[bool, list[str]]] = [
-        (spec.window_bytes is not None, ["-w", str(spec.window_bytes)]),
-        (spec.mss_bytes is not None, ["-M", str(spec.mss_bytes)]),
-        (spec.nodelay, ["-N"]),
-        (spec.dscp is not None, ["-S", str((spec.dscp or 0) << 2)]),  # TOS byte = DSCP << 2
-        (spec.congestion is not None, ["-C", str(spec.congestion)]),
-        (spec.ip_version == 4, ["-4"]),
-        (spec.ip_version == 6, ["-6"]),
-        (spec.bind_address is not None, ["-B", str(spec.bind_address)]),
-        (spec.zerocopy, ["-Z"]),
-        (spec.skip_rx_copy, ["--skip-rx-copy"]),
-    ]
-    for wanted, flags in options:
-        if wanted:
-            args += flags
-    return args
-
-
-def server_argv(binary: Iperf3Binary, spec: TestSpec, host: str, port: int) -> list[str]:
-    """A one-off local server bound to the test address, printing flushed human intervals
-    with rates in Kbit/s (the most precise unit iperf3 offers)."""
-    interval = arg_number(spec.interval_s) if spec.interval_s else "0"
-    argv = [binary.path, "-s", "-1", "-p", str(port), "-B", host, "-i", interval, "-f", "k"]
-    if binary.has("--forceflush"):
-        argv.append("--forceflush")
-    return argv
-
-
-def _target_host(spec: TestSpec, local: bool) -> str:
-    if spec.host is not None and not (local and spec.host.lower().startswith("localhost")):
-        return spec.host.strip("[]")
-    return "::1" if spec.ip_version == 6 else "127.0.0.1"
-
-
-def _free_port(spec: TestSpec, host: str) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return free_port(family=family, host=host)
-
-
 def _deadline(spec: TestSpec) -> float | None:
     deadline = deadline_for(spec)
     return None if deadline is None else deadline + 10.0  # plus iperf3's connect timeout
-
-
-def _mode(spec: TestSpec) -> str:
-    wanted = (("zerocopy", spec.zerocopy), ("skip-rx-copy", spec.skip_rx_copy))
-    modes = [mode for mode, on in wanted if on]
-    return "+".join(modes) or "copy"
 
 
 # --- live readers ---------------------------------------------------------------------------
