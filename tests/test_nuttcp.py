@@ -398,7 +398,10 @@ def test_tcp_run_reports_both_sides_and_live_intervals(peer: PeerBinary) -> None
         assert flow.sender.retransmits is not None  # 8.x reports them
     else:
         assert flow.sender.retransmits is None  # 6.1.2 cannot count them
-    assert recorder.samples and recorder.samples == list(result.intervals)
+    # every interval reached the reporter; the last may since have taken a tail too short
+    # for an interval of its own (under nuttcp's 0.01 s rounding), so that they add up
+    assert recorder.samples and recorder.samples[:-1] == list(result.intervals[:-1])
+    assert recorder.samples[-1].start_s == result.intervals[-1].start_s
     assert recorder.thread_ids == {threading.get_ident()}  # delivered in the caller's thread
     assert all(i.role == "receiver" and i.bytes > 0 for i in result.intervals)
     assert {r.name for r in result.raw} == {"client", "server"}
@@ -425,7 +428,7 @@ def test_two_streams_are_summed(peer: PeerBinary) -> None:
     assert "nstream=2" in client.text
     flow = result.summaries[0]
     assert flow.receiver is not None and flow.receiver.bytes > 0
-    assert result.streams == ()  # nuttcp prints no per-stream figures
+    assert [s.stream_id for s in result.streams] == [1, 2]  # from -v's by-stream totals
     assert all(i.stream_id is None for i in result.intervals)
 
 
@@ -494,5 +497,7 @@ def test_intervals_add_up_to_the_summary(path: Path) -> None:
     mine = [i for i in result.intervals if i.role == "receiver"]
     assert sum(i.bytes for i in mine) == pytest.approx(flow.receiver.bytes, abs=60 * len(mine))
     assert mine[-1].end_s == pytest.approx(flow.receiver.end_s, abs=0.011)
-    if flow.sender.retransmits is not None:
+    if flow.sender.retransmits is not None and mine[0].retransmits is not None:
         assert sum(i.retransmits or 0 for i in mine) == flow.sender.retransmits
+    else:  # the lines carry none (-N, 6.x): the summary's are not all the tail's
+        assert all(i.retransmits is None for i in mine)

@@ -11,11 +11,22 @@ Four shapes are understood, line by line, so the same code reads a live run and 
 Units as nuttcp prints them: ``MB`` is 2**20 bytes, ``KB`` 1024 bytes, ``Mbps`` 10**6 bit/s.
 nuttcp 6.x always prints ``0 retrans`` (it cannot count them) and has no cwnd, so its
 retransmits are reported as unknown (None), not 0.
+
+Which end measured what (nuttcp 8.2.2's source and real runs, normal and ``-r``): the
+interval lines are printed by the receiver, timed by it, over the bytes it read (the
+server's reach the client over the control connection; servers print nothing of their
+own); their ``retrans``/``cwnd`` are the sender's counters, which the sender writes into
+its data buffers and the receiver reads back, with one stream only. With ``-N`` the
+per-stream retransmits and cwnd are only in the sender's ``-v`` totals
+(``retrans_by_stream=113+125``, plain ``retrans = 243 ( 103+140 )``); per-stream bytes are
+never printed, but nuttcp's sender writes one buffer to each stream in turn, in one loop,
+so each stream's share of the total follows from it (:func:`stream_bytes`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -50,7 +61,11 @@ class SideReport:
     seconds: float | None = None
     mbps: float | None = None
     retransmits: int | None = None
+    retrans_by_stream: list[int] | None = None
+    """``-N``: each stream's retransmits, stream 1 first (nuttcp 7+, TCP, ``-v`` only)."""
     cwnd_kb: int | None = None
+    cwnd_by_stream: list[int] | None = None
+    """``-N``: each stream's last cwnd in KB, stream 1 first."""
     rtt_ms: float | None = None
     mss: int | None = None
     send_window: int | None = None
@@ -212,9 +227,9 @@ class NuttcpParser:
             return True
         if rest.startswith("Info"):
             return True
-        if re.match(r"^[A-Za-z_]+=", rest):
-            return _apply_kv(side, dict(_KV.findall(rest)))
-        return _apply_plain(side, rest)
+        if _apply_plain(side, rest):  # first: "buflen=65536, nstream=2, ..." is plain too
+            return True
+        return bool(re.match(r"^[A-Za-z_]+=", rest)) and _apply_kv(side, dict(_KV.findall(rest)))
 
 
 def _num(value: str | None) -> float | None:
@@ -293,6 +308,12 @@ def _set(name: str, conv: Callable[[str | None], object]) -> Callable[..., None]
     return setter
 
 
+def _plus_list(value: str | None) -> list[int] | None:
+    """``113+125`` (``-fparse``) or `` 103+140 `` (plain): one number per stream."""
+    parts = (value or "").strip().split("+")
+    return [int(part) for part in parts] if all(part.isdigit() for part in parts) else None
+
+
 def _set_megabytes(side: SideReport, value: str, kv: dict[str, str]) -> None:
     # "megabytes=... cpu_seconds=..." repeats the total on a CPU line: keep the first one.
     if "real_seconds" in kv or side.megabytes is None:
@@ -311,7 +332,9 @@ _KV_SETTERS: dict[str, Callable[[SideReport, str, dict[str, str]], None]] = {
     "real_seconds": _set("seconds", _num),
     "rate_Mbps": _set("mbps", _num),
     "retrans": _set("retransmits", _int),
+    "retrans_by_stream": _set("retrans_by_stream", _plus_list),
     "cwnd": _set("cwnd_kb", _int),
+    "cwnd_by_stream": _set("cwnd_by_stream", _plus_list),
     "rtt_ms": _set("rtt_ms", _num),
     "mss": _set("mss", _int),
     "send_window_size": _set("send_window", _int),
@@ -331,7 +354,7 @@ _KV_SETTERS: dict[str, Callable[[SideReport, str, dict[str, str]], None]] = {
 }
 _KV_IGNORED = {
     "send_window_avail", "io_calls", "rate_limit", "accept", "connect", "cpu_seconds",
-    "initial_congestion_window", "nodelay",
+    "initial_congestion_window", "initial_congestion_window_kb", "nodelay",
 }  # fmt: skip
 
 
@@ -341,8 +364,13 @@ _PLAIN: list[tuple[re.Pattern[str], tuple[tuple[str, Callable[[str], object]], .
         (("megabytes", float), ("seconds", float), ("", str), ("mbps", float)),
     ),
     (
-        re.compile(r"^retrans = (\d+)(?: cwnd = (\d+) KB)?"),
-        (("retransmits", int), ("cwnd_kb", int)),
+        re.compile(r"^retrans = (\d+)(?: \(([\d+ ]+)\))?(?: cwnd = (\d+) KB(?: \(([\d+ ]+)\))?)?"),
+        (
+            ("retransmits", int),
+            ("retrans_by_stream", _plus_list),
+            ("cwnd_kb", int),
+            ("cwnd_by_stream", _plus_list),
+        ),
     ),
     (
         re.compile(rf"^connect to (\S+) with mss=(\d+), RTT={_NUM} ms"),
@@ -428,7 +456,8 @@ def sample_bytes(megabytes: float) -> int:
 
 
 def to_interval(sample: Sample, start_s: float, direction: str, retrans_ok: bool) -> Interval:
-    """One interval line as an Interval of the receiver (nuttcp's receiver reports them)."""
+    """One interval line as a receiver Interval: its bytes and time are the receiver's;
+    its retransmits and cwnd the sender's, as carried in the data (:data:`INTERVAL_NOTE`)."""
     received = None if sample.pkt is None or sample.drop is None else sample.pkt - sample.drop
     return Interval(
         direction=direction,
@@ -463,16 +492,20 @@ def intervals(
         if end_s is not None and item.bytes == 0 and item.start_s >= end_s - 1e-6:
             continue
         found.append(item)
-    return tuple(_with_tail(found, totals))
+    return tuple(with_tail(found, totals))
 
 
 _TAIL_MIN_S = 0.01  # nuttcp prints seconds to 2 decimals: a shorter tail is rounding
 
 
-def _with_tail(found: list[Interval], totals: FlowSummary | None) -> list[Interval]:
+def with_tail(found: Sequence[Interval], totals: FlowSummary | None) -> list[Interval]:
     """The lines and what nuttcp left out at the end (the summary minus the lines' sums):
     its own interval, or, when it is shorter than the 2-decimal rounding of nuttcp's
-    times, added to the last line's (so the intervals always add up to the summary)."""
+    times, added to the last line's (so the intervals always add up to the summary).
+
+    A figure no line carries (retransmits with -N, where nuttcp's lines have none) stays
+    unknown in the tail too: the summary's total is not all the last moment's."""
+    found = list(found)
     receiver = totals.receiver if totals is not None else None
     if not found or receiver is None:
         return found
@@ -501,7 +534,19 @@ def _with_tail(found: list[Interval], totals: FlowSummary | None) -> list[Interv
 
 
 def _rest(total: int | None, parts: list[int | None]) -> int | None:
-    return None if total is None else max(0, total - sum(p or 0 for p in parts))
+    """What ``total`` holds beyond ``parts``; None when no part is known (the lines do not
+    carry this figure) or the total is unknown."""
+    if total is None or all(part is None for part in parts):
+        return None
+    return max(0, total - sum(part or 0 for part in parts))
+
+
+INTERVAL_NOTE = (
+    "nuttcp's interval lines are the receiver's count, taken where the data arrives (on "
+    "the server, or here with --reverse); their retransmits and cwnd are the sender's, "
+    "carried to the receiver in the data (one stream only)"
+)
+"""Which end measured what on a nuttcp interval line (said in every Result that has them)."""
 
 
 def _process_cpu(percent: float | None, seconds: float | None = None) -> Cpu | None:
@@ -598,27 +643,84 @@ def flows(
     if protocol == "tcp" and not retrans_ok:
         warnings.append("this nuttcp (6.x) cannot count retransmits: left unknown")
     flow = FlowSummary(direction=direction, sender=sender, receiver=receiver)
-    per_stream = _single_stream(out, direction, retrans_ok) if streams == 1 else ()
+    tx = out.sides.get("t")
+    count = (tx.nstream if tx is not None else None) or streams
+    if count == 1:
+        return (flow,), _single_stream(out, direction, retrans_ok), warnings
+    per_stream = _streams(tx, direction, retrans_ok, count)
+    warnings.append(STREAMS_NOTE if per_stream else
+                    "nuttcp prints per-stream figures only with -v: no per-stream records")
     return (flow,), per_stream, warnings
+
+
+STREAMS_NOTE = (
+    "nuttcp prints no per-stream bytes: each stream's are its share of the sender's total "
+    "as nuttcp writes it (a buffer to each stream in turn); per-stream retransmits and "
+    "cwnd are as nuttcp printed them"
+)
+"""How nuttcp's per-stream records were made (said in every Result that has them)."""
+
+
+def stream_bytes(total: int, buflen: int, streams: int) -> list[int]:
+    """Each stream's share of ``total``, as nuttcp's sender writes: whole buffers to stream
+    1, 2, ..., N, 1, ... in turn in one loop (so no stream runs ahead of another), and the
+    write the end of the test cut short counts its part, on the stream that was next."""
+    full, part = divmod(total, buflen)
+    shares = [(full // streams + (index < full % streams)) * buflen for index in range(streams)]
+    shares[full % streams] += part
+    return shares
+
+
+def _streams(
+    tx: SideReport | None, direction: str, retrans_ok: bool, count: int
+) -> tuple[StreamResult, ...]:
+    """One record per stream from the sender's -v totals (nothing without them)."""
+    total = side_summary(tx, retrans_ok, with_cpu=False) if tx is not None else None
+    if tx is None or total is None or not tx.buflen or total.end_s <= 0:
+        return ()
+    retrans = _per_stream(tx.retrans_by_stream if retrans_ok else None, count)
+    cwnd = _per_stream(tx.cwnd_by_stream, count)
+    socket = _socket(tx)
+    found = []
+    shares = stream_bytes(total.bytes, tx.buflen, count)
+    for index, (share, retransmits, cwnd_kb) in enumerate(zip(shares, retrans, cwnd)):
+        sender = SideSummary(
+            role="sender", start_s=0.0, end_s=total.end_s, bytes=share,
+            bits_per_second=share * 8 / total.end_s, retransmits=retransmits,
+            retransmits_scope="connection" if retransmits is not None else None,
+            cwnd_bytes=None if cwnd_kb is None else cwnd_kb * KIB,
+        )
+        found.append(StreamResult(index + 1, direction, sender=sender, socket=socket))
+    return tuple(found)
+
+
+def _per_stream(values: list[int] | None, count: int) -> list[int | None]:
+    """``values`` when there is one per stream, else unknown for each."""
+    if values is None or len(values) != count:
+        return [None] * count
+    return list(values)
+
+
+def _socket(tx: SideReport | None) -> SocketInfo | None:
+    """The sender's socket settings as printed (once: every stream is set up alike)."""
+    if tx is None or not (tx.send_window or tx.receive_window or tx.mss):
+        return None
+    return SocketInfo(
+        send_buffer_bytes=tx.send_window, receive_buffer_bytes=tx.receive_window,
+        mss_bytes=tx.mss,
+    )
 
 
 def _single_stream(out: NuttcpOutput, direction: str, retrans_ok: bool) -> tuple[StreamResult, ...]:
     tx, rx = out.sides.get("t"), out.sides.get("r")
     if tx is None and rx is None:
         return ()
-    socket = None
-    if tx is not None and (tx.send_window or tx.receive_window or tx.mss):
-        socket = SocketInfo(
-            send_buffer_bytes=tx.send_window,
-            receive_buffer_bytes=tx.receive_window,
-            mss_bytes=tx.mss,
-        )
     stream = StreamResult(
         stream_id=1,
         direction=direction,
         sender=side_summary(tx, retrans_ok, with_cpu=False) if tx else None,
         receiver=side_summary(rx, retrans_ok, with_cpu=False) if rx else None,
-        socket=socket,
+        socket=_socket(tx),
     )
     return (stream,)
 

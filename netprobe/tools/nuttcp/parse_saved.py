@@ -79,6 +79,9 @@ def _parsed_result(name: str, text: str, out: p.NuttcpOutput, extra: list[str]) 
     summaries, streams, flow_warnings = p.flows(out, direction, spec.protocol, spec.streams)
     end = summaries[0].receiver.end_s if summaries and summaries[0].receiver else None
     warnings += flow_warnings + extra
+    intervals = p.intervals(out, direction, end, summaries[0] if summaries else None)
+    if intervals:
+        warnings.append(p.INTERVAL_NOTE)
     if out.unknown:
         warnings.append(
             f"{name}: {len(out.unknown)} line(s) not understood, first at line {out.unknown[0]}"
@@ -96,7 +99,7 @@ def _parsed_result(name: str, text: str, out: p.NuttcpOutput, extra: list[str]) 
         duration_s=end,
         summaries=summaries,
         streams=streams,
-        intervals=p.intervals(out, direction, end, summaries[0] if summaries else None),
+        intervals=intervals,
         warnings=tuple(warnings),
         errors=(message,) if message else (),
         raw=(RawOutput(name=name, text=text),),

@@ -119,6 +119,17 @@ class NuttcpSession(DrivenSession):
         server = run.processes.get("server")
         if server is not None:
             run.wait(lambda: server.returncode is not None, _SERVER_EXIT_S)
+        for item in self._tail():
+            run.emit(item)
+
+    def _tail(self) -> list[Interval]:
+        """The interval nuttcp prints no line for (from its last line to the receiver's
+        end, read from the summary), when it is long enough to be one of its own."""
+        with self.lock:
+            summaries, _, _ = p.flows(self.parser.out, self.direction, self.spec.protocol,
+                                      self.spec.streams)
+            lines = self.intervals()
+        return p.with_tail(lines, summaries[0] if summaries else None)[len(lines):]
 
     # -- live output --------------------------------------------------------------------
 
@@ -171,8 +182,10 @@ class NuttcpSession(DrivenSession):
             summaries, streams, warnings = p.flows(
                 out, self.direction, self.spec.protocol, self.spec.streams
             )
-            intervals = self.intervals()
+            intervals = p.with_tail(self.intervals(), summaries[0] if summaries else None)
         receiver = summaries[0].receiver if summaries else None
+        if intervals:
+            warnings.append(p.INTERVAL_NOTE)
         return self.build_result(
             status, errors, remote=self._remote(), summaries=summaries, streams=streams,
             intervals=intervals, duration_s=receiver.end_s if receiver else None,
