@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from netprobe.plugin import NullReporter
-from netprobe.schema import Interval, Result, TestSpec
+from netprobe.schema import Result, TestSpec
 from netprobe.tools.nuttcp import NuttcpTool
 from netprobe.tools.nuttcp import parse_output as p
 
 from .netlab import B_ADDR, Lab, shaped_pair, wait_listening
 from .peers import PeerBinary, default_peer, peer_binaries, peer_params
+from .test_nuttcp import Recorder
 
 DATA = Path(__file__).parent / "data" / "nuttcp"
 BUFLEN = 65536
@@ -108,16 +108,6 @@ def test_intervals_say_which_end_measured_and_add_up(name: str) -> None:
 
 
 # --- live ----------------------------------------------------------------------------------
-
-
-class Recorder(NullReporter):
-    """Keeps the live interval samples."""
-
-    def __init__(self) -> None:
-        self.samples: list[Interval] = []
-
-    def interval(self, sample: Interval) -> None:
-        self.samples.append(sample)
 
 
 def _run(**options: object) -> tuple[Result, Recorder]:
