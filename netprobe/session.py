@@ -53,6 +53,11 @@ def unavailable_reasons(tool: Tool) -> list[str]:
         f"{tool.name} cannot run here: no reason given"]
 
 
+def modes_of(tool: Tool) -> dict[str, bool]:
+    """The modes (:attr:`Tool.modes`) ``tool``'s options turn on, for an agent to use."""
+    return {mode: True for mode in sorted(type(tool).modes) if tool.options.get(mode)}
+
+
 def prepare(tool: Tool, spec: TestSpec, *, from_host: Optional[str] = None) -> None:
     """Before anything runs: SpecError for every option ``tool`` cannot honour, then
     ToolUnavailable if it cannot run here. A test run from another host's agent is not
@@ -87,7 +92,7 @@ def _run(tool: Tool, spec: TestSpec, reporter: Reporter, from_host: Optional[str
 
     if from_host is not None:
         return client.third_party(from_host, spec, reporter, agent.secret,
-                                  agent.port or client.protocol.DEFAULT_PORT)
+                                  agent.port or client.protocol.DEFAULT_PORT, modes_of(tool))
     return client.run(tool, spec, reporter, agent.secret, use_agent=agent.far_end,
                       port=agent.port)
 

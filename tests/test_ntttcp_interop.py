@@ -114,8 +114,8 @@ def test_a_mode_a_tool_lacks_is_refused_before_anything_runs() -> None:
     assert done.returncode == 2
     assert_one_error_line(done.stderr)
     assert "--receive" in done.stderr and "native" in done.stderr
-    both = netprobe_cmd("run", "--tool", "ntttcp", "--receive", "--from", "192.0.2.1")
-    assert both.returncode == 2 and "--from" in both.stderr
+    nosync = netprobe_cmd("run", "--tool", "iperf3", "--no-sync", "-t", "1")
+    assert nosync.returncode == 2 and "--no-sync" in nosync.stderr and "iperf3" in nosync.stderr
 
 
 def test_receive_only_refuses_what_the_outside_sender_decides() -> None:
@@ -179,3 +179,46 @@ def test_windows_xml_and_console_agree_and_pair_with_a_linux_receiver() -> None:
     if linux.exists():
         receiver = result.summaries[0].receiver
         assert receiver is not None and receiver.bytes == _printed_total_bytes(sources[2][1])
+
+
+# --- receive-only on an agent (--from) ---------------------------------------------------
+
+
+@needs_ntttcp
+@pytest.mark.peers
+def test_receive_only_on_an_agent_reports_what_the_outside_sender_sent(
+        peer: PeerBinary) -> None:
+    from tests.servers import netprobe_server
+
+    base = free_base_port(1, socket.AF_INET)
+    with netprobe_server("--allow-third-party") as agent:
+        client = _popen([*_netprobe(), "run", "--tool", "ntttcp", "--receive", "--no-sync",
+                         "--from", "127.0.0.1", "--agent-port", str(agent.port), "-p",
+                         str(base), "-t", "2", "--json"], env=child_env())
+        try:
+            _wait_listening([base])
+            sender = _popen([peer.path, "-s", "-N", "-m", "1,*,127.0.0.1", "-p", str(base),
+                             "-t", "2"])
+            sent = _printed_total_bytes(_stop(sender))
+        finally:
+            out = _stop(client, 30.0)
+        log = agent.log()
+    assert client.returncode == 0, out
+    result = json.loads(out)
+    got = result["summaries"][0]["receiver"]["bytes"]
+    assert 0.5 * sent < got <= sent * 1.02
+    assert result["local"]["role"] == "server" and result["local"]["address"] == "0.0.0.0"
+    assert "third-party ntttcp receive-only" in log
+
+
+def test_an_agent_refuses_a_mode_the_tool_lacks() -> None:
+    from netprobe.agent.client import third_party
+    from netprobe.errors import TestFailed
+    from netprobe.plugin import NullReporter
+    from netprobe.schema import TestSpec
+    from tests.servers import netprobe_server
+
+    with netprobe_server("--allow-third-party") as agent, pytest.raises(
+            TestFailed, match="native has no mode receive"):
+        third_party("127.0.0.1", TestSpec(tool="native", duration_s=1.0), NullReporter(),
+                    port=agent.port, modes={"receive": True})

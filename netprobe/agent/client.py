@@ -22,6 +22,8 @@ from netprobe.schema import Interval, RawOutput, Result, TestSpec
 
 CONNECT_TIMEOUT_S = 3.0
 REPLY_TIMEOUT_S = 20.0  # a tool's server may take a moment to start on a small router
+RECEIVE_WAIT_S = 600.0
+"""How long a receive-only test on an agent may wait for its outside sender to begin."""
 
 
 class AgentConnection:
@@ -129,6 +131,8 @@ def run(tool: Tool, spec: TestSpec, reporter: Reporter, secret: Optional[bytes] 
 def _wants_agent(tool: Tool, spec: TestSpec, use_agent: bool) -> bool:
     if not use_agent or not spec.host or spec.port is not None or is_local_host(spec.host):
         return False
+    if tool.options.get("receive"):
+        return False  # receive-only listens here (--from AGENT runs it on an agent)
     return type(tool).far_end_argv is not Tool.far_end_argv
 
 
@@ -160,21 +164,28 @@ def _stopped(agent: AgentConnection, result: Result) -> Result:
 
 
 def third_party(source: str, spec: TestSpec, reporter: Reporter, secret: Optional[bytes] = None,
-                port: int = protocol.DEFAULT_PORT) -> Result:
-    """Ask the agent at ``source`` to run ``spec`` against ``spec.host``; its Result."""
+                port: int = protocol.DEFAULT_PORT,
+                modes: Optional[dict[str, bool]] = None) -> Result:
+    """Ask the agent at ``source`` to run ``spec`` against ``spec.host``; its Result.
+    ``modes``: the tool's modes to run it in (:attr:`netprobe.plugin.Tool.modes`); in
+    ``receive`` mode the agent runs only a receiver, for a sender started elsewhere."""
     agent = AgentConnection.open(source, port, secret)
     if agent is None:
         raise TestFailed(f"no netprobe agent answers at {source} port {port}")
     try:
-        agent.channel.send({"type": "third_party", "tool": spec.tool,
-                            "spec": convert.unstructure(spec)})
-        return _third_party_result(agent, spec, reporter)
+        message = {"type": "third_party", "tool": spec.tool, "spec": convert.unstructure(spec)}
+        if modes:
+            message["modes"] = modes
+        agent.channel.send(message)
+        wait = RECEIVE_WAIT_S if (modes or {}).get("receive") else 0.0
+        return _third_party_result(agent, spec, reporter, wait)
     finally:
         agent.close()
 
 
-def _third_party_result(agent: AgentConnection, spec: TestSpec, reporter: Reporter) -> Result:
-    limit = (spec.duration_s or 3600.0) + spec.omit_s + 2 * REPLY_TIMEOUT_S
+def _third_party_result(agent: AgentConnection, spec: TestSpec, reporter: Reporter,
+                        wait_s: float = 0.0) -> Result:
+    limit = (spec.duration_s or 3600.0) + spec.omit_s + 2 * REPLY_TIMEOUT_S + wait_s
     while True:
         try:
             message = agent.channel.recv(timeout=limit)

@@ -87,6 +87,18 @@ def _tools(session: Session, loader: RegistryLoader) -> None:
     session.channel.send({"type": "tools", "tools": tool_rows(loader())})
 
 
+def _modes(session: Session, message: dict, cls: type[Tool]) -> dict[str, bool]:
+    """The tool modes a request asks for: only ones the tool declares, only on/off."""
+    modes = message.get("modes")
+    if not isinstance(modes, dict) or not all(
+            isinstance(k, str) and v is True for k, v in modes.items()):
+        session.refuse("bad modes in the request")
+    unknown = sorted(set(modes) - set(cls.modes))
+    if unknown:
+        session.refuse(f"{cls.name} has no mode {escape(unknown[0])}")
+    return dict(modes)
+
+
 # --- far end ----------------------------------------------------------------------------
 
 
@@ -95,7 +107,8 @@ def _tool(session: Session, message: dict, loader: RegistryLoader) -> Tool:
     if not isinstance(name, str):
         session.refuse("request names no tool")
     try:
-        tool = loader(only=name).get(name)()
+        cls = loader(only=name).get(name)
+        tool = cls(_modes(session, message, cls)) if message.get("modes") else cls()
     except NetprobeError as exc:
         session.refuse(str(exc))
     found = availability(tool)
@@ -247,15 +260,18 @@ def _third_party(session: Session, message: dict, loader: RegistryLoader) -> Non
                        "(start it with --allow-third-party to allow them)", "third_party")
     tool = _tool(session, message, loader)
     spec = session.checked_spec(message, tool.refusals)
-    if not spec.host:
+    receive = bool(tool.options.get("receive"))  # listens here: HOST is a local address
+    if not spec.host and not receive:
         session.refuse("a third-party test needs a target host")
-    refused = [a for a in _addresses(spec.host) if not session.server.allows(a)]
+    refused = [] if receive else [a for a in _addresses(str(spec.host))
+                                  if not session.server.allows(a)]
     if refused:
         session.refuse(f"the target {escape(spec.host)} ({refused[0]}) is outside this agent's "
                        "--allow list: it sends only to addresses it would accept as clients")
     with session.slot(spec, "third_party"):
         who = client(session.peer)
-        session.server.log(f"{who}: third-party {tool.name} test to {escape(spec.host)}",
+        what = "receive-only" if receive else f"test to {escape(str(spec.host))}"
+        session.server.log(f"{who}: third-party {tool.name} {what}",
                            event="test", client=who, tool=tool.name, target=spec.host)
         reply: dict[str, Any] = {"type": "result"}
         try:

@@ -275,10 +275,10 @@ def add_mode_options(parser: argparse.ArgumentParser) -> None:
     """Peers started by someone else (Windows NTttcp, say): --receive, --no-sync."""
     group = parser.add_argument_group("a peer started elsewhere (e.g. Windows NTttcp)")
     group.add_argument("--receive", action="store_true",
-                       help="run only the receiving end, on this machine (HOST, if given, "
-                            "is the local address to listen on; -p its port, default the "
-                            "tool's): wait for a sender started elsewhere and report what "
-                            "it received. --tool ntttcp")
+                       help="run only the receiving end, on this machine or with --from "
+                            "AGENT on that agent's (HOST, if given, is the address to "
+                            "listen on; -p its port, default the tool's): wait for a sender "
+                            "started elsewhere and report what it received. --tool ntttcp")
     group.add_argument("--no-sync", action="store_true",
                        help="no start handshake with the other end (ntttcp -N), for a peer "
                             "run without one: Windows ntttcp.exe -ns, or ntttcp -N. "
@@ -291,9 +291,6 @@ def mode_options(args: argparse.Namespace, tool_cls: Any) -> dict[str, Any]:
     for mode in chosen:
         if mode not in getattr(tool_cls, "modes", frozenset()):
             raise UsageError(f"{MODE_FLAGS[mode]}: the {tool_cls.name} tool has no such mode")
-    if chosen.get("receive") and getattr(args, "from_host", None):
-        raise UsageError("--receive runs the receiver on this machine: it cannot be "
-                         "combined with --from")
     return chosen
 
 
@@ -337,7 +334,7 @@ def _host(args: argparse.Namespace) -> str | None:
     given = {h for h in (args.host, args.client, getattr(args, "to_host", None)) if h}
     if len(given) > 1:
         raise UsageError(f"two hosts given: {' and '.join(sorted(given))}")
-    if getattr(args, "from_host", None) and not given:
+    if getattr(args, "from_host", None) and not given and not getattr(args, "receive", False):
         raise UsageError("--from needs the target host: --to HOST")
     if not given and getattr(args, "no_agent", False) and args.port is not None:
         # --no-agent -p PORT: the user's own server listens there, here on loopback; the

@@ -109,7 +109,8 @@ def listen_address(spec: TestSpec, family: int) -> str:
     if spec.host is not None:
         if not (is_numeric(spec.host) and is_local_host(spec.host)):
             raise TestFailed(f"ntttcp --receive listens on this machine: {spec.host!r} is "
-                             "not one of its addresses (give a local address, or none)")
+                             "not one of its addresses (give a local address or none; "
+                             "--from AGENT receives on that agent's host)")
         return spec.host
     return "::" if family == socket.AF_INET6 else "0.0.0.0"
 
