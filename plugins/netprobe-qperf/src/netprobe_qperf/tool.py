@@ -31,7 +31,6 @@ have no qperf equivalent for the socket tests and are refused.
 from __future__ import annotations
 
 import os
-import re
 import socket
 from collections.abc import Sequence
 from typing import Any, ClassVar, Optional
@@ -39,17 +38,17 @@ from typing import Any, ClassVar, Optional
 from netprobe.driven import (
     DrivenProcess,
     DrivenRun,
+    DrivenTool,
     Ready,
-    find_binary,
     free_port,
     is_local_host,
     listening,
-    not_found,
-    run_once,
+    read_version,
+    readable_sources,
     system_name,
 )
-from netprobe.errors import ParseError, TestFailed, TestInterrupted, ToolUnavailable
-from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
+from netprobe.errors import ParseError, TestFailed, TestInterrupted
+from netprobe.plugin import Availability, Capabilities, Reporter, utc_now_iso
 from netprobe.schema import Endpoint, Interval, RawOutput, Result, TestSpec, ToolInfo
 
 from netprobe_qperf import results
@@ -70,7 +69,7 @@ _GRACE_S = 15.0
 _SAMPLE_POLL_S = 0.02
 
 
-class QperfTool(Tool):
+class QperfTool(DrivenTool):
     """qperf (0.4.x): tcp_bw/udp_bw throughput, then tcp_lat/udp_lat latency.
 
     Options: ``path`` (the qperf binary; else $NETPROBE_QPERF, else PATH), ``latency_s``
@@ -92,37 +91,16 @@ class QperfTool(Tool):
         port=True,
     )
 
-    def __init__(self, options: Optional[dict[str, Any]] = None) -> None:
-        super().__init__(options)
-        self._availability: Optional[Availability] = None
+    program: ClassVar[str] = "qperf"
+    env_var: ClassVar[str] = ENV_VAR
+    install_hint: ClassVar[str] = "install the qperf package"
 
     # -- probe ----------------------------------------------------------------------------
 
-    def probe(self) -> Availability:
-        """Find qperf and ask its version (``qperf -V``). Never raises."""
-        if self._availability is None:
-            try:
-                self._availability = self._probe()
-            except Exception as exc:  # probe must never raise
-                self._availability = Availability(False, reasons=(f"qperf probe failed: {exc}",))
-        return self._availability
-
-    def _probe(self) -> Availability:
-        override = self.options.get("path")
-        path = find_binary("qperf", override, ENV_VAR)
-        if path is None:
-            why = not_found("qperf", override, ENV_VAR, "install the qperf package")
-            return Availability(False, reasons=(why,))
-        try:
-            code, text = run_once([path, "-V"], timeout=5.0)
-        except ToolUnavailable as exc:
-            return Availability(False, reasons=(str(exc),), path=path)
-        found = re.search(r"qperf\s+(\d+(?:\.\d+)+)", text)
-        if code != 0 or not found:
-            first = text.strip().splitlines()[0] if text.strip() else "nothing"
-            why = f"{path} -V printed no qperf version (exit code {code}): {first}"
-            return Availability(False, reasons=(why,), path=path)
-        return Availability(True, version=found.group(1), path=path)
+    def identify(self, path: str) -> Availability:
+        """Ask qperf its version (``qperf -V``)."""
+        return read_version(path, ["-V"], r"qperf\s+(\d+(?:\.\d+)+)", "qperf",
+                            exit_codes=(0,))[0]
 
     # -- refusals -------------------------------------------------------------------------
 
@@ -148,30 +126,20 @@ class QperfTool(Tool):
     def run(self, spec: TestSpec, reporter: Reporter) -> Result:
         """Run the throughput test, then the latency test; a local server when needed."""
         self.check(spec)
-        available = self.probe()
-        if not available.available or available.path is None:
-            raise ToolUnavailable("; ".join(available.reasons) or "qperf is not available")
-        session = _Session(spec, reporter, available, self.options)
+        session = _Session(spec, reporter, self.binary(), self.probe().version, self.options)
         return session.run()
 
     def far_end_argv(self, spec: TestSpec, address: str, port: int) -> Optional[list[str]]:
         """The qperf server a netprobe agent starts for ``run HOST --tool qperf``:
         ``qperf --listen_port PORT``. qperf cannot bind one address: it listens on all of
         the host's (``address`` is not used). The agent stops it when the client is done."""
-        available = self.probe()
-        if not available.available or available.path is None:
-            raise ToolUnavailable("; ".join(available.reasons) or "qperf is not available")
-        return [available.path, "--listen_port", str(port)]
+        return [self.binary(), "--listen_port", str(port)]
 
     # -- parse ----------------------------------------------------------------------------
 
     def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
         """Read saved qperf client output (any verbosity; ``-vv -uu`` gives every figure)."""
-        readable = [(name, text) for name, text in sources if text.strip()]
-        if not readable:
-            where = sources[0][0] if sources else None
-            raise ParseError("no qperf output: the input is empty", where)
-        name, text = readable[0]
+        name, text = readable_sources(sources, "qperf")[0]
         out = parse(text, name)
         if not any(r.test in ("tcp_bw", "udp_bw", "tcp_lat", "udp_lat") for r in out.reports):
             raise ParseError("no qperf test results in the output", name, 1)
@@ -181,12 +149,11 @@ class QperfTool(Tool):
 class _Session:
     """One run: the server (for a local test), the client runs, and the result."""
 
-    def __init__(self, spec: TestSpec, reporter: Reporter, available: Availability,
-                 options: dict[str, Any]) -> None:
-        assert available.path is not None
+    def __init__(self, spec: TestSpec, reporter: Reporter, binary: str,
+                 version: Optional[str], options: dict[str, Any]) -> None:
         self.spec = spec
-        self.binary = available.path
-        self.version = available.version
+        self.binary = binary
+        self.version = version
         self.latency_s = int(options.get("latency_s", DEFAULT_LATENCY_S))
         self.local = bool(options.get("start_server", True)) and is_local_host(spec.host)
         self.port = spec.port or (free_port() if self.local else DEFAULT_LISTEN_PORT)
