@@ -605,21 +605,27 @@ def _one_line(exc: BaseException) -> str:
 
 def fill_missing(result: Result, other: Result, far_end: Optional[RawOutput] = None) -> Result:
     """``result`` with the sender/receiver figures it lacks (None) taken from ``other``,
-    matched by direction and stream, plus ``other``'s intervals of roles it has none of,
-    and ``other``'s latency when ``result`` has none (the far end may be the one that
-    measured it). For merging what a far end reported into what the client saw."""
-    flows = {f.direction: f for f in other.summaries}
-    streams = {(s.stream_id, s.direction): s for s in other.streams}
-    summaries = tuple(_fill(f, flows.get(f.direction)) for f in result.summaries)
-    merged_streams = tuple(
-        _fill(s, streams.get((s.stream_id, s.direction))) for s in result.streams
-    )
+    matched by direction and stream (flows and streams it has none of taken whole), plus
+    ``other``'s intervals of roles it has none of, and ``other``'s latency when ``result``
+    has none (the far end may be the one that measured it). For merging what a far end
+    (or another output of the same test) reported into what the client saw."""
+    summaries = _filled(result.summaries, other.summaries, lambda f: f.direction)
+    merged_streams = _filled(result.streams, other.streams, lambda s: (s.stream_id, s.direction))
     have = {(i.direction, i.role) for i in result.intervals}
     extra = [i for i in other.intervals if (i.direction, i.role) not in have]
     intervals = tuple(sorted([*result.intervals, *extra], key=lambda i: (i.end_s, i.role)))
     raw = (*result.raw, far_end) if far_end is not None else result.raw
     return attrs.evolve(result, summaries=summaries, streams=merged_streams,
                         intervals=intervals, raw=raw, latency=result.latency or other.latency)
+
+
+def _filled(mine: tuple[Any, ...], theirs: tuple[Any, ...], key: Callable[[Any], Any]
+            ) -> tuple[Any, ...]:
+    """``mine`` with their sides filled in, then those of ``theirs`` that ``mine`` lacks."""
+    by_key = {key(item): item for item in theirs}
+    have = {key(item) for item in mine}
+    return (*(_fill(item, by_key.get(key(item))) for item in mine),
+            *(item for item in theirs if key(item) not in have))
 
 
 def _fill(mine: Any, theirs: Any) -> Any:

@@ -12,10 +12,12 @@ import signal
 import threading
 from pathlib import Path
 
+import attrs
 import pytest
 
 from netprobe.driven import free_port
 from netprobe.errors import ParseError, SpecError, TestFailed, TestInterrupted
+from netprobe.plugin import fill_missing
 from netprobe.schema import Result, TestSpec
 from netprobe.testing import RecordingReporter
 from netprobe.tools.iperf3 import Iperf3Tool
@@ -175,6 +177,19 @@ def test_client_and_server_documents_together() -> None:
         "iperf3-3.12-tcp-J-server-J-client.txt",
         "iperf3-3.12-tcp-J-server-J-server.txt",
     ]
+
+
+def test_fill_missing_adds_flows_and_streams_the_result_lacks() -> None:
+    # What iperf3's parse needs of it: a client output cut before its summary, merged with
+    # the server's document, takes the server's flows and streams whole.
+    full = parse("iperf3-3.12-tcp-J-server-J-server.txt")
+    bare = attrs.evolve(full, summaries=(), streams=(), intervals=(), latency=None)
+    merged = fill_missing(bare, full)
+    assert merged.summaries == full.summaries and merged.streams == full.streams
+    assert merged.intervals == full.intervals and merged.raw == bare.raw
+    mine = attrs.evolve(full.summaries[0], receiver=None)
+    kept = fill_missing(attrs.evolve(full, summaries=(mine,)), full)
+    assert kept.summaries[0].receiver == full.summaries[0].receiver  # sides still filled
 
 
 def test_get_server_output_document() -> None:

@@ -20,7 +20,7 @@ import attrs
 
 from netprobe.driven import DrivenRun
 from netprobe.errors import ParseError
-from netprobe.plugin import Capabilities, Reporter
+from netprobe.plugin import Capabilities, Reporter, fill_missing
 from netprobe.schema import (
     Endpoint,
     Interval,
@@ -183,18 +183,21 @@ class Iperf3Tool(IperfTool):
             raise ParseError("nothing to parse")
         readings = [_read_source(name, text) for name, text in sources]
         main = next((r for r in readings if r.is_client), readings[0])
-        parts = main.parts
+        spec = main.spec or TestSpec(tool="iperf3", duration_s=main.parts.duration_s or 10.0)
+        result = self._assembled(main, spec)
         for other in readings:
-            if other is not main:
-                _merge(parts, other.parts)
-        spec = main.spec or TestSpec(tool="iperf3", duration_s=parts.duration_s or 10.0)
-        shift_after_warmup(parts, spec.omit_s)
-        status = "failed" if parts.errors else "ok"
-        raw = tuple(r.raw for r in readings)
-        tool = ToolInfo(name=self.name, version=parts.version)
-        return assemble(
-            parts, tool=tool, spec=spec, start_time=parts.start_time, status=status, raw=raw
-        )
+            if other is not main:  # the same test seen from the other end
+                result = fill_missing(result, self._assembled(other, spec))
+        warnings = [w for r in readings for w in r.parts.warnings]
+        errors = list(dict.fromkeys(e for r in readings for e in r.parts.errors))
+        return attrs.evolve(result, status="failed" if errors else "ok", errors=tuple(errors),
+                            warnings=tuple(dict.fromkeys([*warnings, *result.warnings])),
+                            raw=tuple(r.raw for r in readings))
+
+    def _assembled(self, reading: _Reading, spec: TestSpec) -> Result:
+        shift_after_warmup(reading.parts, spec.omit_s)
+        tool = ToolInfo(name=self.name, version=reading.parts.version)
+        return assemble(reading.parts, tool=tool, spec=spec, start_time=reading.parts.start_time)
 
 
 def shift_after_warmup(parts: Parts, omit_s: float) -> None:
@@ -349,20 +352,3 @@ def _read_source(name: str, text: str) -> _Reading:
         return _Reading(parts, spec, is_client, raw)
     parts = p3.parse_human_text(text, name)
     return _Reading(parts, None, "Connecting to host" in text, raw)
-
-
-def _merge(parts: Parts, other: Parts) -> None:
-    """Add what another output of the same test knows and ``parts`` does not: the other
-    side's intervals, and summary sides left unknown."""
-    have = {(i.direction, i.role) for i in parts.intervals}
-    parts.intervals.extend(i for i in other.intervals if (i.direction, i.role) not in have)
-    for index, flow in enumerate(parts.summaries):
-        theirs = next((f for f in other.summaries if f.direction == flow.direction), None)
-        if theirs is not None:
-            parts.summaries[index] = attrs.evolve(
-                flow, sender=flow.sender or theirs.sender, receiver=flow.receiver or theirs.receiver
-            )
-    if not parts.summaries:
-        parts.summaries = list(other.summaries)
-    parts.warnings.extend(other.warnings)
-    parts.errors.extend(e for e in other.errors if e not in parts.errors)
