@@ -70,3 +70,21 @@ def test_importing_netprobe_stays_cheap() -> None:
             "print(callable(netprobe.run))")
     done = run_code(code)
     assert done.stdout.splitlines()[-2:] == ["[]", "True"]
+
+
+def test_saved_results_read_back_and_summarised_as_documented() -> None:
+    # docs/api.md, "Saving and reading results": a JSON document and a JSON line in one
+    # file, read back, grouped by tool and summarised.
+    from netprobe.convert import from_json, to_json
+    from netprobe.results.analysis import group_results, group_stats
+    from netprobe.results.saved import read_results
+    from tests.test_formats import sample_result
+
+    result = sample_result()
+    text = to_json(result) + "\n" + json.dumps(json.loads(to_json(result))) + "\n"
+    found, warning = read_results(text, "saved.json")
+    assert found == [from_json(to_json(result))] * 2 and warning is None
+    groups = group_results(found, ["tool"])
+    assert [g.label for g in groups] == [result.tool.name]
+    stats = group_stats(groups)
+    assert (stats[0].total, stats[0].ok) == (2, 2) and stats[0].figures
