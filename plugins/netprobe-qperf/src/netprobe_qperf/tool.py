@@ -37,18 +37,18 @@ from typing import Any, ClassVar, Optional
 
 from netprobe.driven import (
     DrivenProcess,
-    DrivenRun,
+    DrivenSession,
     DrivenTool,
     Ready,
     free_port,
-    is_local_host,
     listening,
+    local_server_wanted,
     read_version,
     readable_sources,
     system_name,
 )
-from netprobe.errors import ParseError, TestFailed, TestInterrupted
-from netprobe.plugin import Availability, Capabilities, Reporter, utc_now_iso
+from netprobe.errors import ParseError
+from netprobe.plugin import Availability, Capabilities, Reporter
 from netprobe.schema import Endpoint, Interval, RawOutput, Result, TestSpec, ToolInfo
 
 from netprobe_qperf import results
@@ -126,7 +126,8 @@ class QperfTool(DrivenTool):
     def run(self, spec: TestSpec, reporter: Reporter) -> Result:
         """Run the throughput test, then the latency test; a local server when needed."""
         self.check(spec)
-        session = _Session(spec, reporter, self.binary(), self.probe().version, self.options)
+        session = QperfSession(spec, reporter, self.binary(), self.probe().version,
+                               self.options)
         return session.run()
 
     def far_end_argv(self, spec: TestSpec, address: str, port: int) -> Optional[list[str]]:
@@ -146,25 +147,21 @@ class QperfTool(DrivenTool):
         return results.from_saved(name, text, out)
 
 
-class _Session:
-    """One run: the server (for a local test), the client runs, and the result."""
+class QperfSession(DrivenSession):
+    """One run: the server (for a local test), the two client runs, and the result."""
 
     def __init__(self, spec: TestSpec, reporter: Reporter, binary: str,
                  version: Optional[str], options: dict[str, Any]) -> None:
-        self.spec = spec
+        super().__init__(spec, reporter, tool="qperf", version=version)
         self.binary = binary
-        self.version = version
         self.latency_s = int(options.get("latency_s", DEFAULT_LATENCY_S))
-        self.local = bool(options.get("start_server", True)) and is_local_host(spec.host)
+        self.local = local_server_wanted(spec, options)
         self.port = spec.port or (free_port() if self.local else DEFAULT_LISTEN_PORT)
         self.host = self._connect_host()
-        self.start_time = utc_now_iso()
         self.server: Optional[DrivenProcess] = None
         self.clients: list[DrivenProcess] = []
         self.outputs: list[Output] = []
-        self.problems: list[str] = []
         self.sampler: Optional[Sampler] = None
-        self.driven = DrivenRun(reporter, tool="qperf")
 
     def _connect_host(self) -> str:
         six = self.spec.ip_version == 6 or (self.spec.host is not None and ":" in self.spec.host)
@@ -173,29 +170,24 @@ class _Session:
         assert self.spec.host is not None
         return self.spec.host
 
-    def run(self) -> Result:
-        """The Result; TestFailed or TestInterrupted (with what was measured) otherwise."""
-        with self.driven as run:
-            if self._start_server():
-                self._client(results.bw_test(self.spec), int(self.spec.duration_s or 0))
-                if self.latency_s > 0 and not self.problems:
-                    self._client(results.lat_test(self.spec), self.latency_s)
-        if run.interrupted:
-            partial = self._result("interrupted", ["interrupted by the user"])
-            raise TestInterrupted("interrupted: qperf stopped", partial)
-        return self._finish()
-
-    def _start_server(self) -> bool:
+    def start_server(self) -> bool:
         """Start the local server (a test on this machine); False if it did not listen."""
         if not self.local:
             return True
         argv = (self.binary, "--listen_port", str(self.port))
-        self.server = self.driven.start("server", argv)
-        if self.driven.wait_ready(self.server, _listening(self.port), _START_TIMEOUT_S):
-            return True
-        why = self.server.text.strip() or f"exit code {self.server.returncode}"
-        self.problems.append(f"qperf server did not listen on port {self.port}: {why}")
-        return False
+        ready = self.serve("server", argv, _listening(self.port), _START_TIMEOUT_S)
+        self.server = self.driven.processes["server"]
+        return ready
+
+    def run_client(self) -> None:
+        """The throughput test, then (unless it failed) the latency test."""
+        self._client(results.bw_test(self.spec), int(self.spec.duration_s or 0))
+        if self.latency_s > 0 and not self.problems:
+            self._client(results.lat_test(self.spec), self.latency_s)
+
+    def failures(self) -> list[str]:
+        """What went wrong in either client run."""
+        return list(self.problems)
 
     def _client(self, test: str, seconds: int) -> None:
         argv = [self.binary, self.host, "--listen_port", str(self.port), "-t", str(seconds),
@@ -235,13 +227,8 @@ class _Session:
             why = "; ".join(out.errors) or "no figures printed"
             self.problems.append(f"qperf {test} failed (exit code {code}): {why}")
 
-    def _finish(self) -> Result:
-        if not self.problems:
-            return self._result("ok", [])
-        why = "; ".join(self.problems)
-        raise TestFailed(f"qperf failed: {why}", self._result("failed", list(self.problems)))
-
-    def _result(self, status: str, errors: list[str]) -> Result:
+    def result(self, status: str, errors: list[str]) -> Result:
+        """The Result from qperf's reports (also partial), with netprobe's samples."""
         figures = results.Figures.from_outputs(self.outputs, self.spec)
         figures.lat_when = f", a {self.latency_s} s test after the throughput test"
         local = Endpoint(role="client", system=system_name())
@@ -252,17 +239,18 @@ class _Session:
             start_time=self.start_time, local=local, remote=remote, status=status,
             duration_s=figures.duration_s(), summaries=figures.summaries(True, self.local),
             streams=figures.streams(), latency=figures.latency(),
-            intervals=self._intervals(),
+            intervals=self.intervals(),
             warnings=(*self._warnings(figures), *self.driven.warnings),
             errors=tuple(errors), raw=self._raw(),
         )
 
-    def _intervals(self) -> tuple[Interval, ...]:
+    def intervals(self) -> tuple[Interval, ...]:
+        """The samples taken from the processes' I/O counters (qperf prints none)."""
         return tuple(self.sampler.intervals) if self.sampler is not None else ()
 
     def _warnings(self, figures: results.Figures) -> list[str]:
         found = figures.warnings()
-        return [NOTE, *found] if self._intervals() else found
+        return [NOTE, *found] if self.intervals() else found
 
     def _raw(self) -> tuple[RawOutput, ...]:
         found = [client.raw() for client in self.clients]
