@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from netprobe.plugin import Tool
+from netprobe.testing import RecordingReporter
 
 
 def _shared_dir() -> Path | None:
@@ -51,6 +52,12 @@ def read_fixture(name: str) -> str:
     if not path.exists():
         pytest.skip(f"fixture {name} not found")
     return path.read_text()
+
+
+def run_recorded(tool: Tool, spec: Any) -> tuple[Any, RecordingReporter]:
+    """Run ``spec`` on ``tool`` with a reporter that keeps every interval and note."""
+    recorder = RecordingReporter()
+    return tool.run(spec, recorder), recorder
 
 
 BUILT_BIN = Path(

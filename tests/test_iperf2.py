@@ -23,7 +23,7 @@ from netprobe.tools.iperf2 import parse_output as p2
 from netprobe.tools.iperf2.command import client_argv
 from netprobe.tools.iperf2.tool import Iperf2Tool
 from netprobe.tools.iperf3.tool import Iperf3Tool
-from tests.peers import PEER_FIXTURES, read_fixture
+from tests.peers import PEER_FIXTURES, read_fixture, run_recorded
 from tests.test_cli import netprobe_cmd
 
 PEERS = PEER_FIXTURES
@@ -434,8 +434,7 @@ needs_iperf = pytest.mark.skipif(shutil.which("iperf") is None, reason="iperf (2
 
 
 def run(spec: TestSpec, **options) -> tuple[Result, RecordingReporter]:
-    recorder = RecordingReporter()
-    return Iperf2Tool(options).run(spec, recorder), recorder
+    return run_recorded(Iperf2Tool(options), spec)
 
 
 @pytest.mark.peers

@@ -21,7 +21,7 @@ from netprobe.plugin import fill_missing
 from netprobe.schema import Result, TestSpec
 from netprobe.testing import RecordingReporter
 from netprobe.tools.iperf3 import Iperf3Tool
-from tests.peers import PEER_FIXTURES, PeerBinary, peer_params, read_fixture
+from tests.peers import PEER_FIXTURES, PeerBinary, peer_params, read_fixture, run_recorded
 
 PEERS = PEER_FIXTURES
 C2S, S2C = "client_to_server", "server_to_client"
@@ -587,8 +587,7 @@ needs_iperf3 = pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3
 
 
 def run(spec: TestSpec, **options) -> tuple[Result, RecordingReporter]:
-    recorder = RecordingReporter()
-    return Iperf3Tool(options).run(spec, recorder), recorder
+    return run_recorded(Iperf3Tool(options), spec)
 
 
 @pytest.mark.peers

@@ -258,6 +258,25 @@ def with_cpu(side: SideSummary | None, cpu: Cpu | None) -> SideSummary | None:
     return attrs.evolve(side, cpu=cpu)
 
 
+def side_of(sample: Interval, **figures: Any) -> SideSummary:
+    """A side's summary from its final report line, read like an interval: span, bytes,
+    rate, retransmits (of the test's own connections), UDP packets, loss and jitter as the
+    line gives them; ``figures`` add what the tool knows besides."""
+    side = SideSummary(
+        role=sample.role,
+        start_s=sample.start_s,
+        end_s=sample.end_s,
+        bytes=sample.bytes,
+        bits_per_second=sample.bits_per_second,
+        retransmits=sample.retransmits,
+        retransmits_scope="connection" if sample.retransmits is not None else None,
+        packets=sample.packets,
+        lost_packets=sample.lost_packets,
+        jitter_ms=sample.jitter_ms,
+    )
+    return attrs.evolve(side, **figures) if figures else side
+
+
 def side_directions(process_is_client: bool, role: str) -> str:
     """The flow direction of data that this process sent (role sender) or received."""
     sends_forward = process_is_client == (role == "sender")

@@ -23,7 +23,7 @@ import attrs
 
 from netprobe.errors import ParseError
 from netprobe.schema import Endpoint, FlowSummary, Interval, Latency, SideSummary, StreamResult
-from netprobe.tools._iperf_common import Parts, side_directions, tcp_rtt_latency
+from netprobe.tools._iperf_common import Parts, side_directions, side_of, tcp_rtt_latency
 
 TOOL = "iperf2"
 """The ``measured_by`` of iperf 2's latency figures."""
@@ -412,22 +412,13 @@ def _side(
     rtts = [i.rtt_us for i in samples if i.rtt_us is not None]
     cwnds = [i.cwnd_bytes for i in samples if i.cwnd_bytes is not None]
     lost, total = s.lost_packets, s.packets
-    return SideSummary(
-        role=record.role,
-        start_s=s.start_s,
-        end_s=s.end_s,
-        bytes=s.bytes,
-        bits_per_second=s.bits_per_second,
-        retransmits=s.retransmits,
-        retransmits_scope="connection" if s.retransmits is not None else None,
+    return side_of(
+        s,
         min_rtt_us=min(rtts) if rtts else None,
         max_rtt_us=max(rtts) if rtts else None,
         cwnd_bytes=max(cwnds) if cwnds else None,
-        packets=total,
-        lost_packets=lost,
         lost_percent=100.0 * lost / total if lost is not None and total else None,
         out_of_order_packets=_final_ooo(record, ooo),
-        jitter_ms=s.jitter_ms,
     )
 
 

@@ -37,6 +37,7 @@ from netprobe.tools._iperf_common import (
     StreamNumbers,
     process_cpu,
     side_directions,
+    side_of,
     with_cpu,
 )
 
@@ -205,18 +206,14 @@ def _received(block: dict[str, Any]) -> int | None:
 
 
 def _tcp_sender(block: dict[str, Any]) -> SideSummary:
-    start, end, nbytes, bps = _span(block)
     retransmits = _count(block, "retransmits")
     if block.get("sender") is False:
         # The writer did not send this stream: iperf3 fills the RTT/cwnd fields from the
         # writer's own receiving socket (or zeros), not from the sender. Unknown.
         block = {k: v for k, v in block.items() if k not in _SENDER_TCP_INFO}
-    return SideSummary(
-        role="sender",
-        start_s=start,
-        end_s=end,
-        bytes=nbytes,
-        bits_per_second=bps,
+    return _plain_side(
+        block,
+        "sender",
         retransmits=retransmits,
         retransmits_scope="connection" if retransmits is not None else None,
         rtt_us=_known_int(block, "mean_rtt"),
@@ -229,23 +226,21 @@ def _tcp_sender(block: dict[str, Any]) -> SideSummary:
 _SENDER_TCP_INFO = ("mean_rtt", "min_rtt", "max_rtt", "max_snd_cwnd")
 
 
-def _plain_side(block: dict[str, Any], role: str) -> SideSummary:
+def _plain_side(block: dict[str, Any], role: str, **figures: Any) -> SideSummary:
+    """A side's summary of ``block``'s span, bytes and rate, with ``figures`` besides."""
     start, end, nbytes, bps = _span(block)
-    return SideSummary(role=role, start_s=start, end_s=end, bytes=nbytes, bits_per_second=bps)
+    return SideSummary(role=role, start_s=start, end_s=end, bytes=nbytes, bits_per_second=bps,
+                       **figures)
 
 
 def _udp_receiver(block: dict[str, Any], totals: dict[str, Any] | None) -> SideSummary:
     """Receiver figures of a UDP stream or flow: loss and jitter from ``block``, bytes
     from ``totals`` (the receiver's own count) when given."""
-    start, end, nbytes, bps = _span(totals if totals is not None else block)
-    return SideSummary(
-        role="receiver",
-        start_s=start,
-        end_s=end,
-        bytes=nbytes,
-        bits_per_second=bps,
-        packets=_received({**(totals if totals is not None else block),
-                           "lost_packets": block.get("lost_packets")}),
+    counted = totals if totals is not None else block
+    return _plain_side(
+        counted,
+        "receiver",
+        packets=_received({**counted, "lost_packets": block.get("lost_packets")}),
         lost_packets=_count(block, "lost_packets"),
         lost_percent=_num(block, "lost_percent"),
         out_of_order_packets=_count(block, "out_of_order"),
@@ -254,15 +249,7 @@ def _udp_receiver(block: dict[str, Any], totals: dict[str, Any] | None) -> SideS
 
 
 def _udp_sender(block: dict[str, Any]) -> SideSummary:
-    start, end, nbytes, bps = _span(block)
-    return SideSummary(
-        role="sender",
-        start_s=start,
-        end_s=end,
-        bytes=nbytes,
-        bits_per_second=bps,
-        packets=_count(block, "packets"),
-    )
+    return _plain_side(block, "sender", packets=_count(block, "packets"))
 
 
 @attrs.define
@@ -852,28 +839,14 @@ def parse_human_text(text: str, source: str = "<input>") -> Parts:
             continue
         sample = _numbered(parsed, numbers)
         if parsed.summary:
-            sides.setdefault((sample.direction, sample.stream_id), {})[parsed.role] = _side(sample)
+            key = (sample.direction, sample.stream_id)
+            sides.setdefault(key, {})[parsed.role] = side_of(sample)
         else:
             parts.intervals.append(sample)
     if not parts.intervals and not sides:
         raise ParseError("no iperf3 interval or summary lines found", source)
     _human_summaries(parts, sides)
     return parts
-
-
-def _side(sample: Interval) -> SideSummary:
-    return SideSummary(
-        role=sample.role,
-        start_s=sample.start_s,
-        end_s=sample.end_s,
-        bytes=sample.bytes,
-        bits_per_second=sample.bits_per_second,
-        retransmits=sample.retransmits,
-        retransmits_scope="connection" if sample.retransmits is not None else None,
-        packets=sample.packets,
-        lost_packets=sample.lost_packets,
-        jitter_ms=sample.jitter_ms,
-    )
 
 
 def _human_summaries(
