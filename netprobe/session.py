@@ -10,14 +10,22 @@
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional
 
 import attrs
 from attrs import frozen
 
-from netprobe.errors import NetprobeError, SpecError, TestFailed, ToolUnavailable, one_line
+from netprobe.errors import (
+    NetprobeError,
+    SpecError,
+    TestFailed,
+    TestInterrupted,
+    ToolUnavailable,
+    one_line,
+)
 from netprobe.plugin import Availability, Reporter, Tool
-from netprobe.schema import Result, TestSpec
+from netprobe.schema import Interval, Result, TestSpec
 
 
 @frozen
@@ -78,12 +86,90 @@ def run_spec(tool: Tool, spec: TestSpec, reporter: Reporter, *,
     far end; without one the tool runs against whatever server listens there.
     """
     prepare(tool, spec, from_host=from_host)
+    watch = ByteCountWatch(reporter, spec) if spec.bytes_total is not None else None
     try:
-        return _run(tool, spec, reporter, from_host, agent)
+        return _said_if_nothing_sent(_run(tool, spec, watch or reporter, from_host, agent))
+    except TestInterrupted as exc:
+        if watch is None or watch.overran is None:
+            raise
+        raise TestFailed(f"{tool.name}: {watch.overran}",
+                         _failed(exc.partial, watch.overran)) from None
     except (TestFailed, SpecError, ToolUnavailable, BrokenPipeError):
         raise  # a closed stdout is the caller's output failing, not the test
     except (NetprobeError, OSError) as exc:  # the test did not complete
         raise TestFailed(f"{tool.name}: {exc}") from exc
+
+
+OVERRUN_FACTOR = 4
+"""A byte-count test is stopped once a flow's intervals add up to this many times its
+count (plus :data:`OVERRUN_SLACK_BYTES`): tools round a count up to whole writes, none
+by this much."""
+OVERRUN_SLACK_BYTES = 64 << 20
+
+
+class ByteCountWatch:
+    """The reporter of a byte-count test (``-n``): passes every event on, and stops a run
+    whose tool goes on well past the count asked (iperf 2.1.8 with ``-n`` below 10 bytes
+    sends until it is stopped, and a byte-count run has no deadline to stop it).
+
+    It stops the run as Ctrl-C does (KeyboardInterrupt), and only on the thread that
+    started the test: a driven tool calls its reporter there (the Reporter contract); the
+    native engine, whose relay thread calls it, sends exactly its count anyway."""
+
+    def __init__(self, reporter: Reporter, spec: TestSpec) -> None:
+        self._reporter = reporter
+        self._count = spec.bytes_total or 0
+        self._streams = spec.streams
+        self._thread = threading.get_ident()
+        self._moved: dict[tuple[str, str, Optional[int]], int] = {}
+        self.overran: Optional[str] = None
+        """Why the run was stopped (None: it was not)."""
+
+    def interval(self, sample: Interval) -> None:
+        """Pass ``sample`` on; stop the run if its flow is far past the count."""
+        self._reporter.interval(sample)
+        key = (sample.direction, sample.role, sample.stream_id)
+        moved = self._moved[key] = self._moved.get(key, 0) + (sample.bytes or 0)
+        per = self._count * (self._streams if sample.stream_id is None else 1)
+        if moved > per * OVERRUN_FACTOR + OVERRUN_SLACK_BYTES and self.overran is None:
+            self.overran = (f"stopped: the tool went on past the byte count ({moved} bytes "
+                            f"{'sent' if sample.role == 'sender' else 'received'} of the "
+                            f"{per} asked)")
+            if threading.get_ident() == self._thread:
+                raise KeyboardInterrupt
+
+    def note(self, message: str) -> None:
+        """Pass ``message`` on."""
+        self._reporter.note(message)
+
+
+def _said_if_nothing_sent(result: Result) -> Result:
+    """A complete result whose sender counted 0 bytes says why that may be (a rate so low
+    that the first write fell in the warm-up, and the next after the end): the figures are
+    true, and a bare 0 reads like a failure."""
+    if result.status != "ok":
+        return result
+    spec = result.spec
+    empty = [flow.direction for flow in result.summaries
+             if flow.sender is not None and flow.sender.bytes == 0]
+    if not empty:
+        return result
+    why = ""
+    if spec.rate_bits_per_second and spec.length_bytes:
+        every = spec.length_bytes * 8 / spec.rate_bits_per_second
+        why = (f": at {spec.rate_bits_per_second:g} bit/s a {spec.length_bytes}-byte write "
+               f"goes every {every:g} s")
+    warm = f" after the {spec.omit_s:g} s warm-up" if spec.omit_s else ""
+    note = f"the {', '.join(empty)} sender sent 0 bytes in the measured time{warm}{why}"
+    return attrs.evolve(result, warnings=(*result.warnings, note))
+
+
+def _failed(partial: Any, reason: str) -> Any:
+    """A partial Result of a run the watch stopped: failed, saying why (not the tool's
+    "interrupted": no one pressed Ctrl-C)."""
+    if not isinstance(partial, Result):
+        return partial
+    return attrs.evolve(partial, status="failed", errors=(reason,))
 
 
 def _run(tool: Tool, spec: TestSpec, reporter: Reporter, from_host: Optional[str],

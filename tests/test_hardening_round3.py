@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import gc
 import json
+import random
+import shutil
+import subprocess
 import sys
+import time
 import weakref
 from pathlib import Path
 
@@ -14,9 +18,12 @@ import pytest
 
 from netprobe.driven import DrivenRun
 from netprobe.engine.side import Side
+from netprobe.errors import TestFailed
 from netprobe.plugin import NullReporter
-from netprobe.schema import Interval
+from netprobe.schema import Interval, TestSpec
 
+from .budget import scaled
+from .servers import NETPROBE, netprobe_server
 from .test_hardening_round2 import engine_server, run_spec_port
 
 # --- the soak's growth: a finished test's objects are collected --------------------------------
@@ -41,8 +48,13 @@ def test_finished_tests_are_collected_not_frozen(monkeypatch: pytest.MonkeyPatch
                      {"direction": "bidir"}):
             assert run_spec_port(server.port, **kind).status == "ok"
         assert gc.get_freeze_count() <= frozen  # nothing more out of the collector's sight
-    gc.collect()
-    alive = [ref() for ref in sides[2:] if ref() is not None]  # past the first test's two
+    deadline = time.monotonic() + 5.0  # the server's session threads wind down on their own
+    while True:
+        gc.collect()
+        alive = [ref for ref in sides[2:] if ref() is not None]  # past the first test's two
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert alive == [], f"{len(alive)} finished tests' Side objects still alive"
 
 
@@ -107,3 +119,101 @@ def test_json_stream_writes_every_interval_as_it_comes_and_report_reads_it(
     partial = load_texts([("torn.jsonl", torn)])
     assert [r.status for r in partial.results] == ["interrupted"]
     assert len(partial.results[0].intervals) == 6 and "without its end" in partial.warnings[0]
+
+
+# --- item 18: runs that move bytes and say nonsense; a bounded fuzz of the numeric options -------
+
+
+@pytest.mark.skipif(shutil.which("iperf") is None, reason="iperf (2) is not installed")
+def test_a_tool_that_runs_past_its_byte_count_is_stopped() -> None:
+    """iperf 2.1.8 with -n below 10 bytes sends until stopped, and a byte-count run has no
+    deadline: it ran for ever (94 GB in 96 s before it was killed by hand)."""
+    try:
+        done = subprocess.run([*NETPROBE, "run", "--tool", "iperf2", "-n", "1", "--format",
+                               "json"], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("netprobe run --tool iperf2 -n 1 still ran after 60 s")
+    assert done.returncode == 5, done.stderr
+    assert "past the byte count" in done.stderr and "Traceback" not in done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "failed" and "past the byte count" in result["errors"][0]
+
+
+def test_a_paced_byte_count_longer_than_the_limit_is_refused() -> None:
+    with engine_server(max_duration_s=60) as server, pytest.raises(TestFailed) as refused:
+        run_spec_port(server.port, protocol="udp", bytes_total=128 << 10, duration_s=None,
+                      rate_bits_per_second=8.0)
+    assert "131072 s" in str(refused.value) and "limit of 60 s" in str(refused.value)
+
+
+def test_nothing_sent_after_the_warm_up_is_said() -> None:
+    from netprobe.session import run_spec
+    from netprobe.tools.native import NativeTool
+
+    spec = TestSpec(protocol="udp", rate_bits_per_second=1.0, length_bytes=1000, omit_s=0.1,
+                    duration_s=0.3, interval_s=None)
+    result = run_spec(NativeTool(), spec, NullReporter())
+    assert result.status == "ok" and result.summaries[0].sender is not None
+    assert result.summaries[0].sender.bytes == 0  # the one datagram went in the warm-up
+    assert any("sent 0 bytes in the measured time after the 0.1 s warm-up" in w
+               and "every 8000 s" in w for w in result.warnings), result.warnings
+
+
+_NUMERIC = (
+    ("-t", (0.1, 0.15, 0.3, 0.5)), ("-n", (1, 16, 17, 100, "64k", 131073, "1m")),
+    ("-O", (0, 0.1, 0.3)), ("-i", (0.1, 0.5, 2, 0)), ("-b", (1, 100, "10k", "100m", 0)),
+    ("-l", (1, 16, 17, 1472, "64k", "1m")), ("-P", (1, 2, 8)), ("-w", ("4k", 1, "1m")),
+    ("-M", (88, 536, 9000)), ("-R", ()), ("--bidir", ()), ("-u", ()),
+)
+
+
+def _fuzz_args(rng: random.Random) -> list[str]:
+    args: list[str] = []
+    for flag, values in rng.sample(_NUMERIC, rng.randint(1, 5)):
+        args += [flag, str(rng.choice(values))] if values else [flag]
+    return args if {"-t", "-n"} & set(args) else [*args, "-t", "0.2"]
+
+
+def _fuzz_problems(code: int, out: str, err: str) -> list[str]:
+    """What is wrong with one run's ending (nothing: [])."""
+    if "Traceback" in err or "internal error" in err:
+        return [f"a traceback: {err[-300:]}"]
+    if code not in (0, 2, 5):
+        return [f"exit {code}: {err[-200:]}"]
+    if code == 2:  # a usage error: argparse's short usage line, then one line
+        lines = [line for line in err.splitlines() if not line.startswith("usage:")]
+        return [] if len(lines) == 1 else [f"a usage error of {len(lines)} lines: {err}"]
+    if code != 0:
+        return []
+    result = json.loads(out)
+    problems = []
+    for flow in result["summaries"]:
+        for role in ("sender", "receiver"):
+            side = flow.get(role) or {}
+            moved, rate = side.get("bytes"), side.get("bits_per_second")
+            if moved and not rate:
+                problems.append(f"{role} moved {moved} bytes at {rate} bit/s")
+        sent = (flow.get("sender") or {}).get("bytes")
+        if sent == 0 and not any("sent 0 bytes" in w for w in result["warnings"]):
+            problems.append("status ok with 0 sender bytes, unexplained")
+    return problems
+
+
+@pytest.mark.slow
+def test_numeric_options_fuzzed_against_a_server(capsys: pytest.CaptureFixture[str]) -> None:
+    """Random mixes of -t -n -O -i -b -l -P -w -M -R --bidir -u against one server: never a
+    traceback, a usage error is one line, and an ok result never says 0 where bytes moved."""
+    from netprobe.cli.main import main
+
+    rng, bad, started = random.Random(16), [], time.monotonic()
+    with netprobe_server() as server:
+        for _ in range(scaled(30)):
+            if time.monotonic() - started > 60:
+                break
+            args = ["run", "127.0.0.1", "-p", str(server.port), *_fuzz_args(rng), "-J"]
+            code = main(args)
+            out, err = capsys.readouterr()
+            problems = _fuzz_problems(code, out, err)
+            if problems:
+                bad.append((args[4:], problems))
+    assert bad == []

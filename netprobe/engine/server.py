@@ -595,10 +595,11 @@ class Session:
         if memory > self.server.max_memory:
             self.refuse(f"the test's buffers need {_mib(memory)} of memory, over this server's "
                         f"limit of {_mib(self.server.max_memory)}")
-        planned = spec.planned_s()  # the warm-up runs on top of the duration
+        planned = max(spec.planned_s() or 0.0, _paced_seconds(spec))  # warm-up on top
         if planned and planned > cfg.max_duration_s:
             self.refuse(
-                f"duration {planned:g} s (with the warm-up) exceeds this server's limit of "
+                f"duration {planned:g} s (with the warm-up; a byte count at its rate) exceeds "
+                f"this server's limit of "
                 f"{cfg.max_duration_s:g} s"
             )
         if spec.streams > cfg.max_streams:
@@ -733,6 +734,14 @@ class Session:
             stream.counters.sequence_base = self._sequence_base
             streams.append(stream)
         return streams
+
+
+def _paced_seconds(spec: TestSpec) -> float:
+    """How long a byte-count test at a fixed rate must take, warm-up included (0: not
+    paced): -n 128k at -b 8 would hold a slot for days before --max-duration stopped it."""
+    if spec.bytes_total is None or not spec.rate_bits_per_second:
+        return 0.0
+    return spec.bytes_total * 8 / spec.rate_bits_per_second + spec.omit_s
 
 
 class _Forwarder:
