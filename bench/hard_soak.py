@@ -44,6 +44,7 @@ NATIVE = [
     {"streams": 8},
 ]
 DRIVEN = {"iperf3": "iperf3", "iperf2": "iperf", "nuttcp": "nuttcp", "ntttcp": "ntttcp"}
+WHOLE_SECONDS = {"iperf3", "ntttcp"}  # their -t takes whole seconds
 
 
 def figures(pid: int) -> tuple[int, int, int]:
@@ -71,14 +72,14 @@ def settled(pid: int, timeout: float = 5.0) -> tuple[int, int, int]:
     return seen
 
 
-def native_test(port: int, extra: dict[str, Any]) -> Callable[[], str]:
+def native_test(port: int, extra: dict[str, Any], seconds: float) -> Callable[[], str]:
     def run() -> str:
-        spec = TestSpec(**{"duration_s": 0.3, "interval_s": None, "port": port, **extra})
+        spec = TestSpec(**{"duration_s": seconds, "interval_s": None, "port": port, **extra})
         return run_test(spec, NullReporter(), "127.0.0.1").status
     return run
 
 
-def agent_test(port: int, name: str) -> Callable[[], str]:
+def agent_test(port: int, name: str, seconds: float) -> Callable[[], str]:
     tool = load_registry(only=name).get(name)({"start_server": False})  # the agent starts it
 
     def run() -> str:
@@ -86,21 +87,24 @@ def agent_test(port: int, name: str) -> Callable[[], str]:
         if agent is None:
             return "no agent"
         try:
-            spec = TestSpec(tool=name, host="127.0.0.1", duration_s=1.0, interval_s=None)
+            spec = TestSpec(tool=name, host="127.0.0.1", duration_s=seconds, interval_s=None)
             far = agent.far_end(name, spec)
             result = tool.run(attrs.evolve(spec, port=far), NullReporter())
             agent.finish()
-            return result.status
+            return result.status if result.status == "ok" else f"{result.status}: {result.errors}"
         finally:
             agent.close()
     return run
 
 
-def plan(port: int) -> list[tuple[str, Callable[[], str]]]:
-    kinds = [(f"native {extra or 'tcp'}", native_test(port, extra)) for extra in NATIVE]
+def plan(port: int, native_s: float = 0.3,
+         driven_s: float = 1.0) -> list[tuple[str, Callable[[], str]]]:
+    kinds = [(f"native {extra or 'tcp'}", native_test(port, extra, native_s))
+             for extra in NATIVE]
     for name, binary in DRIVEN.items():
         if shutil.which(binary):
-            kinds.append((f"{name} via agent", agent_test(port, name)))
+            seconds = max(1.0, round(driven_s)) if name in WHOLE_SECONDS else driven_s
+            kinds.append((f"{name} via agent", agent_test(port, name, seconds)))
     return kinds
 
 
@@ -122,11 +126,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--tests", type=int, default=1000)
     parser.add_argument("--every", type=int, default=100)
     parser.add_argument("--max-seconds", type=float, default=1800.0)
+    parser.add_argument("--warm-up", type=int, default=100,
+                        help="tests after which the slope is measured from (plugins loaded, "
+                             "the allocator's arenas in use)")
+    parser.add_argument("--native-seconds", type=float, default=0.3)
+    parser.add_argument("--driven-seconds", type=float, default=1.0)
     args = parser.parse_args(argv)
     proc, port = start_server()
     started = time.monotonic()
     try:
-        kinds = plan(port)
+        kinds = plan(port, args.native_seconds, args.driven_seconds)
         print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cores, "
               f"{platform.system()} {platform.release()}")
         print("kinds: " + ", ".join(name for name, _ in kinds))
@@ -134,6 +143,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"{'tests':>6} {'rss KiB':>9} {'threads':>8} {'fds':>5} {'failed':>7}")
         print(f"{0:>6} {first[0]:>9} {first[1]:>8} {first[2]:>5} {0:>7}")
         failed: dict[str, int] = {}
+        warm: Optional[tuple[int, int, int]] = None
         done = 0
         while done < args.tests and time.monotonic() - started < args.max_seconds:
             name, run = kinds[done % len(kinds)]
@@ -142,16 +152,24 @@ def main(argv: Optional[list[str]] = None) -> int:
             except NetprobeError as exc:
                 status = f"error: {exc}"
             if status != "ok":
+                if name not in failed:
+                    print(f"{name} first not ok: {status}", flush=True)
                 failed[name] = failed.get(name, 0) + 1
             done += 1
-            if done % args.every == 0 or done == args.tests:
+            if done % args.every == 0 or done == args.tests or done == args.warm_up:
                 now = settled(proc.pid)
+                warm = now if done == args.warm_up else warm
                 print(f"{done:>6} {now[0]:>9} {now[1]:>8} {now[2]:>5} {sum(failed.values()):>7}",
                       flush=True)
         last = settled(proc.pid)
         print(f"after {done} tests in {time.monotonic() - started:.0f} s: rss {first[0]} -> "
               f"{last[0]} KiB, threads {first[1]} -> {last[1]}, fds {first[2]} -> {last[2]}; "
               f"not ok: {failed or 'none'}")
+        if warm is not None and done > args.warm_up:
+            slope = (last[0] - warm[0]) / (done - args.warm_up)
+            print(f"after the warm-up ({args.warm_up} tests): rss {warm[0]} -> {last[0]} KiB, "
+                  f"{slope:+.2f} KiB a test over the {done - args.warm_up} after it; threads "
+                  f"{warm[1]} -> {last[1]}, fds {warm[2]} -> {last[2]}")
     finally:
         proc.send_signal(signal.SIGINT)
         try:
