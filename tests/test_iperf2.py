@@ -222,6 +222,9 @@ def test_csv_22_with_header() -> None:
         1023 * 1024,
         50,
     )
+    # 2.2's enhanced CSV carries the RTT (2.1.8's -y C has no such column: no latency).
+    assert result.latency is not None and (result.latency.count, result.latency.mean_us) == (2, 45)
+    assert parse("iperf2-2.1.8-tcp-yC-e-i1-client.txt").latency is None
     udp = Iperf2Tool().parse([("server.csv", CSV_22_UDP_SERVER)])
     receiver = flow(udp, C2S).receiver
     assert (
