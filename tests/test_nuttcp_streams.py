@@ -21,7 +21,7 @@ from netprobe.tools.nuttcp import NuttcpTool
 from netprobe.tools.nuttcp import parse_output as p
 
 from .netlab import B_ADDR, Lab, shaped_pair, wait_listening
-from .peers import PeerBinary, default_peer, peer_binaries, peer_params
+from .peers import PeerBinary, peer_binaries, peer_params
 from .test_nuttcp import Recorder
 
 DATA = Path(__file__).parent / "data" / "nuttcp"
@@ -156,6 +156,7 @@ def test_live_intervals_reach_the_summary(peer: PeerBinary, direction: str) -> N
 
 # --- live, on a lossy bottleneck: real retransmits to add up ------------------------------
 
+NO_LAB = Lab.available()
 NUTTCP8 = next((found for _, found in peer_binaries("nuttcp")
                 if isinstance(found, PeerBinary) and found.at_least(8)), None)
 
@@ -163,12 +164,12 @@ NUTTCP8 = next((found for _, found in peer_binaries("nuttcp")
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.peers
-@pytest.mark.skipif(Lab.available() is not None, reason=str(Lab.available()))
+@pytest.mark.skipif(NO_LAB is not None, reason=str(NO_LAB))
 @pytest.mark.skipif(NUTTCP8 is None, reason="no nuttcp 8 (shared/peers/build.sh)")
 @pytest.mark.parametrize("options", [["-P", "2"], ["-R"]], ids=["two-streams", "reverse"])
 def test_retransmits_add_up_on_a_lossy_link(options: list[str],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    assert NUTTCP8 is not None and default_peer("nuttcp") is not None
+    assert NUTTCP8 is not None
     for name, value in NUTTCP8.env.items():
         monkeypatch.setenv(name, value)
     with shaped_pair(100) as (lab, a, b):

@@ -663,7 +663,7 @@ STREAMS_NOTE = (
 
 def stream_bytes(total: int, buflen: int, streams: int) -> list[int]:
     """Each stream's share of ``total``, as nuttcp's sender writes: whole buffers to stream
-    1, 2, ..., N, 1, ... in turn in one loop (so no stream runs ahead of another), and the
+    1, 2, ..., N, 1, ... in turn in one loop (no stream's writes run ahead of another's), and the
     write the end of the test cut short counts its part, on the stream that was next."""
     full, part = divmod(total, buflen)
     shares = [(full // streams + (index < full % streams)) * buflen for index in range(streams)]
