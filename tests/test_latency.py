@@ -156,6 +156,11 @@ def test_bufferbloat_grade_averages_download_and_upload_as_dslreports() -> None:
     assert lat.bloat_us == pytest.approx(40_000.0) and lat.grade == "B"
     assert [p.grade for p in lat.phases] == [None, "A", "C", "D"]
     assert lat.increase_us == pytest.approx(250_000.0)  # the largest median increase
+    from netprobe.cli.latencyview import verdict
+
+    words = verdict(lat).plain
+    assert "+250.0 ms over idle at the median in both (p50 251.0 ms)" in words, words
+    assert "bloat +40.0 ms (mean of download and upload), grade B" in words, words
 
 
 def _loaded_with(up_us: float, down_us: float) -> Latency:

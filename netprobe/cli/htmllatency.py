@@ -27,6 +27,8 @@ def latency_html(results: Sequence[Result]) -> list[str]:
         if latency is None or not latency.samples:
             continue
         grade = f", grade {latency.grade}" if latency.grade else ""
+        if latency.bloat_us is not None:
+            grade = f", bloat {latency.bloat_us / 1000:+.1f} ms{grade}"
         parts.append(f"<h3>{_e(result.tool.name)} {_e(result.start_time or '')}: "
                      f"{_e(latency.measured_by or '')}{_e(grade)}</h3>")
         parts.append(_figure(f"lat{n}-time", _over_time, latency, n))

@@ -124,8 +124,14 @@ def verdict(latency: Latency) -> Text:
     if latency.grade is None or latency.increase_us is None:
         text.append(f"no loaded phase; idle p50 {_ms(latency.p50_us)}")
         return text
-    text.append(f"{_signed_ms(latency.increase_us)} over idle "
-                f"(loaded p50 {_ms(latency.p50_us)}), ")
+    graded = [p for p in latency.phases if p.increase_us is not None]
+    if len(graded) > 1:  # the run's increase is its worst phase's: name it
+        worst = max(graded, key=lambda p: p.increase_us or 0.0)
+        text.append(f"{_signed_ms(latency.increase_us)} over idle at the median in "
+                    f"{worst.name} (p50 {_ms(worst.rtt.p50_us if worst.rtt else None)}), ")
+    else:
+        text.append(f"{_signed_ms(latency.increase_us)} over idle "
+                    f"(loaded p50 {_ms(latency.p50_us)}), ")
     if latency.rpm is not None:
         text.append(f"RPM {latency.rpm:,.0f}, ")
     if latency.bloat_us is not None:
