@@ -95,9 +95,11 @@ def test_deep_queue_shows_as_bufferbloat_upstream(pair) -> None:  # type: ignore
     assert latency["bloat_us"] == pytest.approx(loaded["rtt"]["mean_us"] - idle["rtt"]["p50_us"])
     assert latency["grade"] == grade(latency["bloat_us"])
     # D needs a mean bloat of 200 ms, 96 % of the full queue's 207.5 ms all the time; cubic
-    # backs off by 30 % at each loss and refills, so its queue averages 70-100 % of full:
-    # C (60-200 ms) or, with the queue near full throughout, D; never better, never F.
-    assert 0.6 * expected_ms <= latency["bloat_us"] / 1000 <= expected_ms + 5
+    # backs off by 30 % at each loss and refills, and the ramp of slow start counts too,
+    # so the mean sits below the full queue: the same 100 ms bar as the median's increase,
+    # never more than the queue holds; C (60-200 ms) or, with the queue near full
+    # throughout, D; never better, never F.
+    assert 100 <= latency["bloat_us"] / 1000 <= expected_ms + 5
     assert latency["grade"] in ("C", "D")
     # The other direction has no queue: its delay stays low.
     assert loaded["server_to_client"]["p50_us"] < 5000
