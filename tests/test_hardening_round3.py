@@ -8,8 +8,10 @@ import gc
 import json
 import random
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -217,3 +219,37 @@ def test_numeric_options_fuzzed_against_a_server(capsys: pytest.CaptureFixture[s
             if problems:
                 bad.append((args[4:], problems))
     assert bad == []
+
+
+# --- the agent's rate guard sees every send ---------------------------------------------------
+
+_SENDMSG_SENDER = """
+import socket, sys, time
+sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+block, end = [b"x" * 65536], time.monotonic() + 15
+while time.monotonic() < end:
+    sock.sendmsg(block)  # not write(): /proc/PID/io does not count it
+"""
+
+
+def test_the_rate_guard_sees_a_far_end_that_sends_with_sendmsg() -> None:
+    from netprobe.agent.guard import Guard, limits_for
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        sender = subprocess.Popen([sys.executable, "-c", _SENDMSG_SENDER,
+                                   str(listener.getsockname()[1])])
+        conn, _ = listener.accept()
+        sink = threading.Thread(target=lambda: [None for _ in iter(lambda: conn.recv(1 << 20),
+                                                                   b"")], daemon=True)
+        sink.start()
+        try:
+            guard = Guard(sender.pid, limits_for(1, 1, 60.0, 1e6, lambda _address: True))
+            breach, deadline = None, time.monotonic() + 6.0
+            while breach is None and time.monotonic() < deadline:
+                breach = guard.breach()
+                time.sleep(0.2)
+        finally:
+            sender.kill()
+            sender.wait(5)
+            conn.close()
+    assert breach is not None and "Mbit/s" in breach, "a sendmsg sender was never seen"

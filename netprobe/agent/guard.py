@@ -9,8 +9,13 @@ breach:
 * it holds more established TCP connections than the spec's streams allow (plus the
   tool's control and sync connections);
 * a connected socket of it talks to an address the agent's ``--allow`` list refuses;
-* with ``--max-rate``, it moves more bytes per second (read + written, /proc/PID/io)
-  than the streams at that rate could.
+* with ``--max-rate``, it moves more bytes per second than the streams at that rate
+  could. Two counters, the larger taken: its TCP connections' own byte counts (bytes
+  acknowledged by and received from the peer, each connection's ``tcp_info`` through
+  sock_diag, :mod:`netprobe.driven.tcpbytes`), which see every way of sending (write,
+  send, sendmsg, sendfile, splice, zero-copy); and the bytes it read and wrote
+  (/proc/PID/io), which see UDP too, but only through read/write (not send/sendto/sendmsg:
+  a UDP far end sending with those is not rate-watched).
 """
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import attrs
+
+from netprobe.driven import tcpbytes
 
 CHECK_S = 0.2  # how often the far end is looked at
 GRACE_S = 5.0  # past the planned end, how long a far end may run on
@@ -67,6 +74,7 @@ class Guard:
         self.pid = pid
         self.limits = limits
         self._io: Optional[tuple[float, int]] = None
+        self._tcp: dict[str, int] = {}  # inode -> its last byte count (closed ones kept)
 
     def breach(self) -> Optional[str]:
         """The first limit broken right now, in words; None if all hold."""
@@ -85,7 +93,7 @@ class Guard:
     def _rate_breach(self) -> Optional[str]:
         if self.limits.max_bytes_per_s is None:
             return None
-        now, moved = time.monotonic(), sum(_io_bytes(pid) for pid in _family(self.pid))
+        now, moved = time.monotonic(), self._moved()
         if self._io is None:
             self._io = (now, moved)
             return None
@@ -98,6 +106,21 @@ class Guard:
             return (f"it moved {rate * 8 / 1e6:.1f} Mbit/s, over the "
                     f"{self.limits.max_bytes_per_s * 8 / 1e6:.1f} Mbit/s the test's limits allow")
         return None
+
+
+    def _moved(self) -> int:
+        """Bytes the far end has moved so far: the larger of its TCP connections' counts
+        and its read/write counters (each misses what the other sees; neither overcounts)."""
+        pids = _family(self.pid)
+        inodes = _socket_inodes(pids)
+        for family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                for _local, _remote, acked, received, inode in tcpbytes.sockets(family):
+                    if str(inode) in inodes:
+                        self._tcp[str(inode)] = acked + received
+            except OSError:  # no sock_diag here: the read/write counters only
+                break
+        return max(sum(self._tcp.values()), sum(_io_bytes(pid) for pid in pids))
 
 
 def listens(pid: int, port: int) -> bool:

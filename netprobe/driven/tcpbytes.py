@@ -36,6 +36,13 @@ def dump(family: int) -> Iterator[tuple[int, int, int, int]]:
     """``(local port, remote port, bytes_acked, bytes_received)`` of every TCP socket of
     ``family`` on this host (in this network namespace) but the listening ones. OSError
     where sock_diag is not there (not Linux, or no permission)."""
+    for found in sockets(family):
+        yield found[:4]
+
+
+def sockets(family: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """As :func:`dump`, with each socket's inode last (the ``socket:[N]`` of the
+    /proc/PID/fd link of the process that holds it)."""
     states = 0xFFFFFFFF & ~(1 << _TCP_LISTEN)
     body = _REQUEST.pack(family, socket.IPPROTO_TCP, 1 << (_INET_DIAG_INFO - 1), states)
     request = _HEADER.pack(_HEADER.size + len(body), SOCK_DIAG_BY_FAMILY,
@@ -65,7 +72,7 @@ def _messages(data: bytes) -> Iterator[tuple[int, bytes]]:
         offset += (length + 3) & ~3
 
 
-def _socket_bytes(payload: bytes) -> tuple[int, int, int, int] | None:
+def _socket_bytes(payload: bytes) -> tuple[int, int, int, int, int] | None:
     if len(payload) < _MESSAGE.size:
         return None
     fields = _MESSAGE.unpack_from(payload)
@@ -78,7 +85,7 @@ def _socket_bytes(payload: bytes) -> tuple[int, int, int, int] | None:
         info = payload[offset + _ATTRIBUTE.size:offset + length]
         if kind == _INET_DIAG_INFO and len(info) >= _BYTES_RECEIVED + 8:
             acked, received = struct.unpack_from("=QQ", info, _BYTES_ACKED)
-            return local, remote, acked, received
+            return local, remote, acked, received, fields[-1]
         offset += (length + 3) & ~3
     return None
 
@@ -114,4 +121,4 @@ def available(family: int = socket.AF_INET) -> bool:
     return True
 
 
-__all__ = ["TcpBytes", "available", "dump"]
+__all__ = ["TcpBytes", "available", "dump", "sockets"]
