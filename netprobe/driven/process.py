@@ -109,8 +109,7 @@ class DrivenProcess:
         self._cwd = cwd
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
-        self._lines: list[str] = []
-        self._chunks: list[str] = []
+        self._chunks: list[str] = []  # as printed, line endings kept: once, not twice
         self._eof = False
         self._cond = threading.Condition()
 
@@ -159,7 +158,7 @@ class DrivenProcess:
     def lines(self) -> list[str]:
         """The complete lines printed so far, without line endings."""
         with self._cond:
-            return list(self._lines)
+            return [chunk.rstrip("\r\n") for chunk in self._chunks]
 
     def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
@@ -177,7 +176,6 @@ class DrivenProcess:
         line = chunk.rstrip("\r\n")
         with self._cond:
             self._chunks.append(chunk)
-            self._lines.append(line)
             self._cond.notify_all()
         if self._on_line is not None:
             try:
@@ -209,10 +207,10 @@ class DrivenProcess:
         seen = 0
         with self._cond:
             while True:
-                for line in self._lines[seen:]:
-                    if predicate(line):
+                for chunk in self._chunks[seen:]:
+                    if predicate(chunk.rstrip("\r\n")):
                         return True
-                seen = len(self._lines)
+                seen = len(self._chunks)
                 remaining = deadline - time.monotonic()
                 if self._eof or remaining <= 0:
                     return False
