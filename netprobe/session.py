@@ -94,6 +94,13 @@ def run_spec(tool: Tool, spec: TestSpec, reporter: Reporter, *,
             raise
         raise TestFailed(f"{tool.name}: {watch.overran}",
                          _failed(exc.partial, watch.overran)) from None
+    except KeyboardInterrupt:
+        # The watch's stop reached us bare: the tool does not turn Ctrl-C into a partial
+        # result (a plugin may not). It is still the watch's stop, never the user's Ctrl-C,
+        # which would end a --repeat or compare as if someone had pressed it.
+        if watch is None or watch.overran is None:
+            raise
+        raise TestFailed(f"{tool.name}: {watch.overran}") from None
     except (TestFailed, SpecError, ToolUnavailable, BrokenPipeError):
         raise  # a closed stdout is the caller's output failing, not the test
     except (NetprobeError, OSError) as exc:  # the test did not complete

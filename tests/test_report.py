@@ -16,6 +16,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from netprobe.cli.exitcodes import ExitCode
 from netprobe.cli.outfile import append_text, choose_formats
 from netprobe.cli.tabulate import number, scale, sparkline, stats_header, stats_rows
 from netprobe.convert import from_json, to_json
@@ -318,13 +319,28 @@ def test_pause_needs_repeat(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_compare_interleaves_the_tools(capsys: pytest.CaptureFixture[str]) -> None:
     ReplayTool.specs.clear()
+    # The recording moves 500 MB: a count it keeps to (the overrun watch stops a tool that
+    # goes on far past the count; the next test is about that).
     code, out, err = run_main(capsys, "compare", "--tools", "replay,other", "-n", "2",
-                              "-t", "1", "--bytes", "1M")
+                              "-t", "1", "--bytes", "500M")
     assert code == 0, err
     assert [s.tool for s in ReplayTool.specs] == ["replay", "other", "replay", "other"]
-    assert all(s.bytes_total == 1024 * 1024 for s in ReplayTool.specs)
+    assert all(s.bytes_total == 500 * 1024 * 1024 for s in ReplayTool.specs)
     assert "ratio to replay" in out and "Tool" in out
     assert "2 rounds" in err
+
+
+def test_a_tool_past_its_byte_count_fails_its_trials_not_the_whole_compare(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The replay tool ignores -n (500 MB for 1 MiB asked) and lets the watch's stop
+    through bare: each trial fails and says why; it is never read as the user's Ctrl-C."""
+    ReplayTool.specs.clear()
+    code, _, err = run_main(capsys, "compare", "--tools", "replay,other", "-n", "2",
+                            "-t", "1", "--bytes", "1M")
+    assert code not in (0, ExitCode.INTERRUPTED), err
+    assert len(ReplayTool.specs) == 4, err  # every trial ran
+    assert "interrupted" not in err
+    assert "went on past the byte count" in err
 
 
 def test_compare_lists_the_tools_left_out(capsys: pytest.CaptureFixture[str]) -> None:
