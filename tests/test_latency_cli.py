@@ -94,7 +94,7 @@ def test_bufferbloat_on_loopback_writes_one_document_report_reads(tmp_path) -> N
 def test_rrul_loads_both_directions_at_once_with_probes_around(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """``netprobe rrul``: Flent's shape, one loaded phase with -P streams each way at once
     between two idle ones; graded by that phase alone."""
-    proc = netprobe_cmd("rrul", "-t", "1.5", "--idle", "0.5", "-P", "2", "--json")
+    proc = netprobe_cmd("rrul", "-t", "1", "--idle", "0.3", "-P", "2", "--json")
     assert proc.returncode == 0, proc.stderr
     document = json.loads(proc.stdout)
     latency = document["latency"]
