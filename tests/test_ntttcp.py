@@ -14,12 +14,13 @@ import pytest
 
 from netprobe.errors import ParseError, SpecError, TestFailed
 from netprobe.plugin import NullReporter
-from netprobe.schema import Interval, Result, SideSummary, TestSpec
+from netprobe.schema import Result, SideSummary, TestSpec
+from netprobe.testing import RecordingReporter
 from netprobe.tools.ntttcp import parse_output as p
 from netprobe.tools.ntttcp.command import common_args, free_base_port, sender_args
 from netprobe.tools.ntttcp.intervals import IntervalBuilder
 from netprobe.tools.ntttcp.tool import NtttcpTool
-from tests.peers import PEER_FIXTURES, PeerBinary, peer_params
+from tests.peers import PEER_FIXTURES, PeerBinary, peer_params, read_fixture
 
 FIXTURES = PEER_FIXTURES
 
@@ -32,15 +33,8 @@ def _fixtures(pattern: str) -> list[Path]:
     return sorted(FIXTURES.glob(pattern)) if FIXTURES.is_dir() else []
 
 
-def _read(name: str) -> str:
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"fixture {name} not found")
-    return path.read_text()
-
-
 def _parse(*names: str) -> Result:
-    return NtttcpTool().parse([(name, _read(name)) for name in names])
+    return NtttcpTool().parse([(name, read_fixture(name)) for name in names])
 
 
 def _printed(text: str) -> dict[str, str]:
@@ -183,7 +177,7 @@ def test_mapping_with_threads_and_connections_counts_all_connections() -> None:
 
 @needs_fixtures
 def test_terminal_output_with_carriage_returns() -> None:
-    _read("ntttcp-1.4.3-tcp-tty-sender-tty.txt")  # skips if absent
+    read_fixture("ntttcp-1.4.3-tcp-tty-sender-tty.txt")  # skips if absent
     # bytes as captured: read_text() would turn the lone \r into newlines
     text = (FIXTURES / "ntttcp-1.4.3-tcp-tty-sender-tty.txt").read_bytes().decode()
     parser = p.ConsoleParser()
@@ -197,7 +191,7 @@ def test_terminal_output_with_carriage_returns() -> None:
 
 @needs_fixtures
 def test_a_hung_receiver_still_has_a_complete_report() -> None:
-    lines = _read("ntttcp-1.4.3-tcp-1port-rcvhang-receiver.txt").split("\n")
+    lines = read_fixture("ntttcp-1.4.3-tcp-1port-rcvhang-receiver.txt").split("\n")
     parser = p.ConsoleParser()
     complete_at: list[int] = []
     for number, line in enumerate(lines):
@@ -247,13 +241,13 @@ def test_every_fixture_run_parses_as_a_group() -> None:
 
 @needs_fixtures
 def test_cut_result_files_and_consoles_are_parse_errors() -> None:
-    xml = _read("ntttcp-1.4.3-tcp-xml-sender.xml")
+    xml = read_fixture("ntttcp-1.4.3-tcp-xml-sender.xml")
     with pytest.raises(ParseError) as info:
         NtttcpTool().parse([("s.xml", xml[: len(xml) // 2])])
     assert info.value.source == "s.xml" and info.value.line is not None
     with pytest.raises(ParseError, match="JSON"):
-        NtttcpTool().parse([("s.json", _read("ntttcp-1.4.3-tcp-json-sender.json")[:300])])
-    console = _read("ntttcp-1.4.3-tcp-1port-sender.txt")
+        NtttcpTool().parse([("s.json", read_fixture("ntttcp-1.4.3-tcp-json-sender.json")[:300])])
+    console = read_fixture("ntttcp-1.4.3-tcp-1port-sender.txt")
     with pytest.raises(ParseError, match="no ntttcp results"):
         NtttcpTool().parse([("cut.txt", console[: console.index("Test run completed")])])
 
@@ -374,20 +368,10 @@ needs_ntttcp = pytest.mark.parametrize("peer", peer_params("ntttcp"), indirect=T
 """Every ntttcp found (on PATH, or built from shared/peers), or skipped with the reason."""
 
 
-class Recorder(NullReporter):
-    """Keeps the live interval samples."""
-
-    def __init__(self) -> None:
-        self.samples: list[Interval] = []
-
-    def interval(self, sample: Interval) -> None:
-        self.samples.append(sample)
-
-
-def _run(**options: object) -> tuple[Result, Recorder]:
+def _run(**options: object) -> tuple[Result, RecordingReporter]:
     options.setdefault("duration_s", 2.0)
     spec = TestSpec(tool="ntttcp", **options)  # type: ignore[arg-type]
-    recorder = Recorder()
+    recorder = RecordingReporter()
     return NtttcpTool().run(spec, recorder), recorder
 
 
@@ -402,7 +386,7 @@ def test_tcp_run_reports_both_sides(peer: PeerBinary) -> None:
     assert flow.receiver.cpu is not None and flow.receiver.cpu.host is not None
     # live samples are the result's, but for the last, which takes what the counters
     # missed of the receiver's total (issue 14 item 8)
-    assert recorder.samples[:-1] == list(result.intervals)[:-1]
+    assert recorder.intervals[:-1] == list(result.intervals)[:-1]
     assert sum(i.bytes for i in result.intervals if not i.omitted) == flow.receiver.bytes
     assert {"sender", "receiver", "sender.xml", "receiver.xml"} <= {r.name for r in result.raw}
     assert all(r.exit_code is not None for r in result.raw if r.command)

@@ -30,6 +30,10 @@ INTERVAL_S = 0.5
 CEILING_BPS = LINK_MBIT * 1e6 * 1.01
 """The link's rate, plus tbf's 32 kB bucket spread over one interval (0.5 %) and rounding."""
 
+WAKE_UP_S = 0.1
+"""How late a sampling thread may wake on this shared 2-core machine (up to 79 ms seen
+with seven test suites running)."""
+
 needs_ntttcp = pytest.mark.parametrize("peer", peer_params("ntttcp"), indirect=True)
 
 
@@ -37,11 +41,15 @@ def _check_intervals(result: dict, role: str) -> list[dict]:
     measured = [i for i in result["intervals"] if i["role"] == role and not i["omitted"]]
     assert measured, result["warnings"]
     widths = [round(i["end_s"] - i["start_s"], 3) for i in measured]
-    assert all(w == pytest.approx(INTERVAL_S, abs=0.002) for w in widths), widths
+    # Each ends when its sample was read: on schedule but for a busy machine's thread
+    # wake-up, which does not add up (the schedule is kept from the start): the mean width
+    # is the asked one. (Timed by the arrival of ntttcp's lines they were 0.57-0.60 s.)
+    assert all(w == pytest.approx(INTERVAL_S, abs=WAKE_UP_S) for w in widths), widths
+    assert sum(widths) / len(widths) == pytest.approx(INTERVAL_S, rel=0.01), widths
     rates = [i["bits_per_second"] for i in measured]
     assert max(rates) <= CEILING_BPS, [round(r / 1e6, 1) for r in rates]
     assert min(rates[1:]) > 0.8 * LINK_MBIT * 1e6  # the link is full: the sampling is live
-    assert measured[-1]["end_s"] == pytest.approx(float(SECONDS), abs=0.002)
+    assert measured[-1]["end_s"] == pytest.approx(float(SECONDS), abs=WAKE_UP_S)
     assert any("byte counters" in w for w in result["warnings"])
     return measured
 

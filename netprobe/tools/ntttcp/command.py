@@ -17,40 +17,42 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from netprobe.driven import family_for, free_port, is_local_host, is_numeric, port_is_free
+from netprobe.driven import Plan as DrivenPlan
+from netprobe.driven import (
+    client_deadline,
+    family_for,
+    free_port,
+    is_local_host,
+    is_numeric,
+    local_server_wanted,
+    port_is_free,
+)
 from netprobe.errors import TestFailed
 from netprobe.schema import TestSpec
 
 DEFAULT_PORT = 5001
 """ntttcp's default base port (its sync port is one below)."""
-_GRACE_S = 15.0
 
 
 
 @dataclass(frozen=True)
-class Plan:
-    """Everything decided before anything runs."""
+class Plan(DrivenPlan):
+    """Everything decided before anything runs: the driven Plan (``address`` is numeric:
+    ntttcp checks for '.' or ':' in it, so no names; ``client_argv`` the sender's, empty
+    in receive-only mode; ``server_argv`` the receiver's, None when it is someone else's)
+    and ntttcp's own parts."""
 
-    local: bool
-    family: int
-    address: str
-    """Numeric receiver address (ntttcp checks for '.' or ':' in it, so no names)."""
-    base_port: int
-    sender_argv: tuple[str, ...] | None
-    """None in receive-only mode: the sender is someone else's."""
-    receiver_argv: tuple[str, ...] | None
-    """None when the receiver is someone else's (a far host, or ``start_server`` off)."""
+    base_port: int = DEFAULT_PORT
+    """The first data port (the sync port is one below)."""
     files: dict[str, str] = field(default_factory=dict)
     """Result file paths by name (``sender.xml``, ``receiver.json``, ...)."""
-    timeout_s: float = 60.0
-    """How long the test may take once data flows."""
     no_sync: bool = False
     """``-N``: no sync handshake (Windows NTttcp's ``-ns`` peers need it)."""
 
     @property
     def receive_only(self) -> bool:
         """Only a receiver here, waiting for an outside sender."""
-        return self.sender_argv is None
+        return not self.client_argv
 
 
 def resolve(spec: TestSpec, family: int, local: bool) -> str:
@@ -75,7 +77,7 @@ def make_plan(
     both roles), ``start_server`` (False: never start a receiver)."""
     receive = bool(options.get("receive"))
     no_sync = bool(options.get("no_sync"))
-    local = receive or (bool(options.get("start_server", True)) and is_local_host(spec.host))
+    local = receive or local_server_wanted(spec, options)
     family = family_for(spec)
     address = listen_address(spec, family) if receive else resolve(spec, family, local)
     if spec.port:
@@ -90,17 +92,15 @@ def make_plan(
     }
     json_ok = not help_text or "-j " in help_text
     common = common_args(spec, address, base, no_sync=no_sync)
-    sender = None
+    sender: tuple[str, ...] = ()
     if not receive:
         sender = (*prefix, binary, "-s", *common, *sender_args(spec),
                   *_file_args(files, "sender", json_ok))
     receiver = None
     if local:
         receiver = (*prefix, binary, "-r", *common, *_file_args(files, "receiver", json_ok))
-    timeout = (
-        float(spec.duration_s or 0) + spec.omit_s + _GRACE_S + 0.2 * float(spec.duration_s or 0)
-    )
-    return Plan(local, family, address, base, sender, receiver, files, timeout, no_sync)
+    return Plan(local, family, address, sender, receiver, client_deadline(spec), base, files,
+                no_sync)
 
 
 def listen_address(spec: TestSpec, family: int) -> str:

@@ -71,14 +71,19 @@ class CounterSampler:
             self._thread.join(timeout=5.0)
 
     def _run(self, t0: float) -> None:
+        # From 0: the counters are the test's own connections', which start with it (a
+        # first sample taken now would miss what they moved before this thread ran).
+        last, start = 0, 0.0
         try:
-            last, start = self.counter(), 0.0
-            for end in self.ends:
-                if self._stop.wait(max(0.0, t0 + end - time.monotonic())):
+            for planned in self.ends:
+                if self._stop.wait(max(0.0, t0 + planned - time.monotonic())):
                     return
                 value = self.counter()
+                # the time it was read, not the one planned: a thread woken late on a
+                # busy machine would otherwise put more bytes into the same width
+                end = round(time.monotonic() - t0, 3)
                 self.emit(_interval(self.role, start, end, value - last,
-                                    omitted=end <= self.omit_s and self.omit_s > 0))
+                                    omitted=planned <= self.omit_s and self.omit_s > 0))
                 last, start = value, end
         except OSError as exc:
             self.failed = f"the connections' byte counters could not be read: {exc}"
