@@ -43,6 +43,12 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 """Checks a built-in tool fails today, and why; strict: a fixed tool makes its entry fail."""
 
 KNOWN_FLAKY = {
+    ("ntttcp", "honours_capabilities"): (
+        "ntttcp's -B limiter paces on average and overshoots when the CPU is busy (UDP at "
+        "-B 50M: 55.9 Mbit/s seen once in about 10 runs here, beyond the kit's 10 %); its "
+        "intervals, the reason this entry was first made (issue 14 item 8), are now timed "
+        "by netprobe and pass"
+    ),
     ("nuttcp", "honours_capabilities"): (
         "nuttcp 6.1.2 -N2 was once seen failing with 'connect: Connection refused' under "
         "load (its data connection raced the server's listen); the adapter does not retry. "
