@@ -47,8 +47,9 @@ def _directions(result: Result) -> tuple[str, ...]:
 def trial_line(result: Result, top: Optional[float] = None, total: Optional[int] = None,
                width: int = SPARK_WIDTH, started: bool = False) -> Text:
     """One trial: index, tool, per direction the throughput and its sparkline, retransmits,
-    the status when not ``ok`` (and with ``started``, the start time). ``top`` is the
-    sparklines' full scale (default: each trial its own)."""
+    the latency's bloat and grade when it has them, the status when not ``ok`` (and with
+    ``started``, the start time). ``top`` is the sparklines' full scale (default: each
+    trial its own)."""
     line = Text(_trial_label(result, total), style="bold")
     line.append(f" {result.tool.name:<8}")
     for direction in _directions(result):
@@ -59,6 +60,9 @@ def trial_line(result: Result, top: Optional[float] = None, total: Optional[int]
         retransmits = _retransmits(result, direction)
         if retransmits is not None:
             line.append(f"  retr {retransmits}")
+    latency = result.latency
+    if latency is not None and latency.grade is not None and latency.bloat_us is not None:
+        line.append(f"  latency bloat {latency.bloat_us / 1000:+.1f} ms, grade {latency.grade}")
     if result.status != "ok":
         line.append(f"  {result.status}", style=_STATUS_STYLES[result.status])
         if result.errors:
