@@ -222,3 +222,35 @@ def test_an_agent_refuses_a_mode_the_tool_lacks() -> None:
             TestFailed, match="native has no mode receive"):
         third_party("127.0.0.1", TestSpec(tool="native", duration_s=1.0), NullReporter(),
                     port=agent.port, modes={"receive": True})
+
+
+# --- the plans and the interval arithmetic (no binary needed) ------------------------------
+
+
+def test_no_sync_and_receive_only_plans() -> None:
+    from netprobe.schema import TestSpec
+    from netprobe.tools.ntttcp.command import make_plan
+
+    spec = TestSpec(tool="ntttcp", host="127.0.0.1", streams=2, duration_s=3.0)
+    both = make_plan(spec, "ntttcp", {"no_sync": True}, "/tmp/w", "-j ")
+    assert both.server_argv is not None and "-N" in both.server_argv and "-N" in both.client_argv
+    assert "-x/tmp/w/sender.xml" in both.client_argv  # attached: 1.4.0 reads it only so
+    alone = make_plan(TestSpec(tool="ntttcp", duration_s=3.0), "ntttcp", {"receive": True},
+                      "/tmp/w")
+    assert alone.receive_only and alone.client_argv == () and alone.server_argv is not None
+    assert alone.base_port == 5001 and "1,*,0.0.0.0" in alone.server_argv
+    assert "-N" not in alone.server_argv  # sync unless asked: a Linux sender may use it
+
+
+def test_interval_schedule_and_reconcile() -> None:
+    from netprobe.schema import Interval
+    from netprobe.tools.ntttcp.intervals import reconcile, schedule
+
+    assert schedule(0.5, 0.0, 2.0) == [0.5, 1.0, 1.5, 2.0]
+    assert schedule(1.0, 1.0, 2.5) == [1.0, 2.0, 3.0, 3.5]  # a boundary where warm-up ends
+    items = tuple(Interval(direction="client_to_server", role="receiver", stream_id=None,
+                           start_s=k, end_s=k + 1.0, bytes=100, bits_per_second=800.0)
+                  for k in (0.0, 1.0, 2.0))
+    fixed = reconcile(items, 350, "receiver")
+    assert [i.bytes for i in fixed] == [100, 100, 150] and fixed[-1].bits_per_second == 1200
+    assert reconcile(items, 150, "receiver") == items  # never below 0: left as measured
