@@ -278,6 +278,8 @@ class NtttcpSession(DrivenSession):
             summaries = [FlowSummary("client_to_server", sender=sender, receiver=receiver)]
         measured = receiver or sender
         notes = [COUNTER_NOTE if self.sampler is not None else _INTERVAL_NOTE] if intervals else []
+        if intervals and self.live_role == "receiver" and totals["receiver"] is not None:
+            notes.append(RECONCILED_NOTE)
         if self.plan.receive_only:
             notes.append(_RECEIVE_ONLY_NOTE)
         version = next((pr.parser.out.version for pr in self.procs.values()
@@ -354,13 +356,15 @@ _RECEIVE_ONLY_NOTE = (
 )
 _INTERVAL_NOTE = (
     "ntttcp intervals are its ~0.5 s real-time throughput lines, timed by their arrival "
-    "and summed to the interval; their bytes are derived from the printed rate; the last "
-    "takes what the others leave of the total"
+    "and summed to the interval; their bytes are derived from the printed rate"
 )
 COUNTER_NOTE = (
     "ntttcp intervals are the kernel's byte counters of the test's connections (a "
-    "sender's acknowledged, a receiver's received bytes), sampled by netprobe; the last "
-    "takes what the others leave of the receiver's total"
+    "sender's acknowledged, a receiver's received bytes), sampled by netprobe"
+)
+RECONCILED_NOTE = (
+    "the last ntttcp interval takes what the counters missed of the receiver's total "
+    "(bytes moved after the last sample), so that the intervals sum to it"
 )
 
 

@@ -33,7 +33,7 @@ from netprobe.schema import RawOutput, Result, TestSpec
 from netprobe.tools.ntttcp.command import common_args, line_buffer_prefix, make_plan
 from netprobe.tools.ntttcp.intervals import REALTIME_PERIOD_S, reconcile
 from netprobe.tools.ntttcp.parse_saved import parse_sources
-from netprobe.tools.ntttcp.session import COUNTER_NOTE, NtttcpSession
+from netprobe.tools.ntttcp.session import COUNTER_NOTE, RECONCILED_NOTE, NtttcpSession
 
 MAX_STREAMS = 512
 """ntttcp's most receiver ports (MAX_NUM_SERVER_PORTS)."""
@@ -158,7 +158,8 @@ class NtttcpTool(DrivenTool):
             return merged
         # the sender's acknowledged bytes and the far receiver's total count the same bytes
         return attrs.evolve(merged, intervals=reconcile(merged.intervals, receiver.bytes,
-                                                        "sender"))
+                                                        "sender"),
+                            warnings=(*merged.warnings, RECONCILED_NOTE))
 
     # -- parse --------------------------------------------------------------------------
 
