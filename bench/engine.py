@@ -221,21 +221,18 @@ WARM_IMPORTS = ("netprobe.cli.main", "netprobe.cli.commands.run", "netprobe.cli.
                 "netprobe.cli.render", "stevedore", "rich.console")
 
 
-def warm_bytecode() -> None:
-    """Compile netprobe and what a native run imports into the bench's bytecode cache."""
-    import netprobe
-
-    package = os.path.dirname(netprobe.__file__)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", package], env=NATIVE_ENV,
-                   capture_output=True, timeout=300)
-    code = "\n".join(f"import {m}" for m in WARM_IMPORTS)
-    subprocess.run([sys.executable, "-c", code], env=NATIVE_ENV, capture_output=True,
-                   timeout=120)
+def warm_bytecode(python: str = sys.executable) -> None:
+    """Compile the netprobe that ``python`` imports, and what a native run imports, into
+    the bench's bytecode cache."""
+    code = ("import compileall, os, netprobe\n"
+            "compileall.compile_dir(os.path.dirname(netprobe.__file__), quiet=1)\n"
+            + "\n".join(f"import {m}" for m in WARM_IMPORTS))
+    subprocess.run([python, "-c", code], env=NATIVE_ENV, capture_output=True, timeout=300)
 
 
-def native(case: Case, where: Where) -> Run:
+def native(case: Case, where: Where, python: str = sys.executable) -> Run:
     port = free_port_pair()
-    np = [sys.executable, "-m", "netprobe"]
+    np = [python, "-m", "netprobe"]
     args = ["-t", f"{case.seconds:g}", "-P", str(case.streams), "-i", "0", "--json"]
     if case.udp:
         args += ["-u", "-b", "0"]
@@ -266,12 +263,28 @@ def _iperf3(binary: str, stream_json: bool, gsro: bool = False) -> Callable[[Cas
                     [binary, "-c", where.host, "-p", str(port), *args], port, case)
         end = _iperf3_end(o.client_out, stream_json)
         if case.udp:
-            total = end["sum"]
-            got = total["packets"] - total["lost_packets"]
-            return _run(o, got * (case.length or 0) * 8 / total["seconds"],
-                        got / total["seconds"], case)
+            got, seconds = _iperf3_udp_received(end, case.length or 1)
+            return _run(o, got * (case.length or 0) * 8 / seconds, got / seconds, case)
         return _run(o, end["sum_received"]["bits_per_second"], None, case)
     return run
+
+
+def _iperf3_udp_received(end: dict, length: int) -> tuple[float, float]:
+    """Datagrams the receiver got, and over how long. 3.21 has ``sum_received`` whose bytes
+    are what arrived; its ``packets`` is the highest sequence number seen (gaps are
+    ``lost_packets``), so bytes / length counts arrivals directly. 3.12 has only ``sum``
+    (packets - lost_packets). A sender that moved no bytes is a failed run, not 0 pps:
+    iperf3 3.21's --gsro with 64-byte datagrams packs 1023 segments into each sendmsg, more
+    than the kernel's UDP_MAX_SEGMENTS (128), and every send fails with EINVAL."""
+    sent = end.get("sum_sent") or end["sum"]
+    if not sent.get("bytes"):
+        raise RuntimeError(f"iperf3 sent no data ({sent.get('packets')} datagrams numbered, 0 "
+                           "bytes sent: its sends were refused)")
+    received = end.get("sum_received")
+    if received is not None:
+        return received["bytes"] / length, received["seconds"]
+    total = end["sum"]
+    return total["packets"] - total["lost_packets"], total["seconds"]
 
 
 def _iperf3_end(text: str, stream_json: bool) -> dict:
@@ -363,6 +376,26 @@ TOOLS: dict[str, tuple[str, Callable[[Case, Where], Run]]] = {
 }
 
 
+def _native_with(python: str) -> Callable[[Case, Where], Run]:
+    def run(case: Case, where: Where) -> Run:
+        return native(case, where, python)
+    return run
+
+
+def add_baselines(specs: Sequence[str]) -> list[str]:
+    """``--baseline LABEL=PYTHON``: another netprobe (another venv's python, e.g. one with
+    main's commit installed) as the tool ``native-LABEL``, interleaved with the rest: the
+    before and after of a change in one run, under the same load."""
+    names = []
+    for item in specs:
+        label, _, python = item.partition("=")
+        if not label or not os.path.exists(python):
+            raise SystemExit(f"--baseline {item!r}: LABEL=PYTHON with an existing PYTHON")
+        TOOLS[f"native-{label}"] = (python, _native_with(python))
+        names.append(f"native-{label}")
+    return names
+
+
 def _native_at(length: int) -> Callable[[Case, Where], Run]:
     def run(case: Case, where: Where) -> Run:
         return native(replace(case, length=length), where)
@@ -393,7 +426,10 @@ def cases(seconds: float) -> dict[str, list[Case]]:
     t = seconds
     return {
         "defaults": [Case("defaults", f"TCP -P {n}, defaults", n, seconds=t) for n in (1, 2, 4)],
-        "udp": [Case("udp", "UDP 64-byte payload, unlimited", 1, 64, udp=True, seconds=t)],
+        # 64 bytes is the issue's case; 1472 (a full 1500-byte frame) is where iperf3
+        # 3.21's --gsro can run at all (see _iperf3_udp_received).
+        "udp": [Case("udp", f"UDP {n}-byte payload, unlimited", 1, n, udp=True, seconds=t)
+                for n in (64, 1472)],
         "sweep": [Case("sweep", f"TCP -P {n} -l {_k(n_len)}", n, n_len, seconds=t)
                   for n in (1, 4) for n_len in SWEEP],
         "placement": [Case("placement", f"TCP -P 1, {label}", 1, seconds=t, pin=pin)
@@ -589,7 +625,10 @@ def main() -> int:
     parser.add_argument("--tools", default="",
                         help="tools, comma-separated (default: all; fewer in sweep and placement)")
     parser.add_argument("--cases", default="", help="only cases whose label contains this")
+    parser.add_argument("--baseline", action="append", default=[], metavar="LABEL=PYTHON",
+                        help="also run the netprobe that PYTHON imports, as native-LABEL")
     args = parser.parse_args()
+    baselines = add_baselines(args.baseline)
     wanted = args.tools.split(",") if args.tools else []
     unknown = [t for t in wanted if t not in TOOLS]
     if unknown:
@@ -600,8 +639,11 @@ def main() -> int:
         parser.error(f"sections are: {', '.join(matrix)}")
     print(f"machine: {machine_line()}")
     print(f"netprobe: {netprobe_line()}")
+    for name in baselines:
+        print(f"{name}: {TOOLS[name][0]}")
     print(f"load average before: {load()}; started {time.strftime('%Y-%m-%d %H:%M:%S')}")
-    warm_bytecode()
+    for python in {sys.executable, *(TOOLS[b][0] for b in baselines)}:
+        warm_bytecode(python)
     began = time.monotonic()
     for section in sections:
         print(f"\n## {section}")
@@ -609,6 +651,7 @@ def main() -> int:
             if args.cases and args.cases not in case.label:
                 continue
             names = wanted or list(SECTION_TOOLS.get(section, TOOLS))
+            names += [b for b in baselines if b not in names]
             runs, failures = run_case(case, tools_for(case, names), args.reps)
             report(case, runs, failures)
             sys.stdout.flush()
