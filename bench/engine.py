@@ -415,6 +415,10 @@ SECTION_TOOLS = {
     "placement": ("native", "iperf3-3.21", "iperf3-3.12", "nuttcp-8.2.2", "iperf-2.1.8"),
     "policy": POLICY_TOOLS,
 }
+# The native-l* variants are the defaults' own check of the length policy; the UDP and
+# router cases set their own lengths (or none), so they run native and every peer only.
+for _section in ("udp", "router"):
+    SECTION_TOOLS[_section] = tuple(t for t in TOOLS if not t.startswith("native-l"))
 
 
 # -- the matrix ---------------------------------------------------------------------------

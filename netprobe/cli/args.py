@@ -8,7 +8,9 @@ plugin until a command runs.
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import sys
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from netprobe.cli.exitcodes import UsageError
@@ -82,9 +84,31 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     defaults (``{server:port}``) only when help is shown, so parsing never imports the
     engine."""
 
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        # The width as argparse reckons it, without its `import shutil` (and shutil's of bz2
+        # and lzma): argparse makes a formatter for every option it adds, help shown or not.
+        super().__init__(prog, indent_increment, max_help_position,
+                         terminal_columns() - 2 if width is None else width)
+
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = super()._get_help_string(action)
         return _LAZY_DEFAULT.sub(lambda m: _server_default(m.group(1)), text) if text else text
+
+
+def terminal_columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size`` gives it: ``$COLUMNS`` when set
+    to a positive number, else the width of stdout's terminal, else 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
 
 
 def _server_default(name: str) -> str:
