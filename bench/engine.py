@@ -49,6 +49,7 @@ from compare import host_busy_s, proc_cpu_s, reap
 
 PEERS = os.path.expanduser("~/.cache/netprobe-peers/bin")
 LOOPBACK = "127.0.0.1"
+NEUTRAL_CWD = tempfile.gettempdir()
 RATIO_TOOLS_EXCLUDED = ("native",)  # and every native-l* variant (see ratios)
 
 
@@ -161,14 +162,16 @@ def measure(where: Where, server: list[str], client: list[str], port: int, case:
             env: Optional[dict[str, str]] = None) -> Outcome:
     """Run a server and a client; their outputs and CPU (see the module docstring)."""
     with tempfile.TemporaryFile() as server_out:
+        # A neutral working directory: `python -m netprobe` puts it first on sys.path, and a
+        # source checkout there would shadow the netprobe a --baseline python has installed.
         srv = subprocess.Popen([*where.server_prefix, *server], stdout=server_out,
-                               stderr=subprocess.STDOUT, env=env)
+                               stderr=subprocess.STDOUT, env=env, cwd=NEUTRAL_CWD)
         try:
             wait_listening(where, port, udp_listen)
             server_start_cpu = proc_cpu_s(srv.pid)
             busy = host_busy_s()
             cli = subprocess.Popen([*where.client_prefix, *client], stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, env=env)
+                                   stderr=subprocess.STDOUT, env=env, cwd=NEUTRAL_CWD)
             assert cli.stdout is not None
             out = cli.stdout.read().decode(errors="replace")
             status, client_cpu = reap(cli, case.seconds + 60)
@@ -227,7 +230,8 @@ def warm_bytecode(python: str = sys.executable) -> None:
     code = ("import compileall, os, netprobe\n"
             "compileall.compile_dir(os.path.dirname(netprobe.__file__), quiet=1)\n"
             + "\n".join(f"import {m}" for m in WARM_IMPORTS))
-    subprocess.run([python, "-c", code], env=NATIVE_ENV, capture_output=True, timeout=300)
+    subprocess.run([python, "-c", code], env=NATIVE_ENV, capture_output=True, timeout=300,
+                   cwd=NEUTRAL_CWD)
 
 
 def native(case: Case, where: Where, python: str = sys.executable) -> Run:
@@ -644,7 +648,9 @@ def main() -> int:
     print(f"machine: {machine_line()}")
     print(f"netprobe: {netprobe_line()}")
     for name in baselines:
-        print(f"{name}: {TOOLS[name][0]}")
+        where = subprocess.run([TOOLS[name][0], "-c", "import netprobe; print(netprobe.__file__)"],
+                               capture_output=True, text=True, timeout=30, cwd=NEUTRAL_CWD)
+        print(f"{name}: {TOOLS[name][0]}, imports {where.stdout.strip()}")
     print(f"load average before: {load()}; started {time.strftime('%Y-%m-%d %H:%M:%S')}")
     for python in {sys.executable, *(TOOLS[b][0] for b in baselines)}:
         warm_bytecode(python)
