@@ -108,3 +108,28 @@ def test_report_text_and_html_show_latency_rows(capsys: pytest.CaptureFixture[st
     html = stats_html(group_stats(group_results(_results(), ["tool"])), ["tool"])
     assert "<td>latency bloat (ms)</td>" in html and "<td>bufferbloat grade</td>" in html
     assert "<td>A+..B</td>" in html  # a's CI of the mean bloat, -4.8 to 44.8 ms, as grades
+
+
+
+def test_a_tools_tcp_srtt_is_never_set_beside_a_probes_round_trip() -> None:
+    """iperf 2's -e RTT (the sender's smoothed TCP RTT, metric tcp_srtt) and netprobe's
+    probe round trip are two quantities: each has its own rows, and no ratio crosses them."""
+    probed = _probed("iperf2", 50).latency
+    assert probed is not None
+    srtt = attrs.evolve(probed, metric="tcp_srtt", measured_by="iperf2")
+    native, iperf2 = group_stats(group_results(
+        [_probed("native", 10), attrs.evolve(result("iperf2"), latency=srtt)], ["tool"]))
+    rtt = native.get("latency", "latency_p50_us")
+    assert rtt is not None and rtt.summary is not None and rtt.summary.mean == 11_000.0
+    not_rtt = iperf2.get("latency", "latency_p50_us")
+    assert not_rtt is not None and not_rtt.summary is None  # an sRTT is not a round trip
+    own = iperf2.get("latency", "tcp_srtt_p50_us")
+    assert own is not None and own.summary is not None and own.summary.mean == srtt.p50_us
+    assert own.ratio is None  # native has no sRTT to divide by
+    # With --latency the probes take Result.latency and the tool's sRTT is tool_latency:
+    # both rows are there, each from its own record.
+    (beside,) = group_stats(group_results(
+        [attrs.evolve(_probed("iperf2", 10), tool_latency=srtt)], ["tool"]))
+    for key, mean in (("latency_p50_us", 11_000.0), ("tcp_srtt_p50_us", srtt.p50_us)):
+        row = beside.get("latency", key)
+        assert row is not None and row.summary is not None and row.summary.mean == mean

@@ -104,10 +104,30 @@ LATENCY_FIGURES: tuple[Figure[Latency], ...] = (
     Figure("latency_lost_percent", "probe loss", "percent", lambda lat: lat.lost_percent),
     Figure("latency_grade", "bufferbloat grade", "grade", lambda lat: lat.bloat_us),
 )
-"""A result's latency figures (``Result.latency``: with netprobe's probes the round trip
-under load, its increase and bloat over idle, RPM, probe loss; a driven tool's own figure
-otherwise). The grade's statistics are of the bloat, each shown as its grade: the grade is
-monotone in the bloat, so the grade of the median bloat is the median grade."""
+"""A result's round-trip latency figures (``Result.latency`` when it is a round trip:
+netprobe's probes under load, their increase and bloat over idle, RPM, probe loss; qperf's
+or iperf 2's bounce-back round trip). The grade's statistics are of the bloat, each shown as
+its grade: the grade is monotone in the bloat, so the grade of the median bloat is the
+median grade."""
+
+SRTT_FIGURES: tuple[Figure[Latency], ...] = (
+    Figure("tcp_srtt_p50_us", "sender's TCP sRTT p50", "us", lambda lat: lat.p50_us),
+    Figure("tcp_srtt_mean_us", "sender's TCP sRTT mean", "us", lambda lat: lat.mean_us),
+)
+"""A driven tool's reading of its own connections' smoothed RTT (``metric`` tcp_srtt, e.g.
+iperf 2's ``-e``), in ``Result.latency`` or, beside netprobe's probes, ``tool_latency``: a
+different quantity from a probe's round trip, so it has rows of its own; a group of one
+tool is never set beside another's round trip and given a ratio to it."""
+
+
+def _latency_for(result: Result, figure: Figure[Latency]) -> Optional[Latency]:
+    """The latency record ``figure`` reads in ``result``: a round trip for the round-trip
+    figures, the kernel's sRTT for :data:`SRTT_FIGURES` (None when the result has none)."""
+    wanted_srtt = figure in SRTT_FIGURES
+    for latency in (result.latency, result.tool_latency):
+        if latency is not None and (latency.metric == "tcp_srtt") == wanted_srtt:
+            return latency
+    return None
 
 
 # --- grouping ----------------------------------------------------------------------------
@@ -225,8 +245,11 @@ def group_stats(groups: Sequence[Group], confidence: float = DEFAULT_CONFIDENCE
                 ) -> list[GroupStats]:
     """Each group's statistics per direction and figure, with ratios to the first group."""
     wanted = directions(r for g in groups for r in g.results)
-    with_latency = any(r.latency is not None for g in groups for r in g.results)
-    plain = [_stats_of(group, wanted, confidence, with_latency) for group in groups]
+    results = [r for g in groups for r in g.results]
+    latency_figures = tuple(
+        figure for figure in (*LATENCY_FIGURES, *SRTT_FIGURES)
+        if any(_latency_for(r, figure) is not None for r in results))
+    plain = [_stats_of(group, wanted, confidence, latency_figures) for group in groups]
     if not plain:
         return []
     reference = plain[0]
@@ -235,17 +258,16 @@ def group_stats(groups: Sequence[Group], confidence: float = DEFAULT_CONFIDENCE
 
 
 def _stats_of(group: Group, wanted: list[str], confidence: float,
-              with_latency: bool = False) -> GroupStats:
+              latency_figures: tuple[Figure[Latency], ...] = ()) -> GroupStats:
     good = [r for r in group.results if r.status == "ok"]
     figures = tuple(
         FigureStats(direction, figure,
                     summarize((figure.value(r.summary(direction)) for r in good), confidence))
         for direction in wanted for figure in FIGURES)
-    if with_latency:
-        figures += tuple(
-            FigureStats(LATENCY, each, summarize((each.value(r.latency) for r in good),
-                                                 confidence))
-            for each in LATENCY_FIGURES)
+    figures += tuple(
+        FigureStats(LATENCY, each,
+                    summarize((each.value(_latency_for(r, each)) for r in good), confidence))
+        for each in latency_figures)
     return GroupStats(group.label, len(group.results), len(good), figures)
 
 
