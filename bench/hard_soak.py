@@ -9,6 +9,7 @@ file descriptors, read from /proc once the server is idle again; at the end, the
 last figures side by side.
 
     flock /tmp/netprobe-heavy.lock python bench/hard_soak.py [--tests 1000] [--every 100]
+        [--parallel 2] [--native-seconds 0.2] [--driven-seconds 0.5]
 
 Bounded in count (``--tests``) and time (``--max-seconds``). This is a benchmark, not a
 test: it asserts nothing (tests/test_hardening.py checks leaks over 200 native tests).
@@ -25,6 +26,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional
 
 import attrs
@@ -121,6 +123,20 @@ def start_server() -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
+def _one(kind: tuple[str, Callable[[], str]]) -> tuple[str, str]:
+    name, run = kind
+    try:
+        return name, run()
+    except NetprobeError as exc:
+        return name, f"error: {exc}"
+
+
+def _next_mark(done: int, every: int, warm_up: int) -> int:
+    """Where the next figures are read: the next multiple of ``every``, or the warm-up."""
+    mark = (done // every + 1) * every
+    return warm_up if done < warm_up < mark else mark
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tests", type=int, default=1000)
@@ -131,6 +147,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                              "the allocator's arenas in use)")
     parser.add_argument("--native-seconds", type=float, default=0.3)
     parser.add_argument("--driven-seconds", type=float, default=1.0)
+    parser.add_argument("--parallel", type=int, default=1,
+                        help="tests at once (the server runs up to 4)")
     args = parser.parse_args(argv)
     proc, port = start_server()
     started = time.monotonic()
@@ -145,18 +163,18 @@ def main(argv: Optional[list[str]] = None) -> int:
         failed: dict[str, int] = {}
         warm: Optional[tuple[int, int, int]] = None
         done = 0
-        while done < args.tests and time.monotonic() - started < args.max_seconds:
-            name, run = kinds[done % len(kinds)]
-            try:
-                status = run()
-            except NetprobeError as exc:
-                status = f"error: {exc}"
-            if status != "ok":
-                if name not in failed:
-                    print(f"{name} first not ok: {status}", flush=True)
-                failed[name] = failed.get(name, 0) + 1
-            done += 1
-            if done % args.every == 0 or done == args.tests or done == args.warm_up:
+        with ThreadPoolExecutor(args.parallel) as pool:
+            while done < args.tests and time.monotonic() - started < args.max_seconds:
+                # A batch runs up to --parallel tests at once; between batches the server
+                # is idle and its figures are read.
+                stop = min(args.tests, _next_mark(done, args.every, args.warm_up))
+                for name, status in pool.map(lambda i: _one(kinds[i % len(kinds)]),
+                                             range(done, stop)):
+                    if status != "ok":
+                        if name not in failed:
+                            print(f"{name} first not ok: {status}", flush=True)
+                        failed[name] = failed.get(name, 0) + 1
+                done = stop
                 now = settled(proc.pid)
                 warm = now if done == args.warm_up else warm
                 print(f"{done:>6} {now[0]:>9} {now[1]:>8} {now[2]:>5} {sum(failed.values()):>7}",
