@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -253,3 +255,27 @@ def test_the_rate_guard_sees_a_far_end_that_sends_with_sendmsg() -> None:
             sender.wait(5)
             conn.close()
     assert breach is not None and "Mbit/s" in breach, "a sendmsg sender was never seen"
+
+
+@pytest.mark.skipif(shutil.which("iperf") is None, reason="iperf (2) is not installed")
+def test_a_killed_client_takes_its_driven_tool_with_it() -> None:
+    """SIGKILL of `netprobe run --tool iperf2` (a timeout's kill) left its iperf client and
+    server running, sending on loopback for ever."""
+    client = subprocess.Popen([*NETPROBE, "run", "--tool", "iperf2", "-t", "20", "-J"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children: list[int] = []
+    deadline = time.monotonic() + 20
+    while len(children) < 2 and time.monotonic() < deadline:  # its server, then its client
+        time.sleep(0.2)
+        children = [int(pid) for task in os.listdir(f"/proc/{client.pid}/task")
+                    for pid in Path(f"/proc/{client.pid}/task/{task}/children").read_text().split()]
+    client.kill()
+    client.wait(5)
+    assert len(children) == 2, children
+    deadline = time.monotonic() + 5
+    while any(os.path.exists(f"/proc/{pid}") for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in children if os.path.exists(f"/proc/{pid}")]
+    for pid in left:  # the test's own clean-up, by PID
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], f"iperf processes {left} outlived the killed client"

@@ -84,8 +84,13 @@ class DrivenRun:
 
     def start(self, role: str, argv: Sequence[str], on_line: Callable[[str], None] | None = None,
               env: Mapping[str, str] | None = None, cwd: str | None = None) -> DrivenProcess:
-        """Start ``argv`` as the process ``role`` (ToolUnavailable if it cannot be run)."""
-        process = DrivenProcess(argv, on_line=on_line, name=role, env=env, cwd=cwd)
+        """Start ``argv`` as the process ``role`` (ToolUnavailable if it cannot be run).
+
+        The tool dies with the thread that started it (PR_SET_PDEATHSIG): a run is entered
+        and left on one thread, which stops its processes on every way out but SIGKILL;
+        this covers that one too (a killed client left iperf sending for ever)."""
+        process = DrivenProcess(argv, on_line=on_line, name=role, env=env, cwd=cwd,
+                                die_with_parent=True)
         self.processes[role] = process
         process.start()
         self.note(f"{self.tool} {role} started (pid {process.pid})")
