@@ -38,8 +38,11 @@ def test_t_0_runs_until_interrupted_and_k_counts_blocks(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert run_main(capsys, "run", "--tool", "replay", "-t", "0", "-q")[0] == 0
     assert _last_spec().duration_s == FOREVER_S
-    assert run_main(capsys, "run", "--tool", "replay", "-k", "10", "-l", "1000", "-q")[0] == 0
-    assert _last_spec().bytes_total == 10_000 and _last_spec().duration_s is None
+    # -k blocks of -l bytes: 500,000 of 1000 is the 500 MB the replay moves (a tool that goes
+    # on far past its count is stopped as failed: session.ByteCountWatch).
+    assert run_main(capsys, "run", "--tool", "replay", "-k", "500000", "-l", "1000",
+                    "-q")[0] == 0
+    assert _last_spec().bytes_total == 500_000_000 and _last_spec().duration_s is None
     code, _, err = run_main(capsys, "run", "--tool", "replay", "-k", "10", "-q")
     assert code == 2 and "-k needs -l" in err
     assert_one_error_line(err)
