@@ -133,3 +133,21 @@ def test_a_tools_tcp_srtt_is_never_set_beside_a_probes_round_trip() -> None:
     for key, mean in (("latency_p50_us", 11_000.0), ("tcp_srtt_p50_us", srtt.p50_us)):
         row = beside.get("latency", key)
         assert row is not None and row.summary is not None and row.summary.mean == mean
+
+
+def test_html_page_says_which_way_the_probes_were_lost() -> None:
+    """The page names each phase's lost probes per direction, as the terminal view does."""
+    pytest.importorskip("matplotlib")
+    from netprobe.cli.htmllatency import latency_html
+
+    probed = _probed("native", 100, lost=5)
+    assert probed.latency is not None
+    loaded = probed.latency.phases[1]
+    assert loaded.rtt is not None and loaded.rtt.lost == 5
+    # The server's list of what reached it: 3 lost on the way there, 2 on the way back.
+    ways = attrs.evolve(loaded, client_to_server=attrs.evolve(loaded.rtt, lost=3),
+                        server_to_client=attrs.evolve(loaded.rtt, lost=2))
+    latency = attrs.evolve(probed.latency, phases=(probed.latency.phases[0], ways))
+    page = "".join(latency_html([attrs.evolve(probed, latency=latency)]))
+    assert "5 probes lost (loaded: 3 client to server, 2 server to client)" in page
+    assert "probes lost" not in "".join(latency_html([_probed("native", 100)]))

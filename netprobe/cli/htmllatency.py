@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from netprobe.cli.htmlparts import _RC, _e, _scoped
+from netprobe.cli.latencyview import loss_words
 from netprobe.schema import Latency, Result
 
 _PHASE_COLOURS = {"idle": "#dddddd", "idle_tail": "#dddddd", "loaded": "#fdd0a2",
@@ -31,6 +32,9 @@ def latency_html(results: Sequence[Result]) -> list[str]:
             grade = f", bloat {latency.bloat_us / 1000:+.1f} ms{grade}"
         parts.append(f"<h3>{_e(result.tool.name)} {_e(result.start_time or '')}: "
                      f"{_e(latency.measured_by or '')}{_e(grade)}</h3>")
+        lost = loss_words(latency.phases)
+        if lost is not None:  # which way the probes were lost, as the terminal says it
+            parts.append(f"<p class=meta>{_e(lost)}</p>")
         parts.append(_figure(f"lat{n}-time", _over_time, latency, n))
         parts.append(_figure(f"lat{n}-cdf", _cdf, latency, n))
     return parts

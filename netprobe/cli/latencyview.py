@@ -146,6 +146,12 @@ def verdict(latency: Latency) -> Text:
 
 
 def loss_text(phases: Sequence[LatencyPhase]) -> Optional[Text]:
+    """:func:`loss_words` for the terminal (None: no loss)."""
+    words = loss_words(phases)
+    return None if words is None else Text(words, style="yellow")
+
+
+def loss_words(phases: Sequence[LatencyPhase]) -> Optional[str]:
     """``3 probes lost (loaded: 2 client to server, 1 server to client)``: where each
     phase's probes were lost, from the server's list of what reached it (None: no loss)."""
     parts, total = [], 0
@@ -161,8 +167,7 @@ def loss_text(phases: Sequence[LatencyPhase]) -> Optional[Text]:
         parts.append(f"{phase.name}: {where}")
     if not total:
         return None
-    return Text(f"{total} probe{'s' if total > 1 else ''} lost ({'; '.join(parts)})",
-                style="yellow")
+    return f"{total} probe{'s' if total > 1 else ''} lost ({'; '.join(parts)})"
 
 
 def _averaged(latency: Latency) -> str:
