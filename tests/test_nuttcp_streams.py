@@ -189,3 +189,15 @@ def test_retransmits_add_up_on_a_lossy_link(options: list[str],
         assert len(per_stream) == 2 and sum(per_stream) == sender["retransmits"]
     else:
         assert sum(i["retransmits"] for i in result["intervals"]) == sender["retransmits"]
+
+
+def test_no_retransmits_at_all_is_zero_on_every_stream() -> None:
+    """With a total of 0 nuttcp prints no retrans_by_stream (a real loopback run): every
+    stream had 0, which is known, not unknown."""
+    text, result = _parse("loopback-N2-no-retransmits-client.txt")
+    assert "retrans=0 " in text and "retrans_by_stream" not in text
+    flow = result.summaries[0]
+    assert flow.sender is not None and flow.sender.retransmits == 0
+    senders = [s.sender for s in result.streams]
+    assert [s.retransmits for s in senders if s is not None] == [0, 0]
+    assert [s.cwnd_bytes for s in senders if s is not None] == [447 * 1024, 447 * 1024]

@@ -678,7 +678,12 @@ def _streams(
     total = side_summary(tx, retrans_ok, with_cpu=False) if tx is not None else None
     if tx is None or total is None or not tx.buflen or total.end_s <= 0:
         return ()
-    retrans = _per_stream(tx.retrans_by_stream if retrans_ok else None, count)
+    by_stream = tx.retrans_by_stream
+    if by_stream is None and tx.retransmits == 0:
+        # nuttcp leaves retrans_by_stream out when the total is 0 (seen live on loopback,
+        # with cwnd_by_stream still printed): none in all is none in each.
+        by_stream = [0] * count
+    retrans = _per_stream(by_stream if retrans_ok else None, count)
     cwnd = _per_stream(tx.cwnd_by_stream, count)
     socket = _socket(tx)
     found = []
