@@ -640,6 +640,14 @@ def utc_now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
+def system_name() -> str:
+    """This machine as ``Endpoint.system`` names it: ``uname`` system, release, machine."""
+    # os.uname, not platform.uname: the same three fields, without importing platform
+    # (it compiles a dozen regular expressions at import, start-up time on a router).
+    uname = os.uname()
+    return f"{uname.sysname} {uname.release} {uname.machine}"
+
+
 def bits_per_second(nbytes: int, seconds: float) -> float:
     """Throughput of ``nbytes`` over ``seconds`` (0.0 for an empty span)."""
     return nbytes * 8 / seconds if seconds > 0 else 0.0
@@ -666,5 +674,6 @@ __all__ = [
     "intervals_not_kept",
     "load_registry",
     "make_manager",
+    "system_name",
     "utc_now_iso",
 ]

@@ -11,13 +11,13 @@ endpoints need.
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Union
 
 from netprobe.errors import TestFailed
+from netprobe.plugin import system_name
 
 if TYPE_CHECKING:
     from netprobe.schema import TestSpec
@@ -173,14 +173,6 @@ def is_numeric(host: str) -> bool:
             continue
         return True
     return False
-
-
-def system_name() -> str:
-    """This machine as ``Endpoint.system`` names it: ``uname`` system, release, machine."""
-    # os.uname, not platform.uname: the same three fields, without importing platform
-    # (it compiles a dozen regular expressions at import, start-up time on a router).
-    uname = os.uname()
-    return f"{uname.sysname} {uname.release} {uname.machine}"
 
 
 __all__ = ["family_for", "free_port", "free_port_block", "is_listening", "is_local_host",

@@ -9,7 +9,6 @@ Messages after ``start`` (either direction):
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from typing import Any, Callable, Optional
@@ -20,7 +19,7 @@ from netprobe import convert, core
 from netprobe.engine.protocol import Channel
 from netprobe.engine.side import Side, default_length
 from netprobe.errors import NetprobeError, ProtocolError
-from netprobe.plugin import KeptIntervals
+from netprobe.plugin import KeptIntervals, system_name
 from netprobe.schema import Interval
 
 UDP_DRAIN_S = 0.5  # datagrams still in flight when the peer says it stopped sending
@@ -274,14 +273,6 @@ def local_report(side: Side) -> dict[str, Any]:
         "warnings": side.warnings(),
         "system": system_name(),
     }
-
-
-def system_name() -> str:
-    """A short description of this host's OS and machine."""
-    # os.uname, not platform.uname: the same three fields, without importing platform
-    # (it compiles a dozen regular expressions at import, start-up time on a router).
-    uname = os.uname()
-    return f"{uname.sysname} {uname.release} {uname.machine}"
 
 
 def check_report(message: dict[str, Any]) -> dict[str, Any]:
