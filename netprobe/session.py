@@ -116,8 +116,9 @@ OVERRUN_SLACK_BYTES = 64 << 20
 
 class ByteCountWatch:
     """The reporter of a byte-count test (``-n``): passes every event on, and stops a run
-    whose tool goes on well past the count asked (iperf 2.1.8 with ``-n`` below 10 bytes
-    sends until it is stopped, and a byte-count run has no deadline to stop it).
+    whose tool goes on well past the count asked (iperf 2.1.8 with ``-n`` below 60 bytes
+    sends until it is stopped, were it let through, and a byte-count run has no deadline
+    to stop it).
 
     It stops the run as Ctrl-C does (KeyboardInterrupt), and only on the thread that
     started the test: a driven tool calls its reporter there (the Reporter contract); the

@@ -314,6 +314,27 @@ def test_refusals_name_option_and_tool() -> None:
         Iperf2Tool().check(TestSpec(tool="iperf2", skip_rx_copy=True))
 
 
+@pytest.mark.parametrize(("spec", "refused"), [
+    (TestSpec(tool="iperf2", bytes_total=59),
+     "--bytes 59: iperf 2 never stops for a count below 60"),
+    (TestSpec(tool="iperf2", bytes_total=1, protocol="udp"), "below one datagram (1470 bytes)"),
+    (TestSpec(tool="iperf2", bytes_total=99, protocol="udp", length_bytes=100),
+     "below one datagram (100 bytes)"),
+])
+def test_a_byte_count_iperf2_never_ends_is_refused(spec: TestSpec, refused: str) -> None:
+    # iperf 2.1.8 sends without end below these counts (measured: -n 59 over TCP, -n 99
+    # with -l 100 over UDP ran until killed; 60 and 100 stopped).
+    assert any(refused in line for line in Iperf2Tool().refusals(spec))
+
+
+@pytest.mark.parametrize("spec", [
+    TestSpec(tool="iperf2", bytes_total=60),
+    TestSpec(tool="iperf2", bytes_total=100, protocol="udp", length_bytes=100),
+])
+def test_a_byte_count_iperf2_reaches_is_accepted(spec: TestSpec) -> None:
+    assert not [line for line in Iperf2Tool().refusals(spec) if "--bytes" in line]
+
+
 def test_rate_is_a_plain_number_and_dscp_is_tos() -> None:
     binary = p2_binary()
     argv = client_argv(

@@ -73,6 +73,7 @@ class Iperf2Tool(IperfTool):
         if spec.bytes_total is not None and spec.direction != "normal":
             found.append("iperf2 cannot honour --bytes: iperf 2 counts -n on the client's own "
                          "sends only")
+        found.extend(_endless_byte_counts(spec))
         found.extend(self.tcp_only_refusals(spec, ("--mss", "--nodelay", "--congestion")))
         found.extend(self.missing_options([
             ("--reverse", spec.direction == "reverse", "--reverse", ""),
@@ -283,3 +284,29 @@ def _spec_from(sources: Sequence[tuple[str, str]], parts: Parts) -> TestSpec:
         interval_s=round(intervals[0].end_s - intervals[0].start_s, 4) if intervals else None,
         port=parts.remote.port if parts.remote else None,
     )
+
+
+TCP_MIN_BYTES = 60
+"""The smallest TCP ``-n`` iperf 2.1.8 stops at: below it the client sends without end
+(measured on loopback: 59 bytes ran for as long as it was let run, 60 stopped at 60)."""
+UDP_DEFAULT_LENGTH = 1470
+"""iperf 2's UDP datagram payload when ``-l`` is not given."""
+
+
+def _endless_byte_counts(spec: TestSpec) -> list[str]:
+    """A byte count iperf 2 would never reach the end of: refused before it runs.
+
+    iperf 2.1.8 stops a byte-count test only once the count is at least its TCP threshold,
+    or, for UDP, one whole datagram; below that it sends until it is killed (a fuzz of
+    ``-n`` found 94 GB sent in 96 s for ``-n 1``)."""
+    if spec.bytes_total is None:
+        return []
+    if spec.protocol == "udp":
+        floor = spec.length_bytes or UDP_DEFAULT_LENGTH
+        what = f"one datagram ({floor} bytes)"
+    else:
+        floor, what = TCP_MIN_BYTES, f"{TCP_MIN_BYTES} bytes"
+    if spec.bytes_total >= floor:
+        return []
+    return [f"iperf2 cannot honour --bytes {spec.bytes_total}: iperf 2 never stops for a "
+            f"count below {what}; ask for at least that"]
