@@ -32,6 +32,11 @@ NO_PROGRESS_S = 20.0  # a byte-count test with nothing moving this long has stal
 # conductor at once. It looks in twice a second for an overdue peer, and polls fast only
 # while a receiver drains after the peer's "sent" (idle wake-ups are CPU on a router).
 IDLE_POLL_S = 0.5
+REPORT_BYTES_PER_STREAM = 4096
+"""Room each stream may take in a final report (its summary and socket figures take about
+600 bytes, its error or warning up to a few hundred more): at -P 128 a report passed the
+64 KiB frame limit and neither end ever received the other's. Bounded by the streams the
+server accepted (--max-streams)."""
 CLOSED = "__closed__"
 LOCAL = "__local__"
 
@@ -96,6 +101,8 @@ class Conductor:
         self.channel = channel
         self.reader = reader
         self.side = side
+        # Both ends have every stream, so this bounds the peer's report as well as ours.
+        channel.allow_frames_of(channel.max_size + REPORT_BYTES_PER_STREAM * len(side.streams))
         self.on_peer_interval = on_peer_interval
         self.planned_s = planned_s
         self.outcome = Outcome()

@@ -253,6 +253,12 @@ class Channel:
                     self._broken = True
                     raise socket.timeout("timed out sending a control message")
 
+    def allow_frames_of(self, max_size: int) -> None:
+        """Raise the frame limit both ways to ``max_size`` (never lower it): a test's
+        final report grows with its stream count, past what a request may take."""
+        self.max_size = max(self.max_size, max_size)
+        self._reader.max_size = max(self._reader.max_size, max_size)
+
     def try_send(self, message: dict[str, Any], timeout: float = 1.0) -> bool:
         """Send a message that may be dropped: only when no other send is under way and
         the socket can take more now. False (nothing sent) otherwise."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
+import os
 import socket
 import threading
 import time
@@ -48,6 +50,8 @@ UDP_DEFAULT_LENGTH = 1448  # fits one datagram in a 1500-byte MTU over IPv4 and 
 RECEIVER_GRACE_S = 10.0  # how long a receiver outlives the sender's deadline at most
 UDP_RECV_LENGTH = UDP_MAX_PAYLOAD  # a UDP receiver reads into slots any datagram fits
 UDP_BATCH = 32  # datagrams per recvmmsg/sendmmsg (the core's default batch)
+NICE_STEP_WEIGHT = 1.25  # the scheduler's weight ratio between two adjacent nice values
+MAX_NICE = 19
 
 
 def default_length(spec: TestSpec) -> int:
@@ -71,6 +75,44 @@ def udp_datagrams(total: int, length: int) -> tuple[int, tuple[int, ...]]:
     if merged <= UDP_MAX_PAYLOAD:
         return full - 1, (merged,)
     return full - 1, (merged // 2, merged - merged // 2)
+
+
+def data_nice(streams: int, cpus: int) -> int:
+    """How many nice levels below the process a side's stream loops run: 0 up to one
+    stream per CPU, then enough that all of them weigh about as much as ``cpus`` ordinary
+    threads.
+
+    Why: the sampler, the control reader and the conductor are Python threads that need a
+    few ms of CPU every interval. The scheduler shares a busy CPU by weight, so beside 64
+    stream loops (128 over loopback, both ends) at the same weight each got about 1/130 of
+    it and fell seconds behind at ``-i 0.1``: steps not taken were lost into one tail and
+    samples arrived after the result. Each nice level is a weight ratio of 1.25, so at
+    log1.25(streams / cpus) levels the loops together still claim every CPU (a weight
+    only matters when something else wants the CPU) while a control thread weighs as much
+    as a CPU's worth of them. Nothing changes for tests with no more streams than CPUs.
+    """
+    if cpus < 1 or streams <= cpus:
+        return 0
+    return min(MAX_NICE, round(math.log(streams / cpus) / math.log(NICE_STEP_WEIGHT)))
+
+
+def _cpus() -> int:
+    # The CPUs this process may run on (a container or taskset may allow fewer than exist).
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _lower_thread_priority(levels: int) -> None:
+    """Make the calling thread ``levels`` nicer (Linux: a thread's own nice value); an
+    unprivileged process may always lower its own priority."""
+    if levels <= 0:
+        return
+    with contextlib.suppress(AttributeError, OSError):
+        tid = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(MAX_NICE, current + levels))
 
 
 def buffer_bytes(spec: TestSpec, role: str) -> int:
@@ -166,6 +208,7 @@ class Side:
         self._sampler_system_s = 0.0
         self._rcvbuf_base: Optional[int] = None
         self._lock = threading.Lock()
+        self._nice = 0
         self.reporter_errors: list[str] = []
         self.on_change: Optional[Callable[[], None]] = None
         """Called (from a stream thread) whenever a loop returns, to wake whoever waits."""
@@ -179,6 +222,7 @@ class Side:
         if any(s.role == "receiver" and not s.is_tcp for s in self.streams):
             self._rcvbuf_base = kernel.udp_receive_buffer_errors()
         self._cpu_start = (core.rusage("process"), core.host_cpu())
+        self._nice = data_nice(len(self.streams), _cpus())
         for stream in self.streams:
             stream.socket_info = socket_info(stream.sock)
             stream.thread = threading.Thread(
@@ -198,6 +242,7 @@ class Side:
             self._done.set()
 
     def _run_stream(self, stream: LocalStream) -> None:
+        _lower_thread_priority(self._nice)
         stream.started_at = core.monotonic()
         before = core.rusage("thread")
         try:

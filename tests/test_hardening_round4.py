@@ -1,0 +1,114 @@
+"""Issue 16, round four: every interval of every stream at a high stream count, and the
+server's memory flat over many tests (its allocator's arenas bounded)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+
+from netprobe.engine import side
+
+from .servers import NETPROBE, netprobe_server
+
+# --- every interval at -P 64 and -P 128 (the default --max-streams) --------------------------
+
+
+def _streamed_run(port: int, streams: int, seconds: float) -> tuple[list[dict], dict]:
+    """A real `netprobe run --json-stream` over loopback: its interval events and result."""
+    done = subprocess.run(
+        [*NETPROBE, "run", "--tool", "native", "127.0.0.1", "-p", str(port),
+         "-P", str(streams), "-t", str(seconds), "-i", "0.1", "--json-stream"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    intervals = [e["data"] for e in events if e["event"] == "interval"]
+    ends = [e["data"] for e in events if e["event"] == "end"]
+    assert len(ends) == 1
+    return intervals, ends[0]
+
+
+def _every_interval_of_every_stream(intervals: list[dict], streams: int, seconds: float) -> None:
+    # Each end (the client's senders here, the server's receivers, sent over the control
+    # connection) has one sample per stream and per interval, and one sum, at every step.
+    ticks = round(seconds / 0.1)
+    expected_starts = {round(k * 0.1, 1) for k in range(ticks)}
+    per_stream = Counter((i["role"], i["stream_id"]) for i in intervals)
+    for role in ("sender", "receiver"):
+        for stream_id in [*range(1, streams + 1), None]:
+            assert per_stream[(role, stream_id)] == ticks, (role, stream_id, per_stream)
+        starts = {round(i["start_s"], 1) for i in intervals
+                  if i["role"] == role and i["stream_id"] is None}
+        assert starts == expected_starts, (role, sorted(expected_starts - starts))
+
+
+@pytest.mark.parametrize("streams", [64, 128])
+def test_every_interval_of_every_stream_at_many_streams(streams: int) -> None:
+    """-P 64 -i 0.1 streamed a fraction of its samples (10 of 50 steps on each end): the
+    sampler, a Python thread, got 1/130 of the CPU beside 128 busy data threads and fell
+    seconds behind, so the steps left at the end became one tail. -P 128 failed outright:
+    its final report is over the 64 KiB frame limit, so neither end ever got the other's."""
+    with netprobe_server() as server:
+        intervals, result = _streamed_run(server.port, streams, 2.0)
+    assert result["status"] == "ok", result["errors"]
+    assert not [w for w in result["warnings"] if "interval samples" in w]
+    assert len(result["streams"]) == streams
+    _every_interval_of_every_stream(intervals, streams, 2.0)
+
+
+def test_stream_loops_together_weigh_about_a_cpu_each() -> None:
+    """The nice level of the loops: none while there are no more streams than CPUs; past
+    that, all of them together weigh within one nice step (x1.25) of ``cpus`` ordinary
+    threads, so a control thread always weighs as much as a CPU's worth of loops."""
+    for cpus in (1, 2, 4, 16):
+        assert side.data_nice(cpus, cpus) == 0
+        for streams in (cpus * 2, 64, 128, 256):
+            if streams <= cpus:
+                continue
+            nice = side.data_nice(streams, cpus)
+            weight = streams * side.NICE_STEP_WEIGHT ** -nice  # an ordinary thread weighs 1
+            assert 0 < nice <= side.MAX_NICE
+            if nice < side.MAX_NICE:
+                assert cpus / side.NICE_STEP_WEIGHT <= weight <= cpus * side.NICE_STEP_WEIGHT
+    assert side.data_nice(100_000, 1) == side.MAX_NICE
+
+
+def test_stream_threads_run_at_that_nice_level() -> None:
+    """The level is applied to each stream loop's own thread (read back from /proc): while
+    a test runs, the server has exactly one thread per stream at that level, and its other
+    threads (accept loop, session, sampler, control reader) keep the process's own."""
+    cpus = side._cpus()
+    streams = cpus * 8
+    expected = side.data_nice(streams, cpus)
+    with netprobe_server() as server:
+        proc = subprocess.Popen(
+            [*NETPROBE, "run", "--tool", "native", "127.0.0.1", "-p", str(server.port),
+             "-P", str(streams), "-t", "1.5", "--json"], stdout=subprocess.DEVNULL)
+        try:
+            levels = _thread_nice_levels(server.pid, streams, expected)
+        finally:
+            proc.wait(30)
+    assert levels[expected] == streams and levels[0] >= 2, levels
+
+
+def _thread_nice_levels(pid: int, streams: int, expected: int) -> Counter:
+    # /proc/PID/task/TID/stat: the 19th field is the thread's nice value.
+    end = time.monotonic() + 10
+    levels: Counter = Counter()
+    while time.monotonic() < end:
+        levels = Counter()
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                    levels[int(stat.read().rsplit(")", 1)[1].split()[16])] += 1
+            except OSError:
+                continue
+        if levels[expected] >= streams:
+            break
+        time.sleep(0.05)
+    return levels
