@@ -50,7 +50,7 @@ struct np_params {
     int batch;                  /* UDP datagrams per sendmmsg/recvmmsg */
     int zerocopy;               /* TCP send: sendfile from a memfd */
     int skip_copy;              /* TCP recv: recv(MSG_TRUNC), data discarded in the kernel */
-    int reserved;
+    int udp_gro;                /* UDP recv: ask for coalesced datagrams (UDP_GRO) */
 };
 
 /* TCP_INFO figures; -1 where the kernel's struct does not reach the field. */

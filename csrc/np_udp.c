@@ -21,11 +21,15 @@
 
 enum seq_kind { SEQ_NEW, SEQ_LATE, SEQ_DUPLICATE, SEQ_FOREIGN };
 
-/* Receiver buffers: message i reads into its own slot of `length` bytes. */
+/* Receiver buffers: message i reads into its own slot of `slot` bytes, its control
+ * message (the UDP_GRO segment size) into its own `control` slot. */
 struct udp_rx {
     struct mmsghdr *msgs;
     struct iovec *iov;
     unsigned char *data;
+    unsigned char *control;
+    size_t slot;
+    int gro;                    /* UDP_GRO is on: a message may hold many datagrams */
 };
 
 /* Sender buffers. Datagram i is iov[2i], its own 16-byte header, then iov[2i+1], padding
@@ -46,6 +50,13 @@ struct udp_tx {
 #define NP_UDP_SEGMENT 103      /* spelled out: older libc headers lack it */
 #define NP_GSO_MAX_SEGS 64      /* the kernel's UDP_MAX_SEGMENTS before Linux 6.8 */
 #define NP_GSO_MAX_BYTES 61440  /* one GSO message stays below 64 KiB with headers */
+#define NP_UDP_GRO 104          /* spelled out: older libc headers lack it (Linux 5.0) */
+/* A coalesced message is one IP packet's worth at most: GRO stops adding datagrams before
+ * the packet would pass 64 KiB (the IP length field), unless an administrator has raised
+ * the device's gro_max_size (BIG TCP); segments past a slot are then unreadable, and left
+ * uncounted like any datagram the receiver never got. */
+#define NP_GRO_SLOT_BYTES 65536
+#define NP_RX_CONTROL CMSG_SPACE(sizeof(int))
 
 static void put_be64(unsigned char *b, uint64_t v)
 {
@@ -239,24 +250,75 @@ static void rx_free(struct udp_rx *b)
     free(b->msgs);
     free(b->iov);
     free(b->data);
+    free(b->control);
 }
 
-static int rx_alloc(struct udp_rx *b, int n, size_t length)
+/* Why the receiver asks for UDP_GRO. Without it the kernel hands a socket one datagram
+ * per skb: a GSO sender's 64 KiB message is cut back into datagrams before it is queued
+ * (on loopback and veth, where it arrived whole), and a NIC's GRO must not merge them, so
+ * each datagram pays a queueing, a wake-up share and a recvmmsg slot of its own. With
+ * UDP_GRO the socket takes a coalesced skb as it is, and one slot of one call reads up to
+ * 64 KiB of back-to-back datagrams of the flow, with their common size in a cmsg: the
+ * per-datagram cost of the receive path becomes a per-64-KiB cost, which is what the
+ * sender's UDP_SEGMENT already buys on its side. The datagrams are the same bytes, each
+ * with its own header, so the accounting below walks them one by one. A kernel before
+ * 5.0 answers ENOPROTOOPT: then every message is one datagram, as before. The option
+ * stays on when the loop returns: coalesced skbs may still be queued, and a reader that
+ * turned it off would get them whole without the cmsg that says how to cut them. */
+static int rx_gro_enable(int fd, int wanted)
 {
+    int on = 1;
+    socklen_t len = sizeof(on);
+
+    if (wanted && setsockopt(fd, NP_SOL_UDP, NP_UDP_GRO, &on, sizeof(on)) == 0)
+        return 1;
+    /* Not asked for (or refused): it may still be on from an earlier loop on the socket. */
+    on = 0;
+    return getsockopt(fd, NP_SOL_UDP, NP_UDP_GRO, &on, &len) == 0 && on;
+}
+
+static int rx_alloc(struct udp_rx *b, int n, size_t length, int gro)
+{
+    memset(b, 0, sizeof(*b));
+    b->gro = gro;
+    b->slot = gro && length < NP_GRO_SLOT_BYTES ? NP_GRO_SLOT_BYTES : length;
     b->msgs = calloc((size_t)n, sizeof(*b->msgs));
     b->iov = calloc((size_t)n, sizeof(*b->iov));
-    b->data = malloc(length * (size_t)n);
-    if (b->msgs == NULL || b->iov == NULL || b->data == NULL) {
+    b->data = malloc(b->slot * (size_t)n);
+    b->control = calloc((size_t)n, NP_RX_CONTROL);
+    if (b->msgs == NULL || b->iov == NULL || b->data == NULL || b->control == NULL) {
         rx_free(b);
         return -ENOMEM;
     }
     for (int i = 0; i < n; i++) {
-        b->iov[i].iov_base = b->data + length * (size_t)i;
-        b->iov[i].iov_len = length;
+        b->iov[i].iov_base = b->data + b->slot * (size_t)i;
+        b->iov[i].iov_len = b->slot;
         b->msgs[i].msg_hdr.msg_iov = &b->iov[i];
         b->msgs[i].msg_hdr.msg_iovlen = 1;
     }
     return 0;
+}
+
+/* The kernel shrinks msg_controllen to what it wrote: give every slot its room back. */
+static void rx_rearm(struct udp_rx *b, unsigned n)
+{
+    for (unsigned i = 0; b->gro && i < n; i++) {
+        b->msgs[i].msg_hdr.msg_control = b->control + NP_RX_CONTROL * (size_t)i;
+        b->msgs[i].msg_hdr.msg_controllen = NP_RX_CONTROL;
+    }
+}
+
+/* The segment size of a coalesced message, or 0: a message without the cmsg (not
+ * coalesced, or GRO off) is one datagram. */
+static unsigned rx_gso_size(struct msghdr *mh)
+{
+    int size = 0;
+
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm != NULL; cm = CMSG_NXTHDR(mh, cm))
+        if (cm->cmsg_level == NP_SOL_UDP && cm->cmsg_type == NP_UDP_GRO
+            && cm->cmsg_len >= CMSG_LEN(sizeof(int)))
+            memcpy(&size, CMSG_DATA(cm), sizeof(size));
+    return size > 0 ? (unsigned)size : 0;
 }
 
 /* Marks seq in the window of the last NP_WINDOW_SEQS sequence numbers and says what it
@@ -343,6 +405,25 @@ static void rx_publish(struct np_counters *c, const struct rx_tally *t)
     np_put(&c->jitter_ms_bits, bits);
 }
 
+/* Accounts every datagram of message i: one, or the segments of a coalesced one (all of
+ * gso_size bytes but the last, which may be shorter). Returns how many it walked. */
+static uint64_t rx_message(struct np_rx_state *rx, struct rx_tally *t, struct udp_rx *b,
+                           int i, int64_t arrival_ns)
+{
+    struct msghdr *mh = &b->msgs[i].msg_hdr;
+    const unsigned char *data = b->iov[i].iov_base;
+    size_t len = b->msgs[i].msg_len, seg = b->gro ? rx_gso_size(mh) : 0, off;
+    uint64_t n = 0;
+
+    if (seg == 0 || seg >= len) {
+        rx_account(rx, t, data, (unsigned)len, arrival_ns);
+        return 1;
+    }
+    for (off = 0; off < len && off + np_minu64(seg, len - off) <= b->slot; off += seg, n++)
+        rx_account(rx, t, data + off, (unsigned)np_minu64(seg, len - off), arrival_ns);
+    return n;
+}
+
 static int64_t udp_recv_loop(struct np_loop *lp, struct udp_rx *b, const struct np_params *p)
 {
     struct np_counters *c = lp->c;
@@ -350,11 +431,15 @@ static int64_t udp_recv_loop(struct np_loop *lp, struct udp_rx *b, const struct 
                           np_get(&c->duplicates), np_get(&c->rx.foreign) };
     uint64_t calls = np_get(&c->calls), base = t.bytes, got = 0;
     int64_t now;
+    unsigned want;
     int r;
 
     while (!np_loop_done(lp, &now) && got < p->max_packets) {
-        r = recvmmsg(lp->fd, b->msgs, (unsigned)np_minu64((uint64_t)p->batch,
-                     p->max_packets - got), MSG_WAITFORONE | MSG_TRUNC, NULL);
+        /* With GRO one slot can hold many datagrams: max_packets is then reached at the
+         * end of the message that crosses it (a datagram read cannot be put back). */
+        want = (unsigned)np_minu64((uint64_t)p->batch, p->max_packets - got);
+        rx_rearm(b, want);
+        r = recvmmsg(lp->fd, b->msgs, want, MSG_WAITFORONE | MSG_TRUNC, NULL);
         np_put(&c->calls, ++calls);
         if (r < 0) {
             int64_t rc = soft_errno(errno) ? np_loop_wait(lp, POLLIN)
@@ -366,8 +451,7 @@ static int64_t udp_recv_loop(struct np_loop *lp, struct udp_rx *b, const struct 
         /* One clock read per batch: the datagrams of a batch were queued together. */
         now = np_now_ns();
         for (int i = 0; i < r; i++)
-            rx_account(&c->rx, &t, b->iov[i].iov_base, b->msgs[i].msg_len, now);
-        got += (uint64_t)r;
+            got += rx_message(&c->rx, &t, b, i, now);
         rx_publish(c, &t);
     }
     return (int64_t)(t.bytes - base);
@@ -379,7 +463,7 @@ int64_t np_udp_recv(int fd, struct np_counters *c, const struct np_params *p)
     struct udp_rx b;
     int64_t rc;
 
-    if (rx_alloc(&b, p->batch, (size_t)p->length) < 0)
+    if (rx_alloc(&b, p->batch, (size_t)p->length, rx_gro_enable(fd, p->udp_gro)) < 0)
         return np_fail(c, "malloc", ENOMEM);
     rc = np_loop_begin(&lp, fd, c, p, SO_RCVTIMEO, 0.0);
     if (rc == 0) {

@@ -158,15 +158,18 @@ class DataPath:
 
     def udp_recv(self, fd: int, counters: BaseCounters, *, length: int,
                  deadline: float | None = None, max_packets: int | None = None,
-                 batch: int = 32) -> int:
+                 batch: int = 32, gro: bool = True) -> int:
         """Receive datagrams until the deadline, ``max_packets`` or stop; count loss and
         jitter.
 
-        Up to ``batch`` datagrams per call (recvmmsg in C; one at a time in Python). Returns
+        Up to ``batch`` messages per call (recvmmsg in C; one at a time in Python). With
+        ``gro`` the socket is set to UDP_GRO where the kernel has it (and left so): a
+        message may then hold many datagrams, each counted as if it came alone, and
+        ``max_packets`` is reached at the end of the message that crosses it. Returns
         the bytes this call received (true datagram sizes, even beyond ``length``).
         """
         args = LoopArgs(length=length, deadline=deadline, max_packets=max_packets,
-                        batch=batch).check_udp()
+                        batch=batch, udp_gro=gro).check_udp()
         return int(self._path.udp_recv(check_fd(fd), counters, args))
 
     def tcp_info(self, fd: int) -> TcpInfo:

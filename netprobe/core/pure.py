@@ -15,6 +15,7 @@ import resource
 import select
 import socket
 import struct
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -41,6 +42,10 @@ _AHEAD = 1 << 32  # farthest plausible jump past the highest number (np_udp.c NP
 _HEADER = struct.Struct("!QQ")
 # ICMP echoes of earlier datagrams, or a full device queue: a UDP test carries on.
 _UDP_SOFT = (errno.ECONNREFUSED, errno.ENOBUFS)
+_SOL_UDP = 17  # IPPROTO_UDP
+_UDP_GRO = 104  # not in Python's socket module; see np_udp.c for why the receiver sets it
+_GRO_SLOT = 65536  # a coalesced message is one IP packet's worth at most (np_udp.c)
+_GRO_CMSG = socket.CMSG_SPACE(4)  # one int: the segment size
 
 
 class _RxState:
@@ -380,25 +385,68 @@ def _account(c: Counters, data: memoryview, n: int, arrival_ns: int) -> None:
     rx.have_transit = True
 
 
+def _gro_on(sock: socket.socket, wanted: bool) -> bool:
+    """Whether the socket coalesces datagrams: turned on when wanted, else as it was."""
+    if wanted:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(_SOL_UDP, _UDP_GRO, 1)
+            return True
+    try:
+        return bool(sock.getsockopt(_SOL_UDP, _UDP_GRO))
+    except OSError:
+        return False  # a kernel before 5.0: one datagram per message
+
+
+def _gso_size(ancdata: list[tuple[int, int, bytes]]) -> int:
+    """The segment size the UDP_GRO cmsg gives, or 0 (a message of one datagram)."""
+    for level, kind, data in ancdata:
+        if level == _SOL_UDP and kind == _UDP_GRO and len(data) >= 4:
+            return max(0, int.from_bytes(data[:4], sys.byteorder, signed=True))
+    return 0
+
+
+def _account_message(c: Counters, buf: memoryview, n: int, seg: int, arrival_ns: int) -> int:
+    """Count each datagram of one message (segments of ``seg`` bytes, the last maybe
+    shorter; those past the buffer are unreadable and not counted); returns how many."""
+    if seg == 0 or seg >= n:
+        _account(c, buf, n, arrival_ns)
+        return 1
+    walked, size = 0, len(buf)
+    for off in range(0, n, seg):
+        part = min(seg, n - off)
+        if off + part > size:
+            break
+        _account(c, buf[off:], part, arrival_ns)
+        walked += 1
+    return walked
+
+
+def _recv_message(sock: socket.socket, buf: memoryview, gro: bool) -> tuple[int, int]:
+    """One message into buf: (its true length, the GRO segment size or 0)."""
+    if not gro:
+        return sock.recv_into(buf, len(buf), socket.MSG_TRUNC), 0
+    n, ancdata, _flags, _addr = sock.recvmsg_into([buf], _GRO_CMSG, socket.MSG_TRUNC)
+    return n, _gso_size(ancdata)
+
+
 def udp_recv(fd: int, counters: BaseCounters, args: LoopArgs) -> int:
     c = _counters(counters)
     limit = args.max_packets if args.max_packets is not None else 1 << 64
-    buf = memoryview(bytearray(args.length))
-    got = total = 0
+    got, base = 0, c._bytes
     with _loop_socket(fd, send=False) as sock:
+        gro = _gro_on(sock, args.udp_gro)
+        buf = memoryview(bytearray(max(args.length, _GRO_SLOT) if gro else args.length))
         loop = _Loop(sock, c, args, 0.0)
         while not loop.done() and got < limit:
             c._calls += 1
             try:
-                n = sock.recv_into(buf, args.length, socket.MSG_TRUNC)
+                n, seg = _recv_message(sock, buf, gro)
             except OSError as exc:
                 if _soft(exc, loop, select.POLLIN, udp=True):
                     continue
                 raise CoreError("recv", exc.errno or errno.EIO) from None
-            _account(c, buf, n, time.monotonic_ns())
-            got += 1
-            total += n
-    return total
+            got += _account_message(c, buf, n, seg, time.monotonic_ns())
+    return c._bytes - base
 
 
 # struct tcp_info (include/uapi/linux/tcp.h): field -> (offset, struct format).

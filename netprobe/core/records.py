@@ -140,6 +140,8 @@ class LoopArgs:
     """TCP sender: sendfile() from a memory file instead of send() from a buffer."""
     skip_copy: bool = False
     """TCP receiver: recv(MSG_TRUNC), the kernel discards the data instead of copying it."""
+    udp_gro: bool = True
+    """UDP receiver: ask the kernel for coalesced datagrams (UDP_GRO), walked one by one."""
 
     def __attrs_post_init__(self) -> None:
         if self.rate_bps is not None and self.rate_pps is not None:

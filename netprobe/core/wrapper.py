@@ -78,6 +78,7 @@ def _params(args: LoopArgs) -> Any:
         "batch": args.batch,
         "zerocopy": args.zerocopy,
         "skip_copy": args.skip_copy,
+        "udp_gro": args.udp_gro,
     })
 
 

@@ -1,0 +1,179 @@
+"""The UDP receiver with UDP_GRO: a coalesced message is counted datagram by datagram.
+
+Real loopback sockets, both data paths. A GSO send (one sendmsg with a UDP_SEGMENT cmsg)
+reaches a socket with UDP_GRO on as ONE message of many datagrams, and a socket without
+it as as many messages: so each test below sends the same datagrams as one burst and
+checks that loss, reordering, duplicates, foreign datagrams and byte counts come out as
+they do datagram by datagram, with GRO and without (the fallback path). Where the test
+needs the burst to arrive whole it says so with the receive calls it counts.
+"""
+from __future__ import annotations
+
+import errno
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from netprobe import core
+from netprobe.core import contract, wrapper
+from tests.test_core import datagram, finish, soon, udp_pair
+
+SOL_UDP = 17
+UDP_SEGMENT = 103
+UDP_GRO = 104
+# What a kernel, device or emulator without UDP GSO answers to a UDP_SEGMENT send.
+GSO_REFUSED = (errno.EIO, errno.EINVAL, errno.ENOPROTOOPT, errno.EOPNOTSUPP)
+
+# Sequence numbers in arrival order: 6 and 8 never come, the second 3 is a duplicate,
+# 3 and 4 arrive after 5 and 7 after 9 (the same as test_core's per-datagram test).
+SEQUENCE = (0, 1, 2, 5, 3, 3, 4, 9, 7)
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        yield executor
+
+
+def _gro_or_skip() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.setsockopt(SOL_UDP, UDP_GRO, 1)
+        except OSError as exc:
+            pytest.skip(f"this kernel refuses UDP_GRO: {exc}")
+
+
+def send_burst(tx: socket.socket, frames: list[bytes]) -> None:
+    """All frames in ONE GSO send: every frame but the last must be as long as the first."""
+    size = len(frames[0])
+    assert all(len(f) == size for f in frames[:-1]) and len(frames[-1]) <= size
+    try:
+        tx.sendmsg([b"".join(frames)], [(SOL_UDP, UDP_SEGMENT, struct.pack("=H", size))])
+    except OSError as exc:
+        if exc.errno in GSO_REFUSED:
+            pytest.skip(f"no UDP GSO here: {exc}")
+        raise
+
+
+def _gro_state(sock: socket.socket) -> int:
+    return int(sock.getsockopt(SOL_UDP, UDP_GRO))
+
+
+def receive(pool: ThreadPoolExecutor, rx: socket.socket, counters: Any, count: int,
+            gro: bool, **kwargs: Any) -> Future[int]:
+    """Start the receiver loop; returns once the loop has set its socket up, so that what
+    the caller sends next is queued as the loop's option says (GRO decides at arrival
+    whether a burst is kept whole)."""
+    kwargs.setdefault("length", 2048)
+    got = pool.submit(core.udp_recv, rx.fileno(), counters, max_packets=count,
+                      deadline=soon(5), gro=gro, **kwargs)
+    end = time.monotonic() + 5
+    while gro and not _gro_state(rx) and time.monotonic() < end:
+        time.sleep(0.001)
+    if not gro:  # nothing to watch for: the loop only has to be waiting in its call
+        time.sleep(0.05)
+    return got
+
+
+@pytest.mark.parametrize("gro", [True, False], ids=["gro", "fallback"])
+def test_a_burst_is_counted_datagram_by_datagram(data_path: str, pool: ThreadPoolExecutor,
+                                                 gro: bool) -> None:
+    _gro_or_skip()
+    frames = [datagram(seq) for seq in SEQUENCE] + [b"not ours"]  # the short last segment
+    with udp_pair() as (tx, rx):
+        counters = core.Counters()
+        got = receive(pool, rx, counters, len(frames), gro, batch=1)
+        send_burst(tx, frames)
+        assert finish(got, 5) == counters.bytes == 9 * 64 + 8
+    assert counters.packets == 10
+    assert counters.duplicates == 1
+    assert counters.out_of_order == 3
+    assert counters.lost == 2
+    # One receive call for the whole burst is what GRO buys; without it, one per datagram.
+    assert counters.calls == (1 if gro else len(frames))
+
+
+@pytest.mark.parametrize("gro", [True, False], ids=["gro", "fallback"])
+def test_foreign_datagrams_inside_a_burst_are_left_out(data_path: str, pool: ThreadPoolExecutor,
+                                                       gro: bool) -> None:
+    # Each datagram of a coalesced message proves on its own that it belongs to the test
+    # (its number relative to the test's secret base): forged ones in the same burst are
+    # foreign and touch no figure, while the test's own are all counted.
+    _gro_or_skip()
+    base = (1 << 62) + 12345
+    keyed = [base + i for i in range(4)]
+    order = [keyed[0], 7, keyed[1], 1 << 63, keyed[3], 12345, keyed[2], base - 1]
+    with udp_pair() as (tx, rx):
+        counters = core.Counters()
+        counters.sequence_base = base
+        got = receive(pool, rx, counters, len(order), gro, batch=1)
+        send_burst(tx, [datagram(seq) for seq in order])
+        finish(got, 5)
+    assert counters.foreign == 4  # 7, 1 << 63, 12345 and base - 1: out of the test's reach
+    assert (counters.packets, counters.bytes) == (4, 4 * 64)
+    assert counters.out_of_order == 1  # keyed[2] after keyed[3]
+    assert counters.lost == 0
+    assert counters.calls == (1 if gro else len(order))
+
+
+def test_a_burst_longer_than_the_read_length_is_read_whole(
+        data_path: str, pool: ThreadPoolExecutor) -> None:
+    # The receiver's length is the largest datagram; a coalesced message is up to 64 KiB
+    # whatever that length is, so its slots must be that big or the tail of the burst
+    # would be cut off (and counted lost).
+    _gro_or_skip()
+    frames = [datagram(seq, length=1400) for seq in range(40)]  # 56,000 bytes in one send
+    with udp_pair() as (tx, rx):
+        counters = core.Counters()
+        got = receive(pool, rx, counters, len(frames), True, length=1500, batch=1)
+        send_burst(tx, frames)
+        assert finish(got, 5) == 40 * 1400
+    assert (counters.packets, counters.lost, counters.calls) == (40, 0, 1)
+
+
+def test_a_socket_left_with_gro_on_is_still_walked(data_path: str) -> None:
+    # gro=False does not turn the option off (coalesced messages may be queued already);
+    # a socket that has it on from before still delivers bursts whole, and they are cut.
+    _gro_or_skip()
+    with udp_pair() as (tx, rx):
+        rx.setsockopt(SOL_UDP, UDP_GRO, 1)
+        send_burst(tx, [datagram(seq) for seq in range(10)])
+        counters = core.Counters()
+        assert core.udp_recv(rx.fileno(), counters, length=2048, max_packets=10,
+                             deadline=soon(3), gro=False, batch=1) == 640
+    assert (counters.packets, counters.lost, counters.calls) == (10, 0, 1)
+
+
+@pytest.mark.parametrize("gro", [True, False], ids=["gro", "fallback"])
+def test_the_native_gso_sender_into_the_receiver_counts_exact(
+        data_path: str, pool: ThreadPoolExecutor, gro: bool) -> None:
+    # The native sender packs 32 datagrams into each sendmmsg message with UDP_SEGMENT.
+    # 2,000 of them fit the receive buffer whole even before the receiver reads (coalesced
+    # or not), so nothing may be lost, and every datagram is counted once.
+    if not wrapper.LOADED:
+        pytest.skip("the native sender is the compiled core's")
+    if gro:
+        _gro_or_skip()
+    native = contract.DataPath(wrapper)
+    count = 2000
+    with udp_pair() as (tx, rx):
+        tx_counters, rx_counters = wrapper.Counters(), core.Counters()
+        tx_counters.sequence_base = rx_counters.sequence_base = 1 << 40
+        got = receive(pool, rx, rx_counters, count, gro, batch=1)
+        sent = native.udp_send(tx.fileno(), tx_counters, length=100, max_packets=count,
+                                 deadline=soon(5))
+        assert finish(got, 5) == sent == count * 100
+        gro_on = _gro_state(rx)
+    assert rx_counters.packets == tx_counters.packets == count
+    assert (rx_counters.lost, rx_counters.out_of_order, rx_counters.duplicates) == (0, 0, 0)
+    assert rx_counters.foreign == 0
+    if gro_on:  # the sender's messages arrived whole: far fewer reads than datagrams
+        assert rx_counters.calls <= count // 8
+    else:
+        assert rx_counters.calls >= count
+    assert bool(gro_on) == gro
