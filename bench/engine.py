@@ -234,7 +234,8 @@ def warm_bytecode(python: str = sys.executable) -> None:
                    cwd=NEUTRAL_CWD)
 
 
-def native(case: Case, where: Where, python: str = sys.executable) -> Run:
+def native(case: Case, where: Where, python: str = sys.executable,
+           env: Optional[dict[str, str]] = None) -> Run:
     port = free_port_pair()
     np = [python, "-m", "netprobe"]
     args = ["-t", f"{case.seconds:g}", "-P", str(case.streams), "-i", "0", "--json"]
@@ -243,7 +244,8 @@ def native(case: Case, where: Where, python: str = sys.executable) -> Run:
     if case.length:
         args += ["-l", str(case.length)]
     o = measure(where, [*np, "server", "-1", "-B", where.host, "-p", str(port)],
-                [*np, "run", where.host, "-p", str(port), *args], port, case, env=NATIVE_ENV)
+                [*np, "run", where.host, "-p", str(port), *args], port, case,
+                env=env or NATIVE_ENV)
     receiver = json.loads(o.client_out)["summaries"][0]["receiver"]
     span = receiver["end_s"] - receiver["start_s"]
     pps = receiver["packets"] / span if case.udp else None
@@ -380,6 +382,15 @@ TOOLS: dict[str, tuple[str, Callable[[Case, Where], Run]]] = {
 }
 
 
+def _native_nogro(case: Case, where: Where) -> Run:
+    """native with its receiver's UDP_GRO off (NETPROBE_UDP_GRO=0): one datagram per read,
+    as on a kernel without it; the before of the GRO receive path, in the same run."""
+    return native(case, where, env={**NATIVE_ENV, "NETPROBE_UDP_GRO": "0"})
+
+
+TOOLS["native-nogro"] = (sys.executable, _native_nogro)
+
+
 def _native_with(python: str) -> Callable[[Case, Where], Run]:
     def run(case: Case, where: Where) -> Run:
         return native(case, where, python)
@@ -451,8 +462,8 @@ def cases(seconds: float) -> dict[str, list[Case]]:
 
 
 def tools_for(case: Case, wanted: Sequence[str]) -> list[str]:
-    """The tools that can run a case (gsro is a UDP-only variant)."""
-    names = [t for t in wanted if case.udp or not t.endswith("-gsro")]
+    """The tools that can run a case (gsro and nogro are UDP-only variants)."""
+    names = [t for t in wanted if case.udp or not t.endswith(("-gsro", "-nogro"))]
     return [t for t in names if t == "native" or os.path.exists(TOOLS[t][0])]
 
 

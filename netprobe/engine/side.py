@@ -52,6 +52,10 @@ UDP_RECV_LENGTH = UDP_MAX_PAYLOAD  # a UDP receiver reads into slots any datagra
 UDP_BATCH = 32  # datagrams per recvmmsg/sendmmsg (the core's default batch)
 NICE_STEP_WEIGHT = 1.25  # the scheduler's weight ratio between two adjacent nice values
 MAX_NICE = 19
+# The receiver reads coalesced datagrams (UDP_GRO, see np_udp.c for why). NETPROBE_UDP_GRO=0
+# takes the path of a kernel without it, one datagram per slot: the before and after of the
+# same run in bench/engine.py (native-nogro).
+UDP_GRO = os.environ.get("NETPROBE_UDP_GRO", "1") != "0"
 
 
 def default_length(spec: TestSpec) -> int:
@@ -284,7 +288,8 @@ class Side:
         if stream.is_tcp:
             core.tcp_recv(fd, c, length=length, deadline=limit, skip_copy=spec.skip_rx_copy)
         else:
-            core.udp_recv(fd, c, length=UDP_RECV_LENGTH, deadline=limit, batch=UDP_BATCH)
+            core.udp_recv(fd, c, length=UDP_RECV_LENGTH, deadline=limit, batch=UDP_BATCH,
+                          gro=UDP_GRO)
 
     def _udp_send(self, fd: int, c: core.Counters, length: int, deadline: Optional[float],
                   rate: Optional[float]) -> None:
