@@ -10,12 +10,13 @@ breach:
   tool's control and sync connections);
 * a connected socket of it talks to an address the agent's ``--allow`` list refuses;
 * with ``--max-rate``, it moves more bytes per second than the streams at that rate
-  could. Two counters, the larger taken: its TCP connections' own byte counts (bytes
-  acknowledged by and received from the peer, each connection's ``tcp_info`` through
-  sock_diag, :mod:`netprobe.driven.tcpbytes`), which see every way of sending (write,
-  send, sendmsg, sendfile, splice, zero-copy); and the bytes it read and wrote
-  (/proc/PID/io), which see UDP too, but only through read/write (not send/sendto/sendmsg:
-  a UDP far end sending with those is not rate-watched).
+  could. Two counts, the larger taken: its sockets' own byte counts, which see every way
+  of sending (write, send, sendto, sendmsg, sendfile, splice, zero-copy, GSO): for TCP each
+  connection's ``tcp_info`` through sock_diag (:mod:`netprobe.driven.tcpbytes`), for UDP
+  an nftables counter on its UDP sockets' ports (:mod:`netprobe.agent.udpcount`: the
+  kernel keeps no per-socket UDP count); and the bytes it read and wrote (/proc/PID/io,
+  read/write only). Where no UDP counter could be installed, a far end that opens a UDP
+  socket is stopped: its rate could not be held.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from typing import Callable, Optional
 
 import attrs
 
+from netprobe.agent.udpcount import CounterUnavailable, UdpCounter
 from netprobe.driven import tcpbytes
 
 CHECK_S = 0.2  # how often the far end is looked at
@@ -37,6 +39,7 @@ GRACE_S = 5.0  # past the planned end, how long a far end may run on
 EXTRA_CONNECTIONS = 2  # a tool's control connection and, for ntttcp, its sync connection
 RATE_SLACK = 1.5  # headroom over the allowed rate (bursts, protocol overhead)
 RATE_FLOOR_BYTES_S = 256 * 1024  # control traffic and a slow start's overshoot
+_NO_COUNTER = "has no counter for UDP"
 _TCP_ESTABLISHED = "01"
 _TCP_LISTEN = "0A"
 
@@ -70,9 +73,14 @@ class Guard:
     """Watches one far end's process (and its children); :meth:`breach` says why it must
     be stopped, or None."""
 
-    def __init__(self, pid: int, limits: Limits) -> None:
+    def __init__(self, pid: int, limits: Limits, udp: Optional[UdpCounter] = None,
+                 no_udp: Optional[str] = None) -> None:
+        """``udp`` counts the far end's UDP bytes (the guard tells it the ports);
+        ``no_udp`` says why there is none, when a rate limit needs one."""
         self.pid = pid
         self.limits = limits
+        self.udp = udp
+        self.no_udp = no_udp
         self._io: Optional[tuple[float, int]] = None
         self._tcp: dict[str, int] = {}  # inode -> its last byte count (closed ones kept)
 
@@ -81,25 +89,44 @@ class Guard:
         if time.monotonic() > self.limits.deadline:
             return "it ran past the test's planned end"
         inodes = _socket_inodes(_family(self.pid))
-        connections, foreign = _connections(inodes)
+        rows = list(_rows(inodes))
+        connections, foreign = _connections(rows)
         if connections > self.limits.max_connections:
             return (f"it held {connections} connections, more than the "
                     f"{self.limits.max_connections} the test's streams need")
         for address in foreign:
             if not self.limits.allowed(address):
                 return f"it talked to {address}, which this agent's --allow list refuses"
-        return self._rate_breach()
+        return self._udp_breach(rows) or self._rate_breach()
+
+    def _udp_breach(self, rows: list[tuple[str, list[str]]]) -> Optional[str]:
+        """Count the far end's UDP ports from now on (their bytes before are not seen: at
+        most one look, CHECK_S); where they cannot be counted, that is the breach."""
+        if self.limits.max_bytes_per_s is None:
+            return None
+        ports = {_decode(fields[1])[1] for table, fields in rows if table.startswith("udp")}
+        if not ports:
+            return None
+        if self.udp is None:
+            return f"it opened a UDP socket and this agent {self.no_udp or _NO_COUNTER}"
+        try:
+            self.udp.watch(ports)
+        except CounterUnavailable as exc:
+            return f"its UDP traffic could not be counted: {exc}"
+        return None
 
     def _rate_breach(self) -> Optional[str]:
         if self.limits.max_bytes_per_s is None:
             return None
-        now, moved = time.monotonic(), self._moved()
-        if self._io is None:
-            self._io = (now, moved)
+        now = time.monotonic()
+        # A rate over at least a second (bursts are allowed); the TCP counts are read at
+        # every look all the same, so that a connection that comes and goes is seen.
+        closing = self._io is None or now - self._io[0] >= 1.0
+        moved = self._moved(with_udp=closing)
+        if self._io is None or not closing:
+            self._io = self._io or (now, moved)
             return None
         start, before = self._io
-        if now - start < 1.0:
-            return None  # a rate over at least a second: bursts are allowed
         self._io = (now, moved)
         rate = (moved - before) / (now - start)
         if rate > self.limits.max_bytes_per_s:
@@ -107,10 +134,10 @@ class Guard:
                     f"{self.limits.max_bytes_per_s * 8 / 1e6:.1f} Mbit/s the test's limits allow")
         return None
 
-
-    def _moved(self) -> int:
-        """Bytes the far end has moved so far: the larger of its TCP connections' counts
-        and its read/write counters (each misses what the other sees; neither overcounts)."""
+    def _moved(self, with_udp: bool = True) -> int:
+        """Bytes the far end has moved so far: the larger of its sockets' own counts (TCP
+        and UDP) and its read/write counters (each misses what the other sees; neither
+        overcounts). The UDP counter (a call of nft) is read only ``with_udp``."""
         pids = _family(self.pid)
         inodes = _socket_inodes(pids)
         for family in (socket.AF_INET, socket.AF_INET6):
@@ -120,7 +147,16 @@ class Guard:
                         self._tcp[str(inode)] = acked + received
             except OSError:  # no sock_diag here: the read/write counters only
                 break
-        return max(sum(self._tcp.values()), sum(_io_bytes(pid) for pid in pids))
+        counted = sum(self._tcp.values()) + (self._udp_bytes() if with_udp else 0)
+        return max(counted, sum(_io_bytes(pid) for pid in pids))
+
+    def _udp_bytes(self) -> int:
+        if self.udp is None:
+            return 0
+        try:
+            return self.udp.bytes()
+        except CounterUnavailable:  # its table removed under it: read/write counters only
+            return 0
 
 
 def listens(pid: int, port: int) -> bool:
@@ -177,11 +213,11 @@ def _socket_inodes(pids: list[int]) -> set[str]:
     return inodes
 
 
-def _connections(inodes: set[str]) -> tuple[int, list[str]]:
-    """Established TCP connections among ``inodes``, and the remote addresses of every
-    connected TCP or UDP socket among them."""
+def _connections(rows: list[tuple[str, list[str]]]) -> tuple[int, list[str]]:
+    """Established TCP connections among ``rows`` (of :func:`_rows`), and the remote
+    addresses of every connected TCP or UDP socket among them."""
     established, remotes = 0, []
-    for table, fields in _rows(inodes):
+    for table, fields in rows:
         address, port = _decode(fields[2])
         if table.startswith("tcp") and fields[3] == _TCP_ESTABLISHED:
             established += 1

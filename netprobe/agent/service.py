@@ -12,12 +12,15 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
 import attrs
 
 from netprobe import convert
+from netprobe.agent import udpcount
 from netprobe.agent.guard import CHECK_S, Guard, limits_for, listens
+from netprobe.agent.udpcount import CounterUnavailable, UdpCounter
 from netprobe.driven import DrivenProcess, port_is_free
 from netprobe.engine.log import client, escape
 from netprobe.engine.server import Session
@@ -37,7 +40,9 @@ RegistryLoader = Callable[..., Registry]
 
 
 def handlers(loader: RegistryLoader = load_registry) -> dict[str, Callable[[Any, dict], None]]:
-    """The request handlers to give the engine's server."""
+    """The request handlers to give the engine's server (the agent starting up: what a
+    killed predecessor left of its far ends' counters is removed first)."""
+    udpcount.remove_stale()
     return {
         "tools": lambda session, msg: _tools(session, loader),
         "far_end": lambda session, msg: _far_end(session, msg, loader),
@@ -121,23 +126,32 @@ def _far_end(session: Session, message: dict, loader: RegistryLoader) -> None:
     tool = _tool(session, message, loader)
     spec = session.checked_spec(message, tool.refusals)
     with session.slot(spec, "far_end"):
+        server, stopped = _run_far_end(session, tool, spec)
+        if stopped:
+            session.server.log(f"{client(session.peer)}: {tool.name} server stopped: {stopped}",
+                               event="refused", client=client(session.peer), reason="limit")
+        _send_output(session, server.raw(), stopped)
+
+
+def _run_far_end(session: Session, tool: Tool,
+                 spec: TestSpec) -> tuple[DrivenProcess, Optional[str]]:
+    """Start the far end, serve it under its guard, stop it (its counter goes with it);
+    the stopped process and why the agent stopped it, if it did."""
+    who = client(session.peer)
+    with _udp_counter(session, spec) as (counter, no_udp):
         family = socket.AF_INET6 if ":" in session.local_address else socket.AF_INET
         server, port = _start_far_end(session, tool, spec, family)
-        who = client(session.peer)
         session.server.log(f"{who}: started {tool.name} server, pid {server.pid}",
                            event="far-end", client=who, tool=tool.name, pid=server.pid,
                            state="started")
         try:
-            stopped = _serve_far_end(session, spec, server, port, family)
+            guard = _guard(session, spec, server, counter, no_udp)
+            return server, _serve_far_end(session, guard, server, port)
         finally:
             code = server.stop()
             session.server.log(f"{who}: {tool.name} server ended ({code})", event="far-end",
                                client=who, tool=tool.name, pid=server.pid, state="stopped",
                                exit_code=code)
-        if stopped:
-            session.server.log(f"{who}: {tool.name} server stopped: {stopped}", event="refused",
-                               client=who, reason="limit")
-        _send_output(session, server.raw(), stopped)
 
 
 def _start_far_end(session: Session, tool: Tool, spec: TestSpec,
@@ -165,14 +179,38 @@ def _start_far_end(session: Session, tool: Tool, spec: TestSpec,
     session.refuse(f"the tool's server did not start listening: {tail}")
 
 
-def _serve_far_end(session: Session, spec: TestSpec, server: DrivenProcess, port: int,
-                   family: int) -> Optional[str]:
+@contextlib.contextmanager
+def _udp_counter(session: Session,
+                 spec: TestSpec) -> Iterator[tuple[Optional[UdpCounter], Optional[str]]]:
+    """The far end's UDP byte counter, where ``--max-rate`` needs one (removed after), and
+    why there is none. A UDP test that could not be held to the rate is refused here;
+    for another, the guard stops the far end if it opens a UDP socket."""
+    if not session.server.config.max_rate_bps:
+        yield None, None
+        return
+    try:
+        counter = UdpCounter.install()
+    except CounterUnavailable as exc:
+        if spec.protocol == "udp":
+            session.refuse(str(exc))
+        yield None, str(exc)
+        return
+    with counter:
+        yield counter, None
+
+
+def _guard(session: Session, spec: TestSpec, server: DrivenProcess,
+           counter: Optional[UdpCounter], no_udp: Optional[str]) -> Guard:
+    config = session.server.config
+    return Guard(server.pid, limits_for(
+        spec.streams, len(spec.flow_directions()), spec.planned_s() or config.max_duration_s,
+        config.max_rate_bps, session.server.allows), udp=counter, no_udp=no_udp)
+
+
+def _serve_far_end(session: Session, guard: Guard, server: DrivenProcess,
+                   port: int) -> Optional[str]:
     """Serve the far end until its client is done; why the agent stopped it, if it did."""
     session.channel.send({"type": "far_end_ready", "port": port})
-    config = session.server.config
-    guard = Guard(server.pid, limits_for(
-        spec.streams, len(spec.flow_directions()), spec.planned_s() or config.max_duration_s,
-        config.max_rate_bps, session.server.allows))
     while True:
         try:
             message = session.channel.recv(timeout=CHECK_S)
