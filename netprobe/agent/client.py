@@ -13,7 +13,7 @@ from typing import Any, Optional
 import attrs
 
 from netprobe import convert
-from netprobe.driven import is_local_host
+from netprobe.driven import KeptOutput, is_local_host
 from netprobe.engine import protocol
 from netprobe.engine.auth import METHOD, new_challenge, respond, verify
 from netprobe.errors import NetprobeError, ProtocolError, TestFailed
@@ -34,6 +34,8 @@ class AgentConnection:
         self.host = host
         self.stopped: Optional[str] = None
         """Why the agent stopped the far end before its client was done (its limits)."""
+        self.output_notes: list[str] = []
+        """What of the far end's output was not kept, by the agent or here."""
 
     @classmethod
     def open(cls, host: str, port: int, secret: Optional[bytes]) -> Optional[AgentConnection]:
@@ -85,17 +87,20 @@ class AgentConnection:
         """Tell the agent the client is done; the far end's output (None if it is lost)."""
         try:
             self.channel.send({"type": "far_end_done"})
-            chunks: list[str] = []
+            chunks = KeptOutput()  # an agent that sends without end costs a bounded memory
             reply = self.channel.recv(timeout=timeout)
             while reply.get("type") == "far_end_text":  # a long output comes in pieces
-                chunks.append(str(reply.get("text", "")))
+                chunks.add(str(reply.get("text", "")))
                 reply = self.channel.recv(timeout=timeout)
             if reply.get("type") != "far_end_output":
                 raise ProtocolError(f"expected 'far_end_output', got '{reply.get('type')}'")
-            stopped = reply.get("stopped")
+            stopped, note = reply.get("stopped"), reply.get("output_note")
             self.stopped = stopped if isinstance(stopped, str) else None
+            mine = chunks.note("the far end's (as received)")
+            self.output_notes = [n for n in (note, mine) if isinstance(n, str)]
             raw = convert.structure(reply.get("raw"), RawOutput)
-            return attrs.evolve(raw, text="".join(chunks)) if reply.get("chunked") else raw
+            return (attrs.evolve(raw, text="".join(chunks.chunks())) if reply.get("chunked")
+                    else raw)
         except (OSError, NetprobeError):
             return None
 
@@ -156,7 +161,10 @@ def _run_far(agent: AgentConnection, tool: Tool, spec: TestSpec, reporter: Repor
 
 
 def _stopped(agent: AgentConnection, result: Result) -> Result:
-    """``result`` failed with the agent's reason, if it stopped the far end."""
+    """``result`` failed with the agent's reason, if it stopped the far end (and saying
+    what of the far end's output was not kept, if anything)."""
+    if agent.output_notes:
+        result = attrs.evolve(result, warnings=(*result.warnings, *agent.output_notes))
     if agent.stopped is None:
         return result
     reason = f"the agent at {agent.host} stopped the far end: {agent.stopped}"

@@ -130,7 +130,7 @@ def _far_end(session: Session, message: dict, loader: RegistryLoader) -> None:
         if stopped:
             session.server.log(f"{client(session.peer)}: {tool.name} server stopped: {stopped}",
                                event="refused", client=client(session.peer), reason="limit")
-        _send_output(session, server.raw(), stopped)
+        _send_output(session, server.raw(), stopped, server.output_note())
 
 
 def _run_far_end(session: Session, tool: Tool,
@@ -255,15 +255,18 @@ def _addresses(host: str) -> list[str]:
     return sorted({str(info[4][0]) for info in infos})
 
 
-def _send_output(session: Session, raw: RawOutput, stopped: Optional[str]) -> None:
+def _send_output(session: Session, raw: RawOutput, stopped: Optional[str],
+                 note: Optional[str]) -> None:
     """The far end's output, however long: its text in ``far_end_text`` chunks that each
     fit a frame, then ``far_end_output`` with the rest (once one message, which a long
-    output overflowed, so the receiver figures were silently lost)."""
+    output overflowed, so the receiver figures were silently lost) and ``note``, what of
+    it was not kept (the output the agent keeps is bounded as every tool's is)."""
     text = raw.text
     for start in range(0, len(text), OUTPUT_CHUNK_CHARS):
         _send_quietly(session, {"type": "far_end_text",
                                 "text": text[start:start + OUTPUT_CHUNK_CHARS]})
     _send_quietly(session, {"type": "far_end_output", "chunked": True, "stopped": stopped,
+                            "output_note": note,
                             "raw": convert.unstructure(attrs.evolve(raw, text=""))})
 
 

@@ -24,7 +24,7 @@ from netprobe.driven.net import (
     system_name,
     wait_port,
 )
-from netprobe.driven.process import DrivenProcess, find_binary, not_found, run_once
+from netprobe.driven.process import DrivenProcess, KeptOutput, find_binary, not_found, run_once
 from netprobe.driven.run import DrivenRun, Ready, listening, printed
 from netprobe.driven.session import (
     HANG_GRACE_S,
@@ -41,6 +41,7 @@ __all__ = [
     "DrivenRun",
     "DrivenSession",
     "DrivenTool",
+    "KeptOutput",
     "Plan",
     "Ready",
     "client_deadline",

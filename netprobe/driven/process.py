@@ -8,8 +8,10 @@ started, by its process group. :func:`run_once` runs a short command (a version 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
+import itertools
 import os
 import shutil
 import signal
@@ -28,6 +30,14 @@ _POLL_S = 0.02
 """How often waiting loops look again (short: tests and probes wait on these)."""
 _READER_JOIN_S = 2.0
 """How long to wait for the output reader to reach end of file after the process exits."""
+OUTPUT_HEAD_CHARS = 24 << 20
+"""Characters of a tool's output kept from its start. Adapters that read the whole text at
+the end need it: iperf3 before 3.17 prints one ``-J`` document, about 1 KB per stream and
+interval, so this holds the document of a test whose intervals the Result keeps whole
+(``plugin.MAX_INTERVALS_KEPT``)."""
+OUTPUT_TAIL_CHARS = 8 << 20
+"""Characters kept from the end of a longer output (whole lines): where every tool prints
+its whole-test summary, so a cut in the middle costs intervals, never the totals."""
 
 
 def find_binary(name: str, override: str | None = None, env_var: str | None = None) -> str | None:
@@ -78,6 +88,58 @@ def not_found(name: str, override: str | None, env_var: str | None, hint: str) -
     return f"{name} not found on PATH ({hint}{f', or set ${env_var}' if env_var else ''})"
 
 
+class KeptOutput:
+    """A process's output as the lines it printed, bounded: the first
+    :data:`OUTPUT_HEAD_CHARS` characters and the last :data:`OUTPUT_TAIL_CHARS` (whole
+    lines, line endings kept), and a count of the lines and characters between, not kept
+    (a tool that prints without end cannot grow memory without limit). Not thread-safe:
+    its process guards it."""
+
+    def __init__(self, head_chars: int | None = None, tail_chars: int | None = None) -> None:
+        self.head_chars = OUTPUT_HEAD_CHARS if head_chars is None else head_chars
+        self.tail_chars = OUTPUT_TAIL_CHARS if tail_chars is None else tail_chars
+        self.head: list[str] = []
+        self.tail: collections.deque[str] = collections.deque()
+        self.added = 0
+        """Lines given so far, kept or not."""
+        self.dropped_lines = 0
+        self.dropped_chars = 0
+        self._head_size = self._tail_size = 0
+
+    def add(self, chunk: str) -> None:
+        """Keep ``chunk`` (one line); past the head, the oldest tail lines make room."""
+        self.added += 1
+        if self._head_size + len(chunk) <= self.head_chars and not self.tail:
+            self.head.append(chunk)
+            self._head_size += len(chunk)
+            return
+        self.tail.append(chunk)
+        self._tail_size += len(chunk)
+        while self._tail_size > self.tail_chars and self.tail:
+            gone = self.tail.popleft()
+            self._tail_size -= len(gone)
+            self.dropped_lines += 1
+            self.dropped_chars += len(gone)
+
+    def chunks(self) -> list[str]:
+        """The lines kept, in order."""
+        return [*self.head, *self.tail]
+
+    def since(self, seen: int) -> list[str]:
+        """The lines kept among those given after the first ``seen``."""
+        found = self.head[seen:]
+        first_tail = self.added - len(self.tail)  # the number of the oldest tail line
+        return [*found, *itertools.islice(self.tail, max(0, seen - first_tail), None)]
+
+    def note(self, name: str) -> str | None:
+        """What was not kept, for a warning naming the process ``name`` (None: all was)."""
+        if not self.dropped_lines:
+            return None
+        return (f"{name} output: {self.dropped_lines} lines ({self.dropped_chars} "
+                f"characters) in the middle not kept, of {self.added}; the first "
+                f"{self._head_size} and the last {self._tail_size} characters are")
+
+
 class DrivenProcess:
     """Runs one external tool: stdout+stderr merged, read continuously by a thread (never
     blocks on a full pipe), each line passed to ``on_line`` as it arrives; own process group
@@ -109,7 +171,8 @@ class DrivenProcess:
         self._cwd = cwd
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
-        self._chunks: list[str] = []  # as printed, line endings kept: once, not twice
+        self.output = KeptOutput()
+        """What it printed, as lines with their endings, bounded (:class:`KeptOutput`)."""
         self._eof = False
         self._cond = threading.Condition()
 
@@ -150,15 +213,21 @@ class DrivenProcess:
 
     @property
     def text(self) -> str:
-        """Everything the tool printed so far."""
+        """What the tool printed so far (all of it, unless it printed more than
+        :class:`KeptOutput` keeps: :meth:`output_note` says so then)."""
         with self._cond:
-            return "".join(self._chunks)
+            return "".join(self.output.chunks())
 
     @property
     def lines(self) -> list[str]:
-        """The complete lines printed so far, without line endings."""
+        """The complete lines printed so far (as :attr:`text`), without line endings."""
         with self._cond:
-            return [chunk.rstrip("\r\n") for chunk in self._chunks]
+            return [chunk.rstrip("\r\n") for chunk in self.output.chunks()]
+
+    def output_note(self) -> str | None:
+        """A warning saying what of its output was not kept (None: all of it was)."""
+        with self._cond:
+            return self.output.note(f"the {self.name}'s")
 
     def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
@@ -175,7 +244,7 @@ class DrivenProcess:
     def _add(self, chunk: str) -> None:
         line = chunk.rstrip("\r\n")
         with self._cond:
-            self._chunks.append(chunk)
+            self.output.add(chunk)
             self._cond.notify_all()
         if self._on_line is not None:
             try:
@@ -207,10 +276,10 @@ class DrivenProcess:
         seen = 0
         with self._cond:
             while True:
-                for chunk in self._chunks[seen:]:
+                for chunk in self.output.since(seen):
                     if predicate(chunk.rstrip("\r\n")):
                         return True
-                seen = len(self._chunks)
+                seen = self.output.added
                 remaining = deadline - time.monotonic()
                 if self._eof or remaining <= 0:
                     return False
@@ -305,4 +374,5 @@ def run_once(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     return code, proc.text
 
 
-__all__ = ["DrivenProcess", "find_binary", "not_found", "run_once"]
+__all__ = ["OUTPUT_HEAD_CHARS", "OUTPUT_TAIL_CHARS", "DrivenProcess", "KeptOutput",
+           "find_binary", "not_found", "run_once"]

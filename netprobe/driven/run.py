@@ -23,7 +23,6 @@ it waits. An exception from the reporter never ends the test: it becomes one war
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -37,6 +36,11 @@ from netprobe.schema import Interval, RawOutput
 
 POLL_S = 0.05
 """How often a waiting run delivers intervals and looks at its processes again."""
+MAX_PENDING = 10_000
+"""Samples waiting for the reporter at most. The run's thread hands them over every
+:data:`POLL_S` while it waits; a tool that prints samples faster than the reporter takes
+them (or a run thread held elsewhere) would otherwise queue them without limit. Past it, a
+sample is kept for the Result as usual but not shown live, and the warnings count them."""
 
 Ready = Callable[[DrivenProcess], bool]
 """Says whether a started server is ready for the client."""
@@ -77,7 +81,8 @@ class DrivenRun:
         self.timed_out = False
         """True when :meth:`wait_exit` passed its deadline and stopped the process."""
         self._reporter: Reporter | None = reporter
-        self._pending: queue.SimpleQueue[Interval] = queue.SimpleQueue()
+        self._pending = KeptIntervals(MAX_PENDING)  # the same bound, emptied at each delivery
+        self._not_shown = 0  # samples past the pending bound: never reached the reporter
         self._lock = threading.Lock()
 
     # -- processes ---------------------------------------------------------------------
@@ -155,7 +160,7 @@ class DrivenRun:
         call this). Past the limit, the run's :attr:`warnings` say how many were not kept."""
         with self._lock:
             self.kept.add(sample)
-        self._pending.put(sample)
+            self._pending.add(sample)
 
     def interval(self, sample: Interval) -> None:
         """The Reporter's method, so that code written for a reporter (a sampler) can be
@@ -165,11 +170,14 @@ class DrivenRun:
     def deliver(self) -> None:
         """Hand the queued samples to the reporter, on the calling thread."""
         while True:
-            try:
-                sample = self._pending.get_nowait()
-            except queue.Empty:
+            with self._lock:
+                batch, self._pending.samples = self._pending.samples, []
+                self._not_shown += self._pending.dropped
+                self._pending.dropped = 0
+            if not batch:
                 return
-            self._call("interval", sample)
+            for sample in batch:
+                self._call("interval", sample)
 
     def note(self, message: str) -> None:
         """A progress note for the reporter (on the calling thread)."""
@@ -183,10 +191,19 @@ class DrivenRun:
     @property
     def warnings(self) -> list[str]:
         """What the Result should say about the run itself: a failing reporter, samples
-        past the limit not kept (a new list each time)."""
+        past the limits not kept or not shown live, output not kept (a new list each
+        time)."""
         with self._lock:
             not_kept = intervals_not_kept(len(self.kept), self.kept.dropped)
-        return [*self._notes, *([not_kept] if not_kept else [])]
+            not_shown = self._not_shown + self._pending.dropped
+        found = [*self._notes, *([not_kept] if not_kept else [])]
+        if not_shown:
+            found.append(f"{not_shown} interval reports were not shown live: the tool printed "
+                         f"them faster than the live output took them (more than "
+                         f"{self._pending.limit} waiting); the summaries cover the whole "
+                         "test")
+        notes = (process.output_note() for process in self.processes.values())
+        return [*found, *(note for note in notes if note)]
 
     def _call(self, event: str, value: object) -> None:
         if self._reporter is None:
@@ -217,4 +234,4 @@ class DrivenRun:
         return False
 
 
-__all__ = ["POLL_S", "DrivenRun", "Ready", "listening", "printed"]
+__all__ = ["MAX_PENDING", "POLL_S", "DrivenRun", "Ready", "listening", "printed"]
