@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 import attrs
 
 from netprobe import convert, core
-from netprobe.engine.protocol import Channel
+from netprobe.engine.protocol import SEND_TIMEOUT_S, Channel
 from netprobe.engine.side import Side, default_length
 from netprobe.errors import NetprobeError, ProtocolError
 from netprobe.plugin import KeptIntervals, system_name
@@ -27,6 +27,7 @@ TCP_DRAIN_S = 5.0  # a TCP receiver should see EOF well within this after the pe
 REPORT_WAIT_S = 15.0  # how long past the planned end to wait for the peer's report
 UDP_QUIET_S = 0.05  # ... but a receiver with no new datagram for this long has drained
 POLL_S = 0.05
+MIN_SEND_S = 0.5  # even an overdue end may still say "abort" to a peer that reads
 NO_PROGRESS_S = 20.0  # a byte-count test with nothing moving this long has stalled
 # While data flows nothing needs a poll: messages and the local loops' ends wake the
 # conductor at once. It looks in twice a second for an overdue peer, and polls fast only
@@ -122,10 +123,19 @@ class Conductor:
         """Send a message from any thread; False if the connection is gone or the peer
         did not take it within the channel's send deadline."""
         try:
-            self.channel.send(message)
+            self.channel.send(message, self._send_timeout())
             return True
         except (OSError, NetprobeError):
             return False
+
+    def _send_timeout(self) -> float:
+        # No send may wait past the moment the test is overdue: the report of a session
+        # whose client stopped reading waited behind the queued samples for the whole send
+        # deadline, past the end the watchdog allows.
+        if self.planned_s is None or not self.side.t0:
+            return SEND_TIMEOUT_S
+        left = self.side.t0 + self.planned_s + REPORT_WAIT_S - core.monotonic()
+        return max(MIN_SEND_S, min(SEND_TIMEOUT_S, left))
 
     def send_interval(self, sample: Interval) -> None:
         """Forward one local interval sample to the peer (called by the sampler).

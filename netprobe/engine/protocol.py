@@ -214,6 +214,12 @@ SEND_TIMEOUT_S = 10.0
 trip; one that has stopped reading (suspended, hostile) must not hold the sender for ever."""
 
 
+QUEUE_BYTES = 2 * 1024 * 1024
+"""Most a control connection queues for a peer that is behind in reading (interval samples):
+at -P 128 and -i 0.1, the CLI's floor, 4 s of samples (129 of about 370 bytes a step), on
+top of what the kernel's socket buffers hold. Past it samples are dropped, never waited for."""
+
+
 class Channel:
     """A control connection: send and receive framed messages on a socket.
 
@@ -234,24 +240,41 @@ class Channel:
         sock.settimeout(0.0)
         self._reader = FrameReader(max_size)
         self._ready: list[dict[str, Any]] = []
-        self._send_lock = threading.Lock()
+        self._send_lock = threading.Lock()  # one writer at a time: frames never interleave
+        self._queue_lock = threading.Lock()  # held only while no I/O waits
+        self._queued = bytearray()  # frames (or the rest of one) not yet written
         self._broken = False
 
     def send(self, message: dict[str, Any], timeout: float = SEND_TIMEOUT_S) -> None:
-        """Send one message within ``timeout`` (OSError if the connection is gone,
-        socket.timeout if the peer does not take it in time: the channel is then broken,
-        as a frame may be half sent)."""
-        data = memoryview(encode(message, self.max_size))
+        """Send one message within ``timeout``, after whatever :meth:`try_send` queued
+        (OSError if the connection is gone, socket.timeout if the peer does not take it in
+        time: the channel is then broken, as a frame may be half sent)."""
+        data = encode(message, self.max_size)
         deadline = time.monotonic() + timeout
         with self._send_lock:
-            if self._broken:
-                raise OSError(errno.EPIPE, "control connection broken by a send that timed out")
-            while data:
+            with self._queue_lock:
+                if not self._broken:
+                    self._queued += data
+            self._push_queued(deadline)
+
+    def _push_queued(self, deadline: Optional[float]) -> bool:
+        # Under the send lock: write the queued frames, waiting until ``deadline`` for the
+        # peer to take them (None: only what the socket takes now). True once all are out.
+        while True:
+            with self._queue_lock:
+                if self._broken:
+                    raise OSError(errno.EPIPE, "control connection broken by a send that timed out")
+                if not self._queued:
+                    return True
                 with contextlib.suppress(BlockingIOError):
-                    data = data[self.sock.send(data):]
-                if data and not _wait(self.sock, select.POLLOUT, deadline):
-                    self._broken = True
-                    raise socket.timeout("timed out sending a control message")
+                    del self._queued[: self.sock.send(self._queued)]
+                if not self._queued:
+                    return True
+            if deadline is None:
+                return False
+            if not _wait(self.sock, select.POLLOUT, deadline):
+                self._broken = True
+                raise socket.timeout("timed out sending a control message")
 
     def allow_frames_of(self, max_size: int) -> None:
         """Raise the frame limit both ways to ``max_size`` (never lower it): a test's
@@ -259,17 +282,25 @@ class Channel:
         self.max_size = max(self.max_size, max_size)
         self._reader.max_size = max(self._reader.max_size, max_size)
 
-    def try_send(self, message: dict[str, Any], timeout: float = 1.0) -> bool:
-        """Send a message that may be dropped: only when no other send is under way and
-        the socket can take more now. False (nothing sent) otherwise."""
-        if not self._send_lock.acquire(blocking=False):
-            return False
-        try:
-            if self._broken or not _wait(self.sock, select.POLLOUT, time.monotonic()):
+    def try_send(self, message: dict[str, Any]) -> bool:
+        """Send a message that may be dropped, never waiting: what the socket does not take
+        now is queued, and goes out with the next send. False (dropped) when the peer has
+        left more than :data:`QUEUE_BYTES` unread, or the connection is broken.
+
+        Dropping only when the socket cannot take it at once lost the samples of a client
+        that reads, merely a step late (a burst of 129 at -P 128 is 48 KB, past the window
+        a slowly read connection has open)."""
+        data = encode(message, self.max_size)
+        with self._queue_lock:
+            if self._broken or len(self._queued) + len(data) > QUEUE_BYTES:
                 return False
-        finally:
-            self._send_lock.release()
-        self.send(message, timeout)
+            self._queued += data
+        # A send under way (it may wait up to its deadline) writes this after its own frame.
+        if self._send_lock.acquire(blocking=False):
+            try:
+                self._push_queued(None)
+            finally:
+                self._send_lock.release()
         return True
 
     def recv(self, timeout: Optional[float] = None) -> dict[str, Any]:
