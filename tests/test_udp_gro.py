@@ -177,3 +177,18 @@ def test_the_native_gso_sender_into_the_receiver_counts_exact(
     else:
         assert rx_counters.calls >= count
     assert bool(gro_on) == gro
+
+
+def test_datagrams_one_per_message_are_still_read_a_batch_per_call() -> None:
+    # The receiver offers fewer slots when messages come coalesced (a call copies about a
+    # batch of datagrams either way), and all of them again when messages are single.
+    if not wrapper.LOADED:
+        pytest.skip("recvmmsg batching is the compiled core's")
+    with udp_pair() as (tx, rx):
+        for seq in range(320):
+            tx.send(datagram(seq))
+        counters = wrapper.Counters()
+        contract.DataPath(wrapper).udp_recv(rx.fileno(), counters, length=2048,
+                                            max_packets=320, deadline=soon(3), batch=32)
+    assert (counters.packets, counters.lost) == (320, 0)
+    assert counters.calls <= 320 // 32 + 1  # the first call has one slot, then 32
