@@ -32,13 +32,15 @@ import time
 DRIVEN = """
 import resource, sys, time
 from netprobe import plugin
-if sys.argv[2] == "off":
-    plugin.MAX_INTERVALS_KEPT = 10**12
+from netprobe.driven import process, run as driven_run
+if sys.argv[2] == "off":  # every bound off: samples kept, samples waiting, output kept
+    plugin.MAX_INTERVALS_KEPT = driven_run.MAX_PENDING = 10**12
+    process.OUTPUT_HEAD_CHARS = 10**15
 from netprobe.driven import DrivenRun
 from netprobe.plugin import NullReporter
 from netprobe.schema import Interval
-lines = int(sys.argv[1])
-tool = f"import sys\\nw = sys.stdout.write\\nfor i in range({lines}): w(f'{{i}}\\\\n')"
+lines, pad = int(sys.argv[1]), " " * int(sys.argv[3])
+tool = f"import sys\\nw = sys.stdout.write\\nfor i in range({lines}): w(f'{{i}}{pad}\\\\n')"
 delivered = 0
 class Counting(NullReporter):
     def interval(self, sample):
@@ -79,14 +81,14 @@ def child(code: str, *args: str) -> tuple[str, int, float]:
     return out, usage.ru_maxrss, time.monotonic() - started
 
 
-def driven(lines: int) -> dict[str, tuple[int, int, int]]:
+def driven(lines: int, pad: int) -> dict[str, tuple[int, int, int]]:
     found = {}
     for bound in ("on", "off"):
-        out, peak, took = child(DRIVEN, str(lines), bound)
+        out, peak, took = child(DRIVEN, str(lines), bound, str(pad))
         held, delivered, _ = out.split()
         found[bound] = (int(held), int(delivered), peak)
-        print(f"driven, bound {bound:>3}: {lines} lines, {delivered} delivered, {held} held, "
-              f"peak RSS {peak / 1024:.0f} MiB, {took:.1f} s", flush=True)
+        print(f"driven, bounds {bound:>3}: {lines} lines (+{pad}), {delivered} delivered, "
+              f"{held} held, peak RSS {peak / 1024:.0f} MiB, {took:.1f} s", flush=True)
     return found
 
 
@@ -112,13 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=1_000_000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--streams", type=int, default=64)
+    parser.add_argument("--pad", type=int, default=0,
+                        help="characters added to each driven line (a longer output)")
+    parser.add_argument("--no-native", action="store_true", help="the driven case only")
     args = parser.parse_args(argv)
     print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cores, "
           f"{platform.system()} {platform.release()}, Python {platform.python_version()}")
-    found = driven(args.lines)
+    found = driven(args.lines, args.pad)
     on, off = found["on"][2], found["off"][2]
-    print(f"driven: peak RSS with the bound {on / off:.2f}x without it")
-    native(args.seconds, args.streams)
+    print(f"driven: peak RSS with the bounds {on / off:.2f}x without them")
+    if not args.no_native:
+        native(args.seconds, args.streams)
     return 0
 
 

@@ -223,3 +223,28 @@ def test_where_no_counter_can_be_installed_a_far_end_that_turns_to_udp_is_stoppe
     stopped = agent.stopped  # type: ignore[attr-defined]
     assert stopped and "opened a UDP socket" in stopped and udpcount.UNAVAILABLE in stopped
     assert took < 4, f"served {took:.1f} s of UDP it could not watch"
+
+
+def _tables_of(pid: int) -> list[str]:
+    return [name for name, owner, _started in udpcount.tables() if owner == pid]
+
+
+@pytest.mark.skipif(not os.access("/usr/bin/iperf3", os.X_OK), reason="iperf3 is not installed")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_an_agents_counter_tables_go_when_it_ends(sig: int) -> None:
+    _counter_or_skip().close()
+    with netprobe_server("--max-rate", "1M") as server:
+        agent, _port = _agent_far_end(server.port, "iperf3")
+        held = _tables_of(server.pid)
+        server.proc.send_signal(sig)
+        server.proc.wait(10)
+        agent.close()  # type: ignore[attr-defined]
+        left = _tables_of(server.pid)
+    assert len(held) == 1, held
+    if sig == signal.SIGTERM:
+        assert left == [], f"{left} outlived the agent"
+        return
+    assert left == held  # SIGKILL runs nothing: the next agent to start removes them
+    with netprobe_server():
+        pass
+    assert _tables_of(server.pid) == []
