@@ -109,3 +109,10 @@ int np_counters_stopped(const struct np_counters *c);
 
 /* The clock deadlines are measured on: CLOCK_MONOTONIC in seconds. */
 double np_monotonic(void);
+
+/* The C allocator (np_mem.c; glibc's arenas, no-ops elsewhere): bound the arenas made
+ * from now on (1 done, 0 no arenas here, -errno); give freed memory back to the system
+ * (1 some was, 0 none); how many arenas there are (-ENOSYS where this cannot be known). */
+int np_malloc_arena_max(int count);
+int np_malloc_trim(void);
+int np_malloc_arenas(const char **failed_call);

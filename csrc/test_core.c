@@ -302,9 +302,51 @@ static void test_system_figures(void)
     CHECK(np_host_cpu(&cpu, &failed) == 0 && cpu.user + cpu.system + cpu.idle > 0);
 }
 
+static pthread_barrier_t all_allocating;
+
+static void *allocate_while_all_live(void *unused)
+{
+    /* A thread's first malloc picks (or makes) its arena; volatile and written to, so the
+     * compiler cannot drop the malloc/free pair. */
+    char *volatile block = malloc(1000);
+
+    (void)unused;
+    if (block != NULL)
+        block[0] = 1;
+    pthread_barrier_wait(&all_allocating);
+    free(block);
+    return NULL;
+}
+
+/* Six threads allocating at once would get six arenas of their own; bounded, they share
+ * two. Runs first: the bound holds only for arenas made after it. */
+static void test_allocator_arenas(void)
+{
+    const char *failed = NULL;
+    pthread_t threads[6];
+    int rc = np_malloc_arena_max(2);
+    int arenas;
+
+    CHECK(rc == 1 || rc == 0);
+    pthread_barrier_init(&all_allocating, NULL, 6);
+    for (int i = 0; i < 6; i++)
+        CHECK(pthread_create(&threads[i], NULL, allocate_while_all_live, NULL) == 0);
+    for (int i = 0; i < 6; i++)
+        pthread_join(threads[i], NULL);
+    pthread_barrier_destroy(&all_allocating);
+    arenas = np_malloc_arenas(&failed);
+    if (rc == 1)
+        CHECK(arenas >= 1 && arenas <= 2);
+    else
+        CHECK(arenas == -ENOSYS && strcmp(failed, "malloc_info") == 0);
+    rc = np_malloc_trim();
+    CHECK(rc == 0 || rc == 1);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* sendfile() cannot say MSG_NOSIGNAL; Python ignores it too */
+    test_allocator_arenas();
     test_tcp_exact(0);
     test_tcp_exact(1);
     test_stop_unblocks();

@@ -7,13 +7,16 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 
 import pytest
 
+from netprobe import core
 from netprobe.engine import protocol, side
+from netprobe.engine.server import ALLOCATOR_ARENAS
 
 from .servers import NETPROBE, netprobe_server
 
@@ -165,3 +168,39 @@ def _read_all(sock: socket.socket, into: list[dict], count: int) -> None:
         if not chunk:
             return
         into.extend(reader.feed(chunk))
+
+
+# --- the server's allocator: its arenas bounded, so memory stays flat test after test --------
+
+ARENAS_SCRIPT = """
+import sys, threading
+from netprobe import core
+from netprobe.engine import server
+from netprobe.engine.client import run_test
+from netprobe.plugin import NullReporter
+from netprobe.schema import TestSpec
+
+ready = threading.Event()
+port = []
+config = server.ServerConfig(bind_address="127.0.0.1", port=0)
+threading.Thread(target=server.serve, daemon=True,
+                 args=(config, server.null_log, lambda p: (port.append(p), ready.set()))).start()
+ready.wait(10)
+for kind in ({"streams": 8}, {"direction": "bidir", "streams": 4}, {"streams": 8}):
+    spec = TestSpec(duration_s=0.3, interval_s=0.1, port=port[0], **kind)
+    assert run_test(spec, NullReporter(), "127.0.0.1").status == "ok"
+print(core.allocator_arenas())
+"""
+
+
+@pytest.mark.skipif(core.allocator_arenas() is None,
+                    reason="no way to count the allocator's arenas here (not glibc, or no C core)")
+def test_a_server_process_keeps_its_allocator_arenas_bounded() -> None:
+    """Each test's threads (session, 8 stream loops, sampler, control reader) got malloc
+    arenas of their own, up to 8 a core, each keeping what its threads freed: the soak's
+    RSS grew test after test with threads and fds flat. serve() bounds them first thing
+    (read back from glibc's malloc_info, in the process that served the tests)."""
+    done = subprocess.run([sys.executable, "-c", ARENAS_SCRIPT], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert 1 <= int(done.stdout.split()[-1]) <= ALLOCATOR_ARENAS

@@ -35,6 +35,9 @@ tcp_info = _chosen.tcp_info
 rusage = _chosen.rusage
 host_cpu = _chosen.host_cpu
 monotonic = _chosen.monotonic
+limit_allocator_arenas = _chosen.limit_allocator_arenas
+trim_allocator = _chosen.trim_allocator
+allocator_arenas = _chosen.allocator_arenas
 
 __all__ = [
     "DATA_PATH",
@@ -44,12 +47,15 @@ __all__ = [
     "HostCpu",
     "Rusage",
     "TcpInfo",
+    "allocator_arenas",
     "host_cpu",
+    "limit_allocator_arenas",
     "monotonic",
     "rusage",
     "tcp_info",
     "tcp_recv",
     "tcp_send",
+    "trim_allocator",
     "udp_recv",
     "udp_send",
 ]

@@ -189,6 +189,24 @@ class DataPath:
         ticks: HostCpu = self._path.host_cpu()
         return ticks
 
+    def limit_allocator_arenas(self, count: int) -> bool:
+        """Let the C allocator make at most ``count`` arenas from now on (glibc's
+        ``M_ARENA_MAX``); call it before threads allocate. False where there are no arenas
+        to bound (musl, or the pure-Python path, which cannot reach the allocator)."""
+        if count < 1:
+            raise ValueError(f"count must be at least 1, not {count}")
+        return bool(self._path.limit_allocator_arenas(count))
+
+    def trim_allocator(self) -> bool:
+        """Give the memory the C allocator holds free back to the system (glibc's
+        ``malloc_trim``); True if some was."""
+        return bool(self._path.trim_allocator())
+
+    def allocator_arenas(self) -> int | None:
+        """How many arenas the C allocator has now; None where that cannot be known."""
+        count: int | None = self._path.allocator_arenas()
+        return count
+
     def monotonic(self) -> float:
         """Seconds on CLOCK_MONOTONIC, the clock deadlines are given on (==
         time.monotonic())."""

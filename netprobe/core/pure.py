@@ -512,5 +512,17 @@ def host_cpu() -> HostCpu:
     return HostCpu(*ticks)
 
 
+def limit_allocator_arenas(count: int) -> bool:
+    return False  # the allocator is out of reach without the C core (or ctypes)
+
+
+def trim_allocator() -> bool:
+    return False
+
+
+def allocator_arenas() -> int | None:
+    return None
+
+
 def monotonic() -> float:
     return time.monotonic()

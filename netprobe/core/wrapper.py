@@ -138,3 +138,19 @@ def host_cpu() -> HostCpu:
 
 def monotonic() -> float:
     return float(_lib.np_monotonic())
+
+
+def limit_allocator_arenas(count: int) -> bool:
+    rc = _lib.np_malloc_arena_max(count)
+    if rc < 0:
+        raise CoreError("mallopt(M_ARENA_MAX)", -rc)
+    return rc == 1
+
+
+def trim_allocator() -> bool:
+    return bool(_lib.np_malloc_trim() == 1)
+
+
+def allocator_arenas() -> int | None:
+    failed = _ffi.new("const char **")
+    return _none_if_negative(_lib.np_malloc_arenas(failed))
