@@ -137,6 +137,21 @@ def _next_mark(done: int, every: int, warm_up: int) -> int:
     return warm_up if done < warm_up < mark else mark
 
 
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _last_half(marks: dict[int, int], warm_up: int, done: int, rss: int) -> str:
+    """The slope over the second half of the tests after the warm-up: where the first
+    half's fill of reused memory no longer counts."""
+    middle = max((m for m in marks if m <= (warm_up + done) / 2), default=warm_up)
+    if middle not in marks or middle >= done:
+        return "no second half to measure"
+    slope = (rss - marks[middle]) / (done - middle)
+    return (f"second half (tests {middle}-{done}): rss {marks[middle]} -> {rss} KiB, "
+            f"{slope:+.2f} KiB a test")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tests", type=int, default=1000)
@@ -155,12 +170,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         kinds = plan(port, args.native_seconds, args.driven_seconds)
         print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cores, "
-              f"{platform.system()} {platform.release()}")
+              f"{platform.system()} {platform.release()}; load {_load()}")
         print("kinds: " + ", ".join(name for name, _ in kinds))
         first = settled(proc.pid)
         print(f"{'tests':>6} {'rss KiB':>9} {'threads':>8} {'fds':>5} {'failed':>7}")
         print(f"{0:>6} {first[0]:>9} {first[1]:>8} {first[2]:>5} {0:>7}")
         failed: dict[str, int] = {}
+        marks: dict[int, int] = {}  # tests done -> rss KiB
         warm: Optional[tuple[int, int, int]] = None
         done = 0
         with ThreadPoolExecutor(args.parallel) as pool:
@@ -177,6 +193,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 done = stop
                 now = settled(proc.pid)
                 warm = now if done == args.warm_up else warm
+                marks[done] = now[0]
                 print(f"{done:>6} {now[0]:>9} {now[1]:>8} {now[2]:>5} {sum(failed.values()):>7}",
                       flush=True)
         last = settled(proc.pid)
@@ -188,6 +205,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"after the warm-up ({args.warm_up} tests): rss {warm[0]} -> {last[0]} KiB, "
                   f"{slope:+.2f} KiB a test over the {done - args.warm_up} after it; threads "
                   f"{warm[1]} -> {last[1]}, fds {warm[2]} -> {last[2]}")
+            print(_last_half(marks, args.warm_up, done, last[0]))
+        print(f"load {_load()}")
     finally:
         proc.send_signal(signal.SIGINT)
         try:
