@@ -18,8 +18,13 @@ from tests.test_cli import TIMEOUT, child_env, run_code
 
 # Modules a `netprobe run --json` with a built-in tool has no use for: rich draws only
 # the human output; stevedore and importlib.metadata read every installed distribution's
-# entry points, which a built-in tool named on the command line does not need.
-NOT_FOR_A_JSON_RUN = ("rich", "stevedore", "importlib.metadata", "cattrs")
+# entry points, which a built-in tool named on the command line does not need; the driven
+# tools' process and session glue (the native client needs netprobe.driven's
+# is_local_host only); tempfile for -o FILE; hashlib for a shared secret; statistics
+# (with fractions and decimal) for one mean.
+NOT_FOR_A_JSON_RUN = ("rich", "stevedore", "importlib.metadata", "cattrs",
+                      "netprobe.driven.process", "netprobe.driven.session", "tempfile",
+                      "hashlib", "statistics")
 
 
 def _loaded_after(argv: list[str]) -> tuple[int, list[str], str]:
@@ -29,8 +34,7 @@ def _loaded_after(argv: list[str]) -> tuple[int, list[str], str]:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             code = main({argv!r})
-        heavy = sorted({{m.split('.')[0] if m.split('.')[0] != 'importlib' else m
-                         for m in sys.modules}} & set({NOT_FOR_A_JSON_RUN!r}))
+        heavy = sorted(set(sys.modules) & set({NOT_FOR_A_JSON_RUN!r}))
         print(json.dumps([code, heavy, out.getvalue()]))
         """)
     done = run_code(code)
@@ -104,3 +108,21 @@ def test_a_built_in_tool_that_fails_to_import_is_a_load_failure() -> None:
     assert [f.name for f in registry.failures] == ["broken"]
     assert registry.failures[0].target == "netprobe.tools.no_such_module:Tool"
     assert "ModuleNotFoundError" in registry.failures[0].error
+
+
+def test_the_lazy_driven_package_serves_every_public_name() -> None:
+    # netprobe.driven imports each name's module on first use: every name of __all__ must
+    # come from there, as the same object its module has, and nothing else may appear.
+    code = textwrap.dedent("""\
+        import importlib, sys
+        import netprobe.driven as driven
+        assert "netprobe.driven.process" not in sys.modules
+        wrong = []
+        for name in driven.__all__:
+            value = getattr(driven, name)
+            module = importlib.import_module(f"netprobe.driven.{driven._WHERE[name]}")
+            if value is not getattr(module, name):
+                wrong.append(name)
+        print(sorted(driven._WHERE) == sorted(driven.__all__), wrong, hasattr(driven, "nope"))
+        """)
+    assert run_code(code).stdout.splitlines()[-1] == "True [] False"

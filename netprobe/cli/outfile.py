@@ -24,7 +24,6 @@ import contextlib
 import os
 import stat
 import sys
-import tempfile
 from typing import Optional
 
 from attrs import frozen
@@ -115,8 +114,7 @@ def check_target(path: str) -> None:
     if not os.path.isdir(directory):
         raise OutputError(f"cannot write {path}: no such directory {directory}")
     try:  # the real test: can a file be made beside it (permissions, read-only mounts)?
-        fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(target)}.",
-                                    suffix=".tmp")
+        fd, temp = _temp_beside(target, directory)
     except OSError as exc:
         raise _error(path, exc) from None
     os.close(fd)
@@ -214,8 +212,7 @@ def write_stdout(text: str) -> None:
 def _replace(path: str, target: str, text: str) -> None:
     directory = os.path.dirname(os.path.abspath(target))
     try:
-        fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(target)}.",
-                                    suffix=".tmp")
+        fd, temp = _temp_beside(target, directory)
     except OSError as exc:
         raise _error(path, exc) from None
     try:
@@ -230,6 +227,15 @@ def _replace(path: str, target: str, text: str) -> None:
         if isinstance(exc, OSError):
             raise _error(path, exc) from None
         raise
+
+
+def _temp_beside(target: str, directory: str) -> tuple[int, str]:
+    # tempfile (with shutil, random) only when a file is written: a run that prints to
+    # stdout, as `--json` does, never needs it (start-up time on a router).
+    import tempfile
+
+    return tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(target)}.",
+                            suffix=".tmp")
 
 
 def _write_in_place(path: str, data: bytes, flags: int) -> None:

@@ -12,28 +12,68 @@ ready, deadline, Ctrl-C, stop by PID, intervals delivered on the caller's thread
 import ``netprobe.driven``. docs/plugins.md shows a whole plugin built on them.
 """
 
-from netprobe.driven.net import (
-    family_for,
-    free_port,
-    free_port_block,
-    is_listening,
-    is_local_host,
-    is_numeric,
-    loopback,
-    port_is_free,
-    system_name,
-    wait_port,
-)
-from netprobe.driven.process import DrivenProcess, KeptOutput, find_binary, not_found, run_once
-from netprobe.driven.run import DrivenRun, Ready, listening, printed
-from netprobe.driven.session import (
-    HANG_GRACE_S,
-    DrivenSession,
-    Plan,
-    client_deadline,
-    local_server_wanted,
-)
-from netprobe.driven.tool import DrivenTool, read_version, readable_sources
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from netprobe.driven.net import (
+        family_for,
+        free_port,
+        free_port_block,
+        is_listening,
+        is_local_host,
+        is_numeric,
+        loopback,
+        port_is_free,
+        system_name,
+        wait_port,
+    )
+    from netprobe.driven.process import (
+        DrivenProcess,
+        KeptOutput,
+        find_binary,
+        not_found,
+        run_once,
+    )
+    from netprobe.driven.run import DrivenRun, Ready, listening, printed
+    from netprobe.driven.session import (
+        HANG_GRACE_S,
+        DrivenSession,
+        Plan,
+        client_deadline,
+        local_server_wanted,
+    )
+    from netprobe.driven.tool import DrivenTool, read_version, readable_sources
+
+# Each name is imported from its module on first use (PEP 562), not all at once: the
+# native engine's client needs is_local_host only, and the whole package (subprocess,
+# ctypes, the session glue) was ~10 ms of every `netprobe run`'s start-up on a router.
+_MODULE_OF = {
+    "net": ("family_for", "free_port", "free_port_block", "is_listening", "is_local_host",
+            "is_numeric", "loopback", "port_is_free", "system_name", "wait_port"),
+    "process": ("DrivenProcess", "KeptOutput", "find_binary", "not_found", "run_once"),
+    "run": ("DrivenRun", "Ready", "listening", "printed"),
+    "session": ("HANG_GRACE_S", "DrivenSession", "Plan", "client_deadline",
+                "local_server_wanted"),
+    "tool": ("DrivenTool", "read_version", "readable_sources"),
+}
+_WHERE = {name: module for module, names in _MODULE_OF.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'netprobe.driven' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"netprobe.driven.{module}"), name)
+    globals()[name] = value  # once: later lookups find it as a plain global
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})
+
 
 __all__ = [
     "HANG_GRACE_S",

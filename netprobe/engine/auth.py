@@ -7,10 +7,7 @@ from the command line, where other users of the host could read it in the proces
 """
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
-import secrets
 from typing import Optional
 
 from netprobe.errors import SpecError
@@ -19,6 +16,9 @@ SECRET_ENV = "NETPROBE_SECRET"
 """Environment variable that may hold the shared secret."""
 METHOD = "hmac-sha256"
 CHALLENGE_BYTES = 32
+
+# hashlib, hmac and secrets are imported where a secret is in use: they load OpenSSL's
+# libcrypto (~5 ms of start-up), which a test without a secret never touches.
 
 
 def load_secret(path: Optional[str] = None) -> Optional[bytes]:
@@ -38,6 +38,8 @@ def load_secret(path: Optional[str] = None) -> Optional[bytes]:
 
 def new_challenge() -> str:
     """A fresh random challenge, hex-encoded for the JSON control messages."""
+    import secrets
+
     return secrets.token_hex(CHALLENGE_BYTES)
 
 
@@ -46,11 +48,16 @@ def respond(secret: bytes, challenge: str, role: str) -> str:
 
     The role is mixed in so that one side's answer can never be replayed as the other's.
     """
+    import hashlib
+    import hmac
+
     return hmac.new(secret, f"{role}:{challenge}".encode(), hashlib.sha256).hexdigest()
 
 
 def verify(secret: bytes, challenge: str, role: str, response: object) -> bool:
     """Check a response in constant time (anything that is not a string fails)."""
+    import hmac
+
     if not isinstance(response, str):
         return False
     return hmac.compare_digest(respond(secret, challenge, role).encode(), response.encode())

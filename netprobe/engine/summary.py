@@ -4,7 +4,7 @@ and summaries derived from them, sums over streams, and CPU percentages.
 
 from __future__ import annotations
 
-import statistics
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -107,7 +107,8 @@ def _largest(values: Sequence[Optional[int]]) -> Optional[int]:
 
 def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
     known = [v for v in values if v is not None]
-    return statistics.fmean(known) if known else None
+    # fsum / n is statistics.fmean without importing statistics (and fractions, decimal).
+    return math.fsum(known) / len(known) if known else None
 
 
 def sum_intervals(samples: Sequence[Interval]) -> list[Interval]:
