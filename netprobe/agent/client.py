@@ -13,7 +13,7 @@ from typing import Any, Optional
 import attrs
 
 from netprobe import convert
-from netprobe.driven import KeptOutput, is_local_host
+from netprobe.driven import is_local_host
 from netprobe.engine import protocol
 from netprobe.engine.auth import METHOD, new_challenge, respond, verify
 from netprobe.errors import NetprobeError, ProtocolError, TestFailed
@@ -85,6 +85,10 @@ class AgentConnection:
 
     def finish(self, timeout: float = REPLY_TIMEOUT_S) -> Optional[RawOutput]:
         """Tell the agent the client is done; the far end's output (None if it is lost)."""
+        # Here, not at the top: driven.process (subprocess, ctypes) is for driven tools,
+        # and a native run, which imports this module too, never comes here.
+        from netprobe.driven import KeptOutput
+
         try:
             self.channel.send({"type": "far_end_done"})
             chunks = KeptOutput()  # an agent that sends without end costs a bounded memory
