@@ -56,7 +56,9 @@ struct udp_tx {
  * the device's gro_max_size (BIG TCP); segments past a slot are then unreadable, and left
  * uncounted like any datagram the receiver never got. */
 #define NP_GRO_SLOT_BYTES 65536
-#define NP_RX_CONTROL CMSG_SPACE(sizeof(int))
+/* Room for the UDP_GRO cmsg and others the socket's owner may have asked for (receive
+ * timestamps, packet info): a truncated control area could lose the segment size. */
+#define NP_RX_CONTROL (CMSG_SPACE(sizeof(int)) + 128)
 
 static void put_be64(unsigned char *b, uint64_t v)
 {

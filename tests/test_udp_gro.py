@@ -26,6 +26,7 @@ from tests.test_core import datagram, finish, soon, udp_pair
 SOL_UDP = 17
 UDP_SEGMENT = 103
 UDP_GRO = 104
+SO_TIMESTAMPNS = 35  # asm-generic (x86, arm, aarch64); not in Python's socket module
 # What a kernel, device or emulator without UDP GSO answers to a UDP_SEGMENT send.
 GSO_REFUSED = (errno.EIO, errno.EINVAL, errno.ENOPROTOOPT, errno.EOPNOTSUPP)
 
@@ -192,3 +193,18 @@ def test_datagrams_one_per_message_are_still_read_a_batch_per_call() -> None:
                                             max_packets=320, deadline=soon(3), batch=32)
     assert (counters.packets, counters.lost) == (320, 0)
     assert counters.calls <= 320 // 32 + 1  # the first call has one slot, then 32
+
+
+def test_other_control_messages_do_not_crowd_out_the_segment_size(data_path: str) -> None:
+    # A socket whose owner asked for receive timestamps gets that cmsg beside UDP_GRO's:
+    # the control area must hold both, or the segment size is lost and a burst of ten
+    # would count as one datagram.
+    _gro_or_skip()
+    with udp_pair() as (tx, rx):
+        rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        rx.setsockopt(SOL_UDP, UDP_GRO, 1)
+        send_burst(tx, [datagram(seq) for seq in range(10)])
+        counters = core.Counters()
+        core.udp_recv(rx.fileno(), counters, length=2048, max_packets=10, deadline=soon(3),
+                      batch=1)
+    assert (counters.packets, counters.lost, counters.calls) == (10, 0, 1)

@@ -45,7 +45,7 @@ _UDP_SOFT = (errno.ECONNREFUSED, errno.ENOBUFS)
 _SOL_UDP = 17  # IPPROTO_UDP
 _UDP_GRO = 104  # not in Python's socket module; see np_udp.c for why the receiver sets it
 _GRO_SLOT = 65536  # a coalesced message is one IP packet's worth at most (np_udp.c)
-_GRO_CMSG = socket.CMSG_SPACE(4)  # one int: the segment size
+_GRO_CMSG = socket.CMSG_SPACE(4) + 128  # the segment size, and room for others (np_udp.c)
 
 
 class _RxState:
