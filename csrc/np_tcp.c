@@ -139,7 +139,110 @@ int64_t np_tcp_send(int fd, struct np_counters *c, const struct np_params *p)
     return rc;
 }
 
-static int64_t tcp_recv_loop(struct np_loop *lp, const struct np_params *p, unsigned char *buf)
+/* Fewer wake-ups. A blocked recv() is woken for every segment that arrives: on a link
+ * slower than the receiver (100 Mbit/s is ~8,000 segments a second) that is a wake-up, a
+ * context switch and a 1448-byte copy each time, which is most of a receiver's CPU there.
+ * With SO_RCVLOWAT the kernel wakes us once `lowat` bytes are in (or at EOF, or when the
+ * 100 ms tick times the call out, which then returns what did arrive). Two bounds:
+ * - a quarter of SO_RCVBUF: within it tcp_set_rcvlowat() never has to grow the buffer or
+ *   clamp the window, and the window stays open while we sleep;
+ * - what the flow brings in NP_RCV_LAG_NS: the counter moves only when a call returns, so
+ *   it lags what has arrived by up to `lowat` bytes, and a sample (an interval, the
+ *   warm-up's base) must not be off by more than 1% of a 1 s interval. A threshold of a
+ *   whole read (256 KiB) was 21 ms at 100 Mbit/s and raised a 6 s figure by 0.3%.
+ * Both change while the flow runs (the kernel grows an autotuned buffer from 128 KiB to
+ * ~1.7 MiB across a 100 Mbit/s link with a 50 ms queue; the rate is known only once data
+ * comes), so once a tick the threshold is set again from the buffer as it is then and the
+ * rate since the first byte: a threshold fixed at the start stayed at 32 KiB there, ~300
+ * wake-ups a second where ~100 keep within the lag. Best effort: where the option is
+ * missing or refused the loop runs as before (it changes when we wake, never what we count). */
+#define NP_RCV_LAG_NS (10LL * 1000 * 1000)
+
+struct rcv_wake {
+    int set;
+    int saved;
+    int lowat;
+    int64_t first_ns;       /* when the first byte came (0: not yet) */
+    int64_t next_check_ns;
+};
+
+static int wake_threshold(int fd, int64_t length, double bytes_per_ns)
+{
+    int size = 0;
+    socklen_t len = sizeof(size);
+    uint64_t lowat;
+
+    if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, &len) < 0 || size < 4)
+        return -1;
+    lowat = np_minu64((uint64_t)length, (uint64_t)size / 4);
+    if (bytes_per_ns > 0)
+        lowat = np_minu64(lowat, (uint64_t)(bytes_per_ns * (double)NP_RCV_LAG_NS));
+    return lowat > 0 ? (int)lowat : 1;
+}
+
+static void fewer_wakeups(int fd, int64_t length, struct rcv_wake *w)
+{
+    w->set = 0;
+    w->first_ns = 0;
+#ifdef SO_RCVLOWAT
+    socklen_t len = sizeof(w->saved);
+
+    if (getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &w->saved, &len) < 0)
+        return;
+    w->lowat = wake_threshold(fd, length, 0.0);
+    if (w->lowat > w->saved
+        && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &w->lowat, sizeof(w->lowat)) == 0)
+        w->set = 1;
+#else
+    (void)fd;
+    (void)length;
+#endif
+}
+
+/* After every successful recv, with the bytes received so far: a clock read (vDSO), and
+ * once a tick two system calls at most. */
+static void follow_flow(int fd, int64_t length, struct rcv_wake *w, uint64_t total)
+{
+#ifdef SO_RCVLOWAT
+    int64_t now;
+    int lowat;
+
+    if (!w->set)
+        return;
+    now = np_now_ns();
+    if (w->first_ns == 0) {
+        w->first_ns = now;
+        w->next_check_ns = now + NP_TICK_NS;
+        return;
+    }
+    if (now < w->next_check_ns)
+        return;
+    w->next_check_ns = now + NP_TICK_NS;
+    lowat = wake_threshold(fd, length, (double)total / (double)(now - w->first_ns));
+    if (lowat > 0 && lowat != w->lowat
+        && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)) == 0)
+        w->lowat = lowat;
+#else
+    (void)fd;
+    (void)length;
+    (void)w;
+    (void)total;
+#endif
+}
+
+static void restore_wakeups(int fd, const struct rcv_wake *w)
+{
+#ifdef SO_RCVLOWAT
+    if (w->set)
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &w->saved, sizeof(w->saved));
+#else
+    (void)fd;
+    (void)w;
+#endif
+}
+
+static int64_t tcp_recv_loop(struct np_loop *lp, const struct np_params *p, unsigned char *buf,
+                             struct rcv_wake *wake)
 {
     struct np_counters *c = lp->c;
     uint64_t base = np_get(&c->bytes), calls = np_get(&c->calls), total = 0;
@@ -161,54 +264,9 @@ static int64_t tcp_recv_loop(struct np_loop *lp, const struct np_params *p, unsi
         }
         total += (uint64_t)r;
         np_put(&c->bytes, base + total);
+        follow_flow(lp->fd, p->length, wake, total);
     }
     return (int64_t)total;
-}
-
-/* Fewer wake-ups. A blocked recv() is woken for every segment that arrives: on a link
- * slower than the receiver (100 Mbit/s is ~8,000 segments a second) that is a wake-up, a
- * context switch and a 1448-byte copy each time, which is most of a receiver's CPU there.
- * With SO_RCVLOWAT the kernel wakes us once `lowat` bytes are queued (or at EOF, or when
- * the 100 ms tick times the call out, which then returns what did arrive, so a counter is
- * never more than a tick behind). lowat = min(length, SO_RCVBUF / 4): within a quarter of
- * the buffer tcp_set_rcvlowat() never has to grow the buffer or clamp the window, and the
- * window stays open while we sleep. Best effort: where the option is missing or refused
- * the loop runs as before (it changes when we wake, never what we count). */
-struct rcv_wake {
-    int set;
-    int saved;
-};
-
-static void fewer_wakeups(int fd, int64_t length, struct rcv_wake *w)
-{
-    w->set = 0;
-#ifdef SO_RCVLOWAT
-    int rcvbuf = 0, lowat;
-    socklen_t len = sizeof(w->saved);
-
-    if (getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &w->saved, &len) < 0)
-        return;
-    len = sizeof(rcvbuf);
-    if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &len) < 0 || rcvbuf < 4)
-        return;
-    lowat = (int)np_minu64((uint64_t)length, (uint64_t)rcvbuf / 4);
-    if (lowat > w->saved && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)) == 0)
-        w->set = 1;
-#else
-    (void)fd;
-    (void)length;
-#endif
-}
-
-static void restore_wakeups(int fd, const struct rcv_wake *w)
-{
-#ifdef SO_RCVLOWAT
-    if (w->set)
-        (void)setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &w->saved, sizeof(w->saved));
-#else
-    (void)fd;
-    (void)w;
-#endif
 }
 
 int64_t np_tcp_recv(int fd, struct np_counters *c, const struct np_params *p)
@@ -223,7 +281,7 @@ int64_t np_tcp_recv(int fd, struct np_counters *c, const struct np_params *p)
     rc = np_loop_begin(&lp, fd, c, p, SO_RCVTIMEO, 0.0);
     if (rc == 0) {
         fewer_wakeups(fd, p->length, &wake);
-        rc = tcp_recv_loop(&lp, p, buf);
+        rc = tcp_recv_loop(&lp, p, buf, &wake);
         restore_wakeups(fd, &wake);
         np_loop_end(&lp);
     }

@@ -261,6 +261,52 @@ def test_tcp_recv_counts_a_trickle_below_the_wake_threshold(impl: Any,
         assert finish(running, 5) == 1000
 
 
+def test_tcp_recv_wake_threshold_follows_the_buffer_as_it_grows(impl: Any,
+                                                                pool: ThreadPoolExecutor) -> None:
+    # The kernel grows an autotuned receive buffer as a flow proves it needs one (across a
+    # 100 Mbit/s link with a queue: 128 KiB to ~1.7 MiB). A threshold fixed at the loop's
+    # start stayed at a quarter of the first buffer: ~300 wake-ups a second there. Here
+    # the buffer is grown by hand (SO_RCVBUF) while a fast flow runs.
+    length = 256 << 10
+    with tcp_pair() as (client, server):
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 10)
+        counters = impl.Counters()
+        running = pool.submit(impl.tcp_recv, server.fileno(), counters, length=length,
+                              deadline=soon(10))
+        first = _until(lambda: _lowat(server) if _lowat(server) > 1 else 0, 2.0)
+        assert first == server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)  # rmem_max caps it
+        grown = min(length, server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4)
+        assert grown > first
+        sent, end = 0, time.monotonic() + 3
+        while _lowat(server) != grown and time.monotonic() < end:  # a tick or two of data
+            client.sendall(b"x" * (1 << 20))
+            sent += 1 << 20
+        assert _lowat(server) == grown
+        client.shutdown(socket.SHUT_WR)
+        assert finish(running, 5) == sent
+        assert _lowat(server) == 1  # the caller's value is back once the loop returns
+
+
+def test_tcp_recv_wake_threshold_keeps_the_count_within_10_ms_of_a_slow_flow(
+        impl: Any, pool: ThreadPoolExecutor) -> None:
+    # The count moves when a call returns: with a threshold of a quarter buffer (512 KiB
+    # here) a 20 Mbit/s flow's count would lag 100 ms (the tick) behind what has arrived.
+    rate = 20e6
+    with tcp_pair() as (client, server):
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        counters, sender = impl.Counters(), impl.Counters()
+        running = pool.submit(impl.tcp_recv, server.fileno(), counters, length=1 << 20,
+                              deadline=soon(10))
+        assert _until(lambda: _lowat(server) > 1, 2.0)
+        sending = pool.submit(impl.tcp_send, client.fileno(), sender, length=64 << 10,
+                              deadline=soon(0.8), rate_bps=rate)
+        assert _until(lambda: 1 < _lowat(server) <= 1.5 * rate / 8 * 0.010, 2.0), _lowat(server)
+        finish(sending, 5)
+        client.shutdown(socket.SHUT_WR)
+        assert finish(running, 5) == sender.bytes
+
+
 # --- stop flag ---------------------------------------------------------------------------
 
 

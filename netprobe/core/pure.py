@@ -266,24 +266,57 @@ def tcp_send(fd: int, counters: BaseCounters, args: LoopArgs) -> int:
             return _tcp_send_loop(loop, lambda n: os.sendfile(fd, src, 0, n), "sendfile", args)
 
 
-@contextlib.contextmanager
-def _fewer_wakeups(sock: socket.socket, length: int) -> Iterator[None]:
-    """Wake the receive loop once min(length, SO_RCVBUF / 4) bytes are queued, not per
-    segment (SO_RCVLOWAT; the same rule and reasons as fewer_wakeups() in np_tcp.c)."""
-    try:
-        saved = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
-        lowat = min(length, sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4)
-        if lowat > saved:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
-    except (OSError, AttributeError):  # best effort: it changes when we wake, not what we count
-        yield
-        return
-    try:
-        yield
-    finally:
-        if lowat > saved:
+_RCV_LAG_S = 0.010  # NP_RCV_LAG_NS in np_tcp.c
+
+
+class _WakeThreshold:
+    """Wake the receive loop once min(length, SO_RCVBUF / 4, what the flow brings in 10 ms)
+    bytes are in (SO_RCVLOWAT), set again once a tick as the buffer and the rate change:
+    the same rule and reasons as fewer_wakeups() and follow_flow() in np_tcp.c. Best effort
+    throughout: it changes when the loop wakes, never what it counts."""
+
+    def __init__(self, sock: socket.socket, length: int) -> None:
+        self.sock, self.length = sock, length
+        self.saved = self.lowat = 0
+        self.first = self.next_check = 0.0
+        self.set = False
+        try:
+            self.saved = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+            self.lowat = self._threshold(0.0)
+            if self.lowat > self.saved:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, self.lowat)
+                self.set = True
+        except (OSError, AttributeError):
+            pass
+
+    def _threshold(self, bytes_per_s: float) -> int:
+        lowat = min(self.length, self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4)
+        if bytes_per_s > 0:
+            lowat = min(lowat, int(bytes_per_s * _RCV_LAG_S))
+        return max(1, lowat)
+
+    def follow(self, total: int) -> None:
+        """After a receive: once a tick, the threshold from the buffer and the rate now."""
+        if not self.set:
+            return
+        now = time.monotonic()
+        if not self.first:
+            self.first, self.next_check = now, now + _TICK_NS / 1e9
+            return
+        if now < self.next_check:
+            return
+        self.next_check = now + _TICK_NS / 1e9
+        with contextlib.suppress(OSError):  # a failure keeps the threshold it has
+            lowat = self._threshold(total / (now - self.first))
+            if lowat != self.lowat:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
+                self.lowat = lowat
+
+    def restore(self) -> None:
+        """Put the caller's SO_RCVLOWAT back."""
+        if self.set:
             with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, saved)
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, self.saved)
 
 
 def tcp_recv(fd: int, counters: BaseCounters, args: LoopArgs) -> int:
@@ -292,20 +325,25 @@ def tcp_recv(fd: int, counters: BaseCounters, args: LoopArgs) -> int:
     buf = memoryview(bytearray(args.length))
     flags = socket.MSG_TRUNC if args.skip_copy else 0
     total = 0
-    with _loop_socket(fd, send=False) as sock, _fewer_wakeups(sock, args.length):
-        loop = _Loop(sock, c, args, 0.0)
-        while not loop.done() and total < limit:
-            c._calls += 1
-            try:
-                n = sock.recv_into(buf, min(args.length, limit - total), flags)
-            except OSError as exc:
-                if _soft(exc, loop, select.POLLIN, udp=False):
-                    continue
-                raise CoreError("recv", exc.errno or errno.EIO) from None
-            if n == 0:
-                break  # peer closed or shut down its write side
-            total += n
-            c._bytes += n
+    with _loop_socket(fd, send=False) as sock:
+        wake = _WakeThreshold(sock, args.length)
+        try:
+            loop = _Loop(sock, c, args, 0.0)
+            while not loop.done() and total < limit:
+                c._calls += 1
+                try:
+                    n = sock.recv_into(buf, min(args.length, limit - total), flags)
+                except OSError as exc:
+                    if _soft(exc, loop, select.POLLIN, udp=False):
+                        continue
+                    raise CoreError("recv", exc.errno or errno.EIO) from None
+                if n == 0:
+                    break  # peer closed or shut down its write side
+                total += n
+                c._bytes += n
+                wake.follow(total)
+        finally:
+            wake.restore()
     return total
 
 
