@@ -316,10 +316,14 @@ static unsigned rx_gso_size(struct msghdr *mh)
 {
     int size = 0;
 
+/* musl's CMSG_NXTHDR compares a signed with an unsigned length (-Werror=sign-compare). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wsign-compare"
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm != NULL; cm = CMSG_NXTHDR(mh, cm))
         if (cm->cmsg_level == NP_SOL_UDP && cm->cmsg_type == NP_UDP_GRO
             && cm->cmsg_len >= CMSG_LEN(sizeof(int)))
             memcpy(&size, CMSG_DATA(cm), sizeof(size));
+#pragma GCC diagnostic pop
     return size > 0 ? (unsigned)size : 0;
 }
 
