@@ -123,11 +123,25 @@ def _check_verbose(text: str, result: Result) -> None:
         assert side is not None
         mb, sec, mbps = totals[letter]
         assert side.bytes == round(mb * MIB)
-        assert side.end_s == sec
+        assert side.end_s == pytest.approx(sec, abs=0.005)  # printed to 2 decimals
         assert side.bits_per_second == pytest.approx(mbps * 1e6)
+        # The time is nuttcp's own, to more than 2 decimals: bytes, time and rate agree.
+        assert side.bytes * 8 / side.end_s == pytest.approx(side.bits_per_second, rel=2e-4)
         cpu = re.search(rf"nuttcp-{letter}: [\d.]+user [\d.]+sys \S+real (\d+)%", text)
         assert cpu and side.cpu and side.cpu.process
         assert side.cpu.process.total_percent == float(cpu.group(1))
+
+
+def test_a_short_tests_time_is_taken_to_more_than_the_printed_two_decimals() -> None:
+    """A conformance run interrupted nuttcp 8.2.2 after "0.39 real seconds" with 1352.4375 MB
+    at 28757.9 Mbps: read as 0.39 s the result was 1.1% off its own bytes and rate (the
+    validator's tolerance is 1%). The time nuttcp measured is MB / rate: 0.3945 s."""
+    from netprobe.tools.nuttcp.parse_output import exact_seconds
+
+    assert exact_seconds(1352.4375, 0.39, 28757.9) == pytest.approx(0.39450, abs=1e-5)
+    # A time the rate does not round to is left as printed (a line that is not nuttcp's).
+    assert exact_seconds(1352.4375, 0.50, 28757.9) == 0.50
+    assert exact_seconds(0.0, 0.39, 0.0) == 0.39
 
 
 @needs_fixtures
