@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 import time
 import tracemalloc
 from typing import Callable
@@ -35,21 +36,28 @@ out.write(f"total bytes={n * 1000}\n")
 
 
 class _Slow(NullReporter):
-    """A live output slower than the tool: a terminal, a pipe read slowly."""
+    """A live output slower than the tool: a terminal, a pipe read slowly. Its first
+    sample waits until the tool has printed everything, so the backlog is the whole
+    output however fast this machine runs the tool (under qemu-user the printer is slow
+    enough for a merely slow reporter to keep up)."""
 
     def __init__(self) -> None:
         self.shown = 0
+        self.printed_all = threading.Event()
 
     def interval(self, sample: Interval) -> None:
+        if not self.shown:
+            self.printed_all.wait(60)
         self.shown += 1
         if self.shown % 50 == 0:
             time.sleep(0.001)
 
 
-def _reader(live: DrivenRun, totals: list[int]) -> Callable[[str], None]:
+def _reader(live: DrivenRun, totals: list[int], reporter: _Slow) -> Callable[[str], None]:
     def on_line(line: str) -> None:
         if line.startswith("total "):
             totals.append(int(line.split("=")[1]))
+            reporter.printed_all.set()
         elif line.startswith("interval "):
             n = int(line.split()[1])
             live.emit(Interval(direction="client_to_server", role="sender", stream_id=None,
@@ -69,7 +77,7 @@ def test_a_tool_that_prints_fast_and_long_costs_a_bounded_memory(
     try:
         with DrivenRun(reporter, tool="printer") as live:
             printer = live.start("client", [sys.executable, "-c", _PRINTER, str(LINES)],
-                                 on_line=_reader(live, totals))
+                                 on_line=_reader(live, totals, reporter))
             live.wait_exit(printer, 120.0)
         _now, peak = tracemalloc.get_traced_memory()
     finally:
