@@ -255,6 +255,13 @@ class KeptIntervals:
         self.samples.append(sample)
         return True
 
+    def take(self) -> tuple[list[Interval], int]:
+        """The samples kept and the count not kept since the last take; both start afresh
+        (a queue bounded the same way: what waits for a consumer)."""
+        taken, dropped = self.samples, self.dropped
+        self.samples, self.dropped = [], 0
+        return taken, dropped
+
     def __len__(self) -> int:
         return len(self.samples)
 

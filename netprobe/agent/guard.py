@@ -88,7 +88,8 @@ class Guard:
         """The first limit broken right now, in words; None if all hold."""
         if time.monotonic() > self.limits.deadline:
             return "it ran past the test's planned end"
-        inodes = _socket_inodes(_family(self.pid))
+        pids = _family(self.pid)
+        inodes = _socket_inodes(pids)
         rows = list(_rows(inodes))
         connections, foreign = _connections(rows)
         if connections > self.limits.max_connections:
@@ -97,7 +98,7 @@ class Guard:
         for address in foreign:
             if not self.limits.allowed(address):
                 return f"it talked to {address}, which this agent's --allow list refuses"
-        return self._udp_breach(rows) or self._rate_breach()
+        return self._udp_breach(rows) or self._rate_breach(pids, inodes)
 
     def _udp_breach(self, rows: list[tuple[str, list[str]]]) -> Optional[str]:
         """Count the far end's UDP ports from now on (their bytes before are not seen: at
@@ -115,16 +116,18 @@ class Guard:
             return f"its UDP traffic could not be counted: {exc}"
         return None
 
-    def _rate_breach(self) -> Optional[str]:
+    def _rate_breach(self, pids: list[int], inodes: set[str]) -> Optional[str]:
         if self.limits.max_bytes_per_s is None:
             return None
+        # The TCP counts are read at every look, so that a connection that comes and goes
+        # is seen; the rate is taken over at least a second (bursts are allowed).
+        self._count_tcp(inodes)
         now = time.monotonic()
-        # A rate over at least a second (bursts are allowed); the TCP counts are read at
-        # every look all the same, so that a connection that comes and goes is seen.
-        closing = self._io is None or now - self._io[0] >= 1.0
-        moved = self._moved(with_udp=closing)
-        if self._io is None or not closing:
-            self._io = self._io or (now, moved)
+        if self._io is not None and now - self._io[0] < 1.0:
+            return None
+        moved = self._moved(pids)
+        if self._io is None:
+            self._io = (now, moved)
             return None
         start, before = self._io
         self._io = (now, moved)
@@ -134,12 +137,8 @@ class Guard:
                     f"{self.limits.max_bytes_per_s * 8 / 1e6:.1f} Mbit/s the test's limits allow")
         return None
 
-    def _moved(self, with_udp: bool = True) -> int:
-        """Bytes the far end has moved so far: the larger of its sockets' own counts (TCP
-        and UDP) and its read/write counters (each misses what the other sees; neither
-        overcounts). The UDP counter (a call of nft) is read only ``with_udp``."""
-        pids = _family(self.pid)
-        inodes = _socket_inodes(pids)
+    def _count_tcp(self, inodes: set[str]) -> None:
+        """Keep the latest byte count of each of the far end's TCP connections."""
         for family in (socket.AF_INET, socket.AF_INET6):
             try:
                 for _local, _remote, acked, received, inode in tcpbytes.sockets(family):
@@ -147,7 +146,12 @@ class Guard:
                         self._tcp[str(inode)] = acked + received
             except OSError:  # no sock_diag here: the read/write counters only
                 break
-        counted = sum(self._tcp.values()) + (self._udp_bytes() if with_udp else 0)
+
+    def _moved(self, pids: list[int]) -> int:
+        """Bytes the far end has moved so far: the larger of its sockets' own counts (TCP
+        and UDP) and its read/write counters (each misses what the other sees; neither
+        overcounts)."""
+        counted = sum(self._tcp.values()) + self._udp_bytes()
         return max(counted, sum(_io_bytes(pid) for pid in pids))
 
     def _udp_bytes(self) -> int:

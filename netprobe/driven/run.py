@@ -171,9 +171,8 @@ class DrivenRun:
         """Hand the queued samples to the reporter, on the calling thread."""
         while True:
             with self._lock:
-                batch, self._pending.samples = self._pending.samples, []
-                self._not_shown += self._pending.dropped
-                self._pending.dropped = 0
+                batch, dropped = self._pending.take()
+                self._not_shown += dropped
             if not batch:
                 return
             for sample in batch:
