@@ -331,11 +331,13 @@ class SideSummary:
     duplicate_packets: Optional[int] = None
     """UDP datagrams received twice (receiver)."""
     receive_buffer_dropped_packets: Optional[int] = None
-    """UDP datagrams the receiving host's kernel dropped during the test because a
-    socket's receive buffer was full (its Udp and Udp6 ``RcvbufErrors`` counters; receiver,
-    native engine). They are in ``lost_packets`` too, but were lost in the receiving host,
-    not on the path. Host-wide: each stream shows its side's count, which may include
-    other sockets' drops."""
+    """UDP datagrams the receiving host's kernel dropped during the test because the
+    receiver's socket buffer was full (receiver, native engine). They are in
+    ``lost_packets`` too, but were lost in the receiving host, not on the path. Each
+    stream's own socket's count (SO_MEMINFO) where the kernel gives it; else, e.g. under
+    qemu-user, the host's Udp and Udp6 ``RcvbufErrors`` counters where the side has one UDP
+    receiver (other sockets' drops may swell them), and None with more. With UDP_GRO a
+    coalesced group of datagrams dropped whole counts once."""
     jitter_ms: Optional[float] = None
     """UDP interarrival jitter at the end (receiver)."""
     cpu: Optional[Cpu] = None

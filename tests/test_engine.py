@@ -157,7 +157,12 @@ def test_udp_byte_count_is_exact(data_path: str) -> None:
     )
     sender, receiver = flow(result)
     assert sender.bytes == 1_000_000 and sender.packets == 1000
-    assert receiver.packets == 1000 and receiver.lost_packets == 0
+    # Every datagram sent is accounted for at the receiver. None is lost on loopback unless
+    # the receiver's own socket buffer overflowed, as it did in one run under qemu-user
+    # (an emulated receiver: 30 of the 1000 dropped); then the kernel's count says so.
+    assert receiver.packets + receiver.lost_packets == 1000
+    if not receiver.receive_buffer_dropped_packets:
+        assert receiver.lost_packets == 0
 
 
 def test_omit_excludes_warmup(data_path: str) -> None:

@@ -141,7 +141,7 @@ def _rcvbuf_warnings(flows: list[FlowSummary]) -> list[str]:
         if receiver and drops:
             found.append(f"{flow.direction}: {drops} of the {receiver.lost_packets} "
                          "datagrams lost were dropped by the receiving host's full socket "
-                         "buffer (kernel UDP RcvbufErrors), not by the path")
+                         "buffer, not by the path")
     return found
 
 

@@ -23,7 +23,7 @@ import attrs
 from netprobe import core
 from netprobe.core.records import UDP_HEADER_BYTES, UDP_MAX_PAYLOAD
 from netprobe.engine import kernel, summary
-from netprobe.engine.sockets import socket_info
+from netprobe.engine.sockets import socket_drops, socket_info
 from netprobe.errors import CoreError
 from netprobe.schema import Cpu, Interval, SideSummary, SocketInfo, TestSpec
 
@@ -140,6 +140,8 @@ class LocalStream:
     ended_at: Optional[float] = None
     peer_done_at: Optional[float] = None
     last_arrival_at: Optional[float] = None  # UDP receiver: when its last datagram came
+    drops_base: Optional[int] = None  # UDP receiver: its socket's own drops at the start
+    drops_end: Optional[int] = None  # ... and when its loop returned
     user_s: float = 0.0
     system_s: float = 0.0
     last: summary.Snapshot = attrs.field(factory=summary.Snapshot)
@@ -229,6 +231,8 @@ class Side:
         self._nice = data_nice(len(self.streams), _cpus())
         for stream in self.streams:
             stream.socket_info = socket_info(stream.sock)
+            if stream.role == "receiver" and not stream.is_tcp:
+                stream.drops_base = socket_drops(stream.sock)
             stream.thread = threading.Thread(
                 target=self._run_stream,
                 args=(stream,),
@@ -260,6 +264,10 @@ class Side:
             after = core.rusage("thread")
             stream.user_s = after.user_s - before.user_s
             stream.system_s = after.system_s - before.system_s
+            if stream.drops_base is not None:
+                # Read as the loop returns: what arrives once nothing reads is not the
+                # test's loss (the peer's last words, stray datagrams).
+                stream.drops_end = socket_drops(stream.sock)
             stream.ended_at = core.monotonic()
             self._stream_finished()
 
@@ -431,13 +439,17 @@ class Side:
     def stream_summaries(self) -> list[tuple[LocalStream, SideSummary]]:
         """Each stream's summary over the test (after the warm-up)."""
         start = self.spec.omit_s
-        drops = self._rcvbuf_drops()
-        return [(s, summary.side_summary(s, start, self._data_end(s) - self.t0, drops))
+        receivers = [s for s in self.streams if s.role == "receiver" and not s.is_tcp]
+        # The host's count is one stream's only when that stream is the side's only one.
+        host = self._rcvbuf_drops() if len(receivers) == 1 else None
+        return [(s, summary.side_summary(s, start, self._data_end(s) - self.t0,
+                                         _stream_drops(s, host)))
                 for s in self.streams]
 
     def _rcvbuf_drops(self) -> Optional[int]:
         # The kernel counts drops of full UDP receive buffers host-wide (per namespace),
         # from the start: loss in this tester, which must not be charged to the path.
+        # Only the fall-back where a socket's own count cannot be read.
         if self._rcvbuf_base is None:
             return None
         now = kernel.udp_receive_buffer_errors()
@@ -498,6 +510,15 @@ ARRIVAL_POLL_S = 0.002
 """How often a UDP receiver's count is looked at near and after the planned end: the last
 datagram's time is known to within this (the C loop keeps no timestamps; 2 ms is 0.1% of
 a 2 s test). Before that only the end matters, so the watcher sleeps."""
+
+
+def _stream_drops(stream: LocalStream, host: Optional[int]) -> Optional[int]:
+    """A UDP receiver's receive-buffer drops over the test: its own socket's count where the
+    kernel gives it (SO_MEMINFO), else ``host``: the host's count where this is the side's
+    only UDP receiver (other sockets' drops may swell it), None otherwise."""
+    if stream.drops_base is not None and stream.drops_end is not None:
+        return max(0, stream.drops_end - stream.drops_base)
+    return host
 
 
 def _watch_arrivals(stream: LocalStream, watch_from: float) -> None:

@@ -100,11 +100,6 @@ def _total(values: Sequence[Optional[int]]) -> Optional[int]:
     return sum(known) if known else None
 
 
-def _largest(values: Sequence[Optional[int]]) -> Optional[int]:
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
-
-
 def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
     known = [v for v in values if v is not None]
     # fsum / n is statistics.fmean without importing statistics (and fractions, decimal).
@@ -146,7 +141,7 @@ def sum_intervals(samples: Sequence[Interval]) -> list[Interval]:
 def side_summary(stream: LocalStream, start_s: float, end_s: float,
                  rcvbuf_drops: Optional[int] = None) -> SideSummary:
     """A stream's summary from its warm-up baseline to its final totals (``rcvbuf_drops``:
-    the host's UDP receive-buffer drops over the test, for a UDP receiver)."""
+    its socket's UDP receive-buffer drops over the test, for a UDP receiver)."""
     final, base = stream.snapshot(), stream.base
     if stream.is_tcp and stream.role == "sender" and not stream.rtt_samples:
         note_tcp_sample(stream, final)  # a test shorter than one interval
@@ -227,9 +222,8 @@ def sum_summaries(parts: Sequence[SideSummary], cpu: Optional[Cpu]) -> SideSumma
         lost_percent=None if lost is None else _percent(lost, (packets or 0) + lost),
         out_of_order_packets=_total([p.out_of_order_packets for p in parts]),
         duplicate_packets=_total([p.duplicate_packets for p in parts]),
-        # a host-wide count that every stream of a side repeats: not a sum
-        receive_buffer_dropped_packets=_largest([p.receive_buffer_dropped_packets
-                                                 for p in parts]),
+        receive_buffer_dropped_packets=_total([p.receive_buffer_dropped_packets
+                                               for p in parts]),
         jitter_ms=_mean([p.jitter_ms for p in parts]),
         cpu=cpu,
     )
