@@ -139,9 +139,10 @@ def _rcvbuf_warnings(flows: list[FlowSummary]) -> list[str]:
         receiver = flow.receiver
         drops = receiver.receive_buffer_dropped_packets if receiver else None
         if receiver and drops:
-            found.append(f"{flow.direction}: {drops} of the {receiver.lost_packets} "
-                         "datagrams lost were dropped by the receiving host's full socket "
-                         "buffer, not by the path")
+            # "at least": with UDP_GRO a coalesced group dropped whole counts once.
+            found.append(f"{flow.direction}: at least {drops} of the "
+                         f"{receiver.lost_packets} datagrams lost were dropped by the "
+                         "receiving host's full socket buffer, not by the path")
     return found
 
 
