@@ -22,6 +22,7 @@ import attrs
 from attrs import frozen
 
 from netprobe.errors import NetprobeError, SpecError, ToolNotFound
+from netprobe.record import Record
 from netprobe.schema import Interval, RawOutput, Result, TestSpec
 
 ENTRY_POINT_GROUP = "netprobe.tools"
@@ -39,8 +40,8 @@ _EVERY_SET: dict[str, frozenset] = {
 }
 
 
-@frozen
-class Capabilities:
+@frozen(repr=False, eq=False)
+class Capabilities(Record):
     """What a tool can honour. Anything in a spec outside these is refused before running."""
 
     protocols: frozenset = frozenset({"tcp"})
@@ -143,8 +144,8 @@ class Capabilities:
         return [(s.flag, s.wanted(spec), getattr(self, s.capability)) for s in SWITCHES]
 
 
-@frozen
-class Switch:
+@frozen(repr=False, eq=False)
+class Switch(Record):
     """An option a tool honours or not: the Capabilities field that says so, the flag users
     type, the TestSpec change that asks for it, and how to tell that a spec asks for it."""
 
@@ -183,8 +184,8 @@ RANGED_CAPABILITIES = frozenset({"protocols", "directions", "max_streams", "byte
 """The Capabilities fields that are not on/off switches (each checked in its own way)."""
 
 
-@frozen
-class Availability:
+@frozen(repr=False, eq=False)
+class Availability(Record):
     """The answer of :meth:`Tool.probe`: can the tool run here, which version, and why not."""
 
     available: bool
@@ -399,8 +400,8 @@ class Tool(abc.ABC):
         return attrs.evolve(result, raw=(*result.raw, far_end))
 
 
-@frozen
-class LoadFailure:
+@frozen(repr=False, eq=False)
+class LoadFailure(Record):
     """A plugin that could not be used, and why."""
 
     name: str
@@ -469,8 +470,8 @@ def make_manager(
     )
 
 
-@frozen
-class EntryPoint:
+@frozen(repr=False, eq=False)
+class EntryPoint(Record):
     """One entry point of netprobe's own distribution (what ``LoadFailure.target`` names)."""
 
     name: str
@@ -479,8 +480,8 @@ class EntryPoint:
     """``module:attribute``, what it points at."""
 
 
-@frozen
-class _OwnExtension:
+@frozen(repr=False, eq=False)
+class _OwnExtension(Record):
     # What load_registry reads of a stevedore Extension: name, plugin, entry_point.value.
     name: str
     entry_point: EntryPoint

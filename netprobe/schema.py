@@ -20,6 +20,7 @@ import attrs
 from attrs import field, frozen
 
 from netprobe.errors import SpecError
+from netprobe.record import Record
 
 SCHEMA_VERSION = "1.8"
 """Version of the result format; bumped on any change, minor for additions (1.1: latency
@@ -91,8 +92,8 @@ def _port_or_none(instance: object, attribute: attrs.Attribute, value: object) -
         raise SpecError(f"{attribute.name} must be a port number 1-65535, got {value!r}")
 
 
-@frozen
-class TestSpec:
+@frozen(repr=False, eq=False)
+class TestSpec(Record):
     """What to measure: the options common to every tool, validated at construction."""
 
     __test__ = False  # not a pytest test class
@@ -168,8 +169,8 @@ class TestSpec:
         return ("client_to_server",)
 
 
-@frozen
-class ToolInfo:
+@frozen(repr=False, eq=False)
+class ToolInfo(Record):
     """Which tool produced the result."""
 
     name: str
@@ -182,8 +183,8 @@ class ToolInfo:
     """Copy mode as run: ``copy``, ``zerocopy``, ``skip-rx-copy`` or both joined by ``+``."""
 
 
-@frozen
-class Endpoint:
+@frozen(repr=False, eq=False)
+class Endpoint(Record):
     """One end of the test."""
 
     role: str = field(validator=_one_of(("client", "server")))
@@ -198,8 +199,8 @@ class Endpoint:
     """Operating system and machine (``uname``) where known."""
 
 
-@frozen
-class CpuUsage:
+@frozen(repr=False, eq=False)
+class CpuUsage(Record):
     """CPU use over the test, in percent of one core (process) or of all cores (host)."""
 
     user_percent: Optional[float] = None
@@ -222,8 +223,8 @@ class CpuUsage:
     the test's bytes; NTttcp's headline cost figure). None where the tool does not say."""
 
 
-@frozen
-class Cpu:
+@frozen(repr=False, eq=False)
+class Cpu(Record):
     """CPU cost of one end: its own process and the whole host."""
 
     process: Optional[CpuUsage] = None
@@ -232,8 +233,8 @@ class Cpu:
     """The host (percent of all cores)."""
 
 
-@frozen
-class SocketInfo:
+@frozen(repr=False, eq=False)
+class SocketInfo(Record):
     """What the kernel actually gave a stream's socket (may differ from what was asked)."""
 
     send_buffer_bytes: Optional[int] = None
@@ -248,8 +249,8 @@ class SocketInfo:
     """Congestion control in use."""
 
 
-@frozen
-class Interval:
+@frozen(repr=False, eq=False)
+class Interval(Record):
     """One live sample: what one side saw on one stream (or all, stream_id None) in a span."""
 
     direction: str = field(validator=_one_of(FLOW_DIRECTIONS))
@@ -291,8 +292,8 @@ class Interval:
     """Slowest round trip of the latency probes answered in the interval."""
 
 
-@frozen
-class SideSummary:
+@frozen(repr=False, eq=False)
+class SideSummary(Record):
     """What one side (sender or receiver) measured over the test, for a stream or in total."""
 
     role: str = field(validator=_one_of(ROLES))
@@ -344,8 +345,8 @@ class SideSummary:
     """CPU cost of this side's process and host (totals only; None per stream)."""
 
 
-@frozen
-class StreamResult:
+@frozen(repr=False, eq=False)
+class StreamResult(Record):
     """One stream in one direction: its sender's and receiver's summaries."""
 
     stream_id: int
@@ -360,8 +361,8 @@ class StreamResult:
     """Socket settings as the kernel gave them (sender side)."""
 
 
-@frozen
-class FlowSummary:
+@frozen(repr=False, eq=False)
+class FlowSummary(Record):
     """All streams of one direction summed: sender and receiver totals."""
 
     direction: str = field(validator=_one_of(FLOW_DIRECTIONS))
@@ -372,8 +373,8 @@ class FlowSummary:
     """Receiver total."""
 
 
-@frozen
-class Latency:
+@frozen(repr=False, eq=False)
+class Latency(Record):
     """A latency distribution in microseconds, for tools that measure round trips.
 
     On ``Result.latency`` the distribution is the round trip under load (the test itself);
@@ -433,8 +434,8 @@ class Latency:
     load itself builds, with no idle baseline). None in results before 1.7: a round trip."""
 
 
-@frozen
-class LatencySample:
+@frozen(repr=False, eq=False)
+class LatencySample(Record):
     """One latency probe: when it was sent and what it measured (None: it was lost)."""
 
     t_s: float
@@ -447,8 +448,8 @@ class LatencySample:
     """Its one-way delay variation from server to client."""
 
 
-@frozen
-class LatencyPhase:
+@frozen(repr=False, eq=False)
+class LatencyPhase(Record):
     """Latency in one phase of a run: idle (no test traffic) or loaded (traffic flowing).
 
     One-way figures are delay *variation*: each probe's one-way delay minus the smallest
@@ -486,8 +487,8 @@ class LatencyPhase:
     """Test traffic from server to client during the phase (receiver's figure), if any."""
 
 
-@frozen
-class RawOutput:
+@frozen(repr=False, eq=False)
+class RawOutput(Record):
     """Exactly what a driven tool printed, kept for diagnosis."""
 
     name: str
@@ -500,8 +501,8 @@ class RawOutput:
     """Exit status (negative: killed by that signal)."""
 
 
-@frozen
-class Result:
+@frozen(repr=False, eq=False)
+class Result(Record):
     """A complete test result: what was asked, who measured, and everything measured."""
 
     tool: ToolInfo

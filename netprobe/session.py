@@ -25,11 +25,12 @@ from netprobe.errors import (
     one_line,
 )
 from netprobe.plugin import Availability, Reporter, Tool
+from netprobe.record import Record
 from netprobe.schema import Interval, Result, TestSpec
 
 
-@frozen
-class AgentAccess:
+@frozen(repr=False, eq=False)
+class AgentAccess(Record):
     """How to reach the netprobe agents (``netprobe server``) on the far hosts."""
 
     secret: Optional[bytes] = None

@@ -6,15 +6,23 @@ run imports, what the registry reads) and measured in bench/engine.py, never tim
 """
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
 import textwrap
+import typing
 from pathlib import Path
 
+import attrs
+import pytest
+
+from netprobe import convert
 from netprobe.plugin import ENTRY_POINT_GROUP, load_registry, own_entry_points
+from netprobe.record import Record
 from tests.servers import netprobe_server
 from tests.test_cli import TIMEOUT, child_env, run_code
+from tests.test_formats import sample_result
 
 # Modules a `netprobe run --json` with a built-in tool has no use for: rich draws only
 # the human output; stevedore and importlib.metadata read every installed distribution's
@@ -126,3 +134,88 @@ def test_the_lazy_driven_package_serves_every_public_name() -> None:
         print(sorted(driven._WHERE) == sorted(driven.__all__), wrong, hasattr(driven, "nope"))
         """)
     assert run_code(code).stdout.splitlines()[-1] == "True [] False"
+
+
+# --- the records' methods: written once (netprobe.record), not compiled per class ---------
+
+# Every attrs class a `netprobe run` builds at import, in the modules that make them: each
+# frozen one takes repr, == and hash from Record (attrs compiles none of the three for it).
+RECORD_MODULES = ("netprobe.schema", "netprobe.plugin", "netprobe.core.records",
+                  "netprobe.session", "netprobe.engine.protocol", "netprobe.cli.outfile",
+                  "netprobe.engine.summary")
+
+
+def _attrs_classes(module_name: str) -> list[type]:
+    module = importlib.import_module(module_name)
+    return [value for value in vars(module).values()
+            if isinstance(value, type) and attrs.has(value) and value.__module__ == module_name]
+
+
+@pytest.mark.parametrize("module_name", RECORD_MODULES)
+def test_the_frozen_records_of_a_run_leave_repr_eq_and_hash_to_record(module_name: str) -> None:
+    frozen = [cls for cls in _attrs_classes(module_name)
+              if cls.__setattr__ is not object.__setattr__]  # frozen: attrs' refusing setattr
+    assert frozen
+    generated = {cls.__name__: sorted({"__repr__", "__eq__", "__hash__"} & set(vars(cls)))
+                 for cls in frozen if not issubclass(cls, Record)
+                 or {"__repr__", "__eq__", "__hash__"} & set(vars(cls))}
+    assert generated == {}
+
+
+def _twins() -> tuple[type, type]:
+    # One class twice: as attrs writes it, and as a Record. Fields of every kind Record
+    # reads: repr=False, a repr callable, eq=False, an eq key, a default.
+    body = {
+        "name": attrs.field(),
+        "secret": attrs.field(default=None, repr=False),
+        "rate": attrs.field(default=1.5, repr=lambda value: f"<{value}>"),
+        "note": attrs.field(default="", eq=False),
+        "tag": attrs.field(default="A", eq=str.lower),
+        "items": attrs.field(default=()),
+    }
+    plain = attrs.make_class("Twin", dict(body), frozen=True)
+    record = attrs.make_class("Twin", dict(body), bases=(Record,), frozen=True, repr=False,
+                              eq=False)
+    return plain, record
+
+
+def test_a_record_compares_shows_and_hashes_as_the_attrs_class_would() -> None:
+    plain, record = _twins()
+    cases = [dict(name="x"), dict(name="x", secret=b"k", rate=2.0, items=(1, 2)),
+             dict(name="x", note="other"), dict(name="x", tag="a"), dict(name="y"),
+             dict(name=float("nan"))]
+    for left in cases:
+        assert repr(record(**left)) == repr(plain(**left))
+        for right in cases:
+            assert (record(**left) == record(**right)) == (plain(**left) == plain(**right))
+            assert (record(**left) != record(**right)) == (plain(**left) != plain(**right))
+            if plain(**left) == plain(**right):
+                assert hash(record(**left)) == hash(record(**right))
+    assert record(name="x") != plain(name="x")  # another class: never equal, as in attrs
+    assert record(name="x").__eq__("x") is NotImplemented
+    assert {record(name="x"), record(name="x", note="n")} == {record(name="x")}
+
+
+def test_a_record_inside_itself_is_shown_as_dots() -> None:
+    _, record = _twins()
+    box: list = []
+    outer = record(name="outer", items=box)  # a list may hold its own record, as in attrs
+    box.append(outer)
+    assert repr(outer) == "Twin(name='outer', rate=<1.5>, note='', tag='A', items=[...])"
+
+
+def test_a_whole_result_round_trips_equal_with_equal_hashes() -> None:
+    result = sample_result(streams=2, direction="bidir")
+    again = convert.from_json(convert.to_json(result))
+    assert again == result and hash(again) == hash(result)
+    assert attrs.evolve(again, duration_s=3.0) != result
+    assert repr(result).startswith("Result(tool=ToolInfo(name='native'")
+    assert "Interval(direction='client_to_server', role='sender'" in repr(result)
+
+
+def test_the_json_converter_reads_the_types_get_type_hints_would() -> None:
+    # convert evaluates each annotation string once per module instead of calling
+    # typing.get_type_hints (a compile() per field per class): the same types must come out.
+    for module_name in RECORD_MODULES:
+        for cls in _attrs_classes(module_name):
+            assert convert._hints(cls) == typing.get_type_hints(cls), cls

@@ -29,6 +29,7 @@ from typing import Optional
 from attrs import frozen
 
 from netprobe.errors import NetprobeError
+from netprobe.record import Record
 
 EXTENSION_FORMATS = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv",
                      ".txt": "human", ".log": "human"}
@@ -42,8 +43,8 @@ class OutputError(NetprobeError):
     """The result could not be written (exit code 6)."""
 
 
-@frozen
-class Formats:
+@frozen(repr=False, eq=False)
+class Formats(Record):
     """The formats a command writes: to stdout and to ``-o FILE``."""
 
     stdout: str

@@ -10,6 +10,8 @@ from typing import Any
 
 import attrs
 
+from netprobe.record import Record
+
 #: Datagram header: sequence number and send time, 8 bytes each, network byte order.
 UDP_HEADER_BYTES = 16
 #: Largest UDP payload over IPv4 (65535 - 8 UDP - 20 IP).
@@ -20,8 +22,8 @@ MAX_LENGTH = 1 << 30
 MAX_BATCH = 1024
 
 
-@attrs.frozen
-class TcpInfo:
+@attrs.frozen(repr=False, eq=False)
+class TcpInfo(Record):
     """A TCP connection's kernel figures (TCP_INFO). None: this kernel does not report it."""
 
     retransmits: int | None
@@ -46,8 +48,8 @@ class TcpInfo:
     """Bytes retransmitted."""
 
 
-@attrs.frozen
-class Rusage:
+@attrs.frozen(repr=False, eq=False)
+class Rusage(Record):
     """CPU time used by this process or thread (getrusage)."""
 
     user_s: float
@@ -56,8 +58,8 @@ class Rusage:
     """Time in the kernel on our behalf, seconds."""
 
 
-@attrs.frozen
-class HostCpu:
+@attrs.frozen(repr=False, eq=False)
+class HostCpu(Record):
     """The host's cumulative CPU time (first "cpu" line of /proc/stat), in clock ticks.
 
     Running totals: diff two snapshots with :meth:`busy_fraction_since`.
@@ -116,8 +118,8 @@ def _not_nan(_inst: Any, attr: attrs.Attribute[Any], value: float) -> None:
         raise ValueError(f"{attr.name} must be a number, not {value!r}")
 
 
-@attrs.frozen
-class LoopArgs:
+@attrs.frozen(repr=False, eq=False)
+class LoopArgs(Record):
     """The arguments of one stream loop, checked the same way for both data paths."""
 
     length: int = attrs.field(validator=[_int_at_least(1), attrs.validators.le(MAX_LENGTH)])

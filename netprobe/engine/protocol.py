@@ -32,6 +32,7 @@ from typing import Any, Optional
 import attrs
 
 from netprobe.errors import ProtocolError
+from netprobe.record import Record
 
 DEFAULT_PORT = 5301
 """The server's TCP and UDP port."""
@@ -55,8 +56,8 @@ DATA_HELLO_BYTES = _HELLO.size + _DATA.size
 _LENGTH = struct.Struct("!I")
 
 
-@attrs.frozen
-class DataHello:
+@attrs.frozen(repr=False, eq=False)
+class DataHello(Record):
     """What a data connection or UDP stream says about itself."""
 
     cookie: bytes

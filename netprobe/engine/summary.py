@@ -12,14 +12,15 @@ import attrs
 
 from netprobe import core
 from netprobe.plugin import bits_per_second
+from netprobe.record import Record
 from netprobe.schema import Cpu, CpuUsage, Interval, SideSummary
 
 if TYPE_CHECKING:
     from netprobe.engine.side import LocalStream
 
 
-@attrs.frozen
-class Snapshot:
+@attrs.frozen(repr=False, eq=False)
+class Snapshot(Record):
     """Running totals of one stream at one moment (TCP fields only on TCP senders)."""
 
     bytes: int = 0
