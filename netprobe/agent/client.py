@@ -13,7 +13,6 @@ from typing import Any, Optional
 import attrs
 
 from netprobe import convert
-from netprobe.driven import is_local_host
 from netprobe.engine import protocol
 from netprobe.engine.auth import METHOD, new_challenge, respond, verify
 from netprobe.errors import NetprobeError, ProtocolError, TestFailed
@@ -138,11 +137,18 @@ def run(tool: Tool, spec: TestSpec, reporter: Reporter, secret: Optional[bytes] 
 
 
 def _wants_agent(tool: Tool, spec: TestSpec, use_agent: bool) -> bool:
-    if not use_agent or not spec.host or spec.port is not None or is_local_host(spec.host):
+    # Whether the host is this machine is asked last: it resolves the name and binds a
+    # socket to each address, and a tool with no far end to start (the native engine, whose
+    # far end is the netprobe server itself) never needs the answer.
+    if type(tool).far_end_argv is Tool.far_end_argv:
+        return False
+    if not use_agent or not spec.host or spec.port is not None:
         return False
     if tool.options.get("receive"):
         return False  # receive-only listens here (--from AGENT runs it on an agent)
-    return type(tool).far_end_argv is not Tool.far_end_argv
+    from netprobe.driven import is_local_host  # netprobe.driven.net: ipaddress and more
+
+    return not is_local_host(spec.host)
 
 
 def _run_far(agent: AgentConnection, tool: Tool, spec: TestSpec, reporter: Reporter) -> Result:

@@ -14,7 +14,6 @@ from the extension) is :mod:`netprobe.cli.outfile`'s business.
 """
 from __future__ import annotations
 
-import csv
 import io
 from typing import Any
 
@@ -85,6 +84,8 @@ def format_result(result: Result, fmt: str, per_stream: bool = False,
 
 def format_csv(results: list[Result], header: bool = True) -> str:
     """CSV text: the header (if asked) and the rows of each result."""
+    import csv  # only here: a run writing JSON or the table has no use for it
+
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     if header:
