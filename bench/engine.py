@@ -583,10 +583,19 @@ def ratios(case: Case, med: dict[str, Median]) -> None:
         return
     if base is None or not peers:
         return
+    print()
+    # On the router link each netprobe in the run (a --baseline's wheel install beside the
+    # editable one) gets its own line: the ratio is the figure, read from the same run.
+    names = [t for t in med if t.startswith("native")] if case.router else ["native"]
+    for name in names:
+        print(_ratio_line(name, med[name], case, peers))
+
+
+def _ratio_line(name: str, base: Median, case: Case, peers: dict[str, Median]) -> str:
     speed = (lambda m: m.pps or 0.0) if case.udp else (lambda m: m.bps)
     fastest = max(peers, key=lambda t: speed(peers[t]))
     leanest = min(peers, key=lambda t: peers[t].cpu_per_gbit)
-    line = (f"\nnative/best peer: {'pps' if case.udp else 'throughput'} "
+    line = (f"{name}/best peer: {'pps' if case.udp else 'throughput'} "
             f"{speed(base) / speed(peers[fastest]):.2f}x ({fastest}), CPU s/Gbit "
             f"{base.cpu_per_gbit / peers[leanest].cpu_per_gbit:.2f}x ({leanest})")
     if case.router:
@@ -595,7 +604,7 @@ def ratios(case: Case, med: dict[str, Median]) -> None:
         line += (f", client CPU s {base.client_cpu_s / max(peers[lean_c].client_cpu_s, 1e-3):.2f}x"
                  f" ({lean_c}), server CPU s "
                  f"{base.server_cpu_s / max(peers[lean_s].server_cpu_s, 1e-3):.2f}x ({lean_s})")
-    print(line)
+    return line
 
 
 def machine_line() -> str:
