@@ -28,11 +28,12 @@ from tests.test_formats import sample_result
 # the human output; stevedore and importlib.metadata read every installed distribution's
 # entry points, which a built-in tool named on the command line does not need; the driven
 # tools' process and session glue (the native client needs netprobe.driven's
-# is_local_host only); tempfile for -o FILE; hashlib for a shared secret; statistics
-# (with fractions and decimal) for one mean.
-NOT_FOR_A_JSON_RUN = ("rich", "stevedore", "importlib.metadata", "cattrs",
+# is_local_host only, and only for a driven tool whose far end an agent may start: not
+# at all for the native engine); tempfile for -o FILE; hashlib for a shared secret;
+# statistics (with fractions and decimal) for one mean; csv for --format csv.
+NOT_FOR_A_JSON_RUN = ("rich", "stevedore", "importlib.metadata", "cattrs", "netprobe.driven",
                       "netprobe.driven.process", "netprobe.driven.session", "tempfile",
-                      "hashlib", "statistics")
+                      "hashlib", "statistics", "csv")
 
 
 def _loaded_after(argv: list[str]) -> tuple[int, list[str], str]:
