@@ -6,8 +6,11 @@ run imports, what the registry reads) and measured in bench/engine.py, never tim
 """
 from __future__ import annotations
 
+import datetime
 import importlib
 import json
+import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -18,7 +21,9 @@ import attrs
 import pytest
 
 from netprobe import convert
-from netprobe.plugin import ENTRY_POINT_GROUP, load_registry, own_entry_points
+from netprobe.engine.sockets import resolve
+from netprobe.errors import SpecError
+from netprobe.plugin import ENTRY_POINT_GROUP, load_registry, own_entry_points, utc_now_iso
 from netprobe.record import Record
 from tests.servers import netprobe_server
 from tests.test_cli import TIMEOUT, child_env, run_code
@@ -30,10 +35,11 @@ from tests.test_formats import sample_result
 # tools' process and session glue (the native client needs netprobe.driven's
 # is_local_host only, and only for a driven tool whose far end an agent may start: not
 # at all for the native engine); tempfile for -o FILE; hashlib for a shared secret;
-# statistics (with fractions and decimal) for one mean; csv for --format csv.
+# statistics (with fractions and decimal) for one mean; csv for --format csv; datetime
+# for the start time; the idna codec (with stringprep) for an ASCII host name.
 NOT_FOR_A_JSON_RUN = ("rich", "stevedore", "importlib.metadata", "cattrs", "netprobe.driven",
                       "netprobe.driven.process", "netprobe.driven.session", "tempfile",
-                      "hashlib", "statistics", "csv")
+                      "hashlib", "statistics", "csv", "datetime", "encodings.idna")
 
 
 def _loaded_after(argv: list[str]) -> tuple[int, list[str], str]:
@@ -220,3 +226,19 @@ def test_the_json_converter_reads_the_types_get_type_hints_would() -> None:
     for module_name in RECORD_MODULES:
         for cls in _attrs_classes(module_name):
             assert convert._hints(cls) == typing.get_type_hints(cls), cls
+
+
+def test_the_start_time_is_written_as_datetime_would() -> None:
+    before = datetime.datetime.now(datetime.timezone.utc)
+    stamp = utc_now_iso()
+    after = datetime.datetime.now(datetime.timezone.utc)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", stamp)
+    moment = datetime.datetime.fromisoformat(stamp)
+    assert before.replace(microsecond=before.microsecond // 1000 * 1000) <= moment <= after
+
+
+@pytest.mark.parametrize("host", ["a..b.invalid", "b\u00fccher.invalid", "x" * 64 + ".invalid"])
+def test_a_host_that_cannot_be_resolved_is_a_spec_error_naming_it(host: str) -> None:
+    # ASCII names reach getaddrinfo as bytes (no idna codec); a malformed one is still refused.
+    with pytest.raises(SpecError, match="cannot resolve host"):
+        resolve(host, 5201, 0, socket.SOCK_STREAM)

@@ -111,8 +111,11 @@ def family_for(spec: TestSpec) -> int:
 
 def resolve(host: str, port: int, family: int, kind: int) -> tuple[int, tuple]:
     """The first address of ``host`` for the family; SpecError naming the host if none."""
+    # getaddrinfo encodes a str with the idna codec, whose import (encodings.idna,
+    # stringprep) is ~1.5 ms of a run's start-up; an ASCII name is the same bytes.
+    name: str | bytes = host.encode("ascii") if host.isascii() else host
     try:
-        infos = socket.getaddrinfo(host, port, family, kind)
+        infos = socket.getaddrinfo(name, port, family, kind)
     except (socket.gaierror, UnicodeError) as exc:
         raise SpecError(f"cannot resolve host {host!r}: {exc}") from None
     fam, _, _, _, addr = infos[0]
