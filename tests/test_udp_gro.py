@@ -180,6 +180,30 @@ def test_the_native_gso_sender_into_the_receiver_counts_exact(
     assert bool(gro_on) == gro
 
 
+def test_the_gso_sender_fills_whole_messages_and_every_datagram_is_its_own(
+        data_path: str, pool: ThreadPoolExecutor) -> None:
+    # 1472-byte datagrams: 41 fit one GSO message. Each call must carry whole messages
+    # (at least 41 datagrams, not a batch of 32 that leaves a message three-quarters
+    # empty), and each datagram of the contiguous layout must carry its own number: the
+    # receiver counts every one once, none lost or duplicated, including a short last
+    # message (7 datagrams past a multiple of 41).
+    if not wrapper.LOADED:
+        pytest.skip("the native sender is the compiled core's")
+    native = contract.DataPath(wrapper)
+    count, length = 41 * 40 + 7, 1472
+    with udp_pair() as (tx, rx):
+        tx_counters, rx_counters = wrapper.Counters(), core.Counters()
+        tx_counters.sequence_base = rx_counters.sequence_base = 1 << 40
+        got = receive(pool, rx, rx_counters, count, gro=False, batch=32)
+        sent = native.udp_send(tx.fileno(), tx_counters, length=length, max_packets=count,
+                               deadline=soon(5))
+        assert finish(got, 5) == sent == count * length
+    assert rx_counters.packets == tx_counters.packets == count
+    assert (rx_counters.lost, rx_counters.out_of_order, rx_counters.duplicates) == (0, 0, 0)
+    assert rx_counters.bytes == count * length
+    assert tx_counters.calls <= count // 41
+
+
 def test_datagrams_one_per_message_are_still_read_a_batch_per_call() -> None:
     # The receiver offers fewer slots when messages come coalesced (a call copies about a
     # batch of datagrams either way), and all of them again when messages are single.

@@ -148,8 +148,9 @@ class DataPath:
 
         Stops at the deadline, ``max_packets``, ``max_bytes`` (whole datagrams only) or
         stop. Paced by ``rate_bps`` (payload bits) or ``rate_pps``; up to ``batch``
-        datagrams per call (sendmmsg in C; one at a time in Python). Returns the bytes this
-        call sent.
+        messages per call (sendmmsg in C, a message of up to 64 KiB of datagrams where UDP
+        GSO cuts them, up to 256 KiB a call; one datagram at a time in Python). Returns the
+        bytes this call sent.
         """
         args = LoopArgs(length=length, deadline=deadline, max_bytes=max_bytes,
                         max_packets=max_packets, rate_bps=rate_bps, rate_pps=rate_pps,

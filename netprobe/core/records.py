@@ -137,7 +137,8 @@ class LoopArgs(Record):
     """Pace to this many datagrams per second; None: as fast as possible."""
     batch: int = attrs.field(
         default=32, validator=[_int_at_least(1), attrs.validators.le(MAX_BATCH)])
-    """Datagrams per sendmmsg/recvmmsg call."""
+    """Messages per sendmmsg/recvmmsg call (a message: one datagram, or many where the
+    kernel segments or coalesces them)."""
     zerocopy: bool = False
     """TCP sender: sendfile() from a memory file instead of send() from a buffer."""
     skip_copy: bool = False

@@ -49,7 +49,8 @@ TCP_DEFAULT_LENGTH = 4 * GSO_MAX_BYTES
 UDP_DEFAULT_LENGTH = 1448  # fits one datagram in a 1500-byte MTU over IPv4 and IPv6
 RECEIVER_GRACE_S = 10.0  # how long a receiver outlives the sender's deadline at most
 UDP_RECV_LENGTH = UDP_MAX_PAYLOAD  # a UDP receiver reads into slots any datagram fits
-UDP_BATCH = 32  # datagrams per recvmmsg/sendmmsg (the core's default batch)
+UDP_BATCH = 32  # messages per recvmmsg/sendmmsg (the core's default batch)
+UDP_SEND_CALL_BYTES = 256 * 1024  # the C core's NP_TX_CALL_BYTES: a sender's buffer
 NICE_STEP_WEIGHT = 1.25  # the scheduler's weight ratio between two adjacent nice values
 MAX_NICE = 19
 # The receiver reads coalesced datagrams (UDP_GRO, see np_udp.c for why). NETPROBE_UDP_GRO=0
@@ -121,9 +122,11 @@ def _lower_thread_priority(levels: int) -> None:
 
 def buffer_bytes(spec: TestSpec, role: str) -> int:
     """Memory one stream's loop allocates for its buffers (what a server must budget)."""
-    if spec.protocol == "udp" and role == "receiver":
-        return UDP_RECV_LENGTH * UDP_BATCH
-    return default_length(spec)  # one buffer (UDP: shared padding behind per-datagram headers)
+    if spec.protocol == "udp":
+        # A receiver's slots; a sender's datagrams of one call, back to back, bounded by the
+        # core's 256 KiB a call (one datagram is at most 64 KiB).
+        return UDP_RECV_LENGTH * UDP_BATCH if role == "receiver" else UDP_SEND_CALL_BYTES
+    return default_length(spec)  # one buffer
 
 
 @attrs.define(eq=False)
