@@ -7,7 +7,7 @@ nuttcp 8.2.2 and ntttcp 1.4.3 (built by ../shared/peers/build.sh into
 Sections (each can run alone with --only):
 
 - defaults: every tool at its own defaults, TCP -P 1, 2, 4;
-- udp: 64-byte datagrams, unlimited rate, received packets per second;
+- udp: 64-byte datagrams (and 512, 1472), unlimited rate, received packets per second;
 - sweep: the same write length for every tool, 16K..1M, -P 1 and 4;
 - policy: native at its default against native at every sweep length, interleaved;
 - placement: -P 1 at defaults unpinned, both ends on one core, on different cores;
@@ -445,10 +445,11 @@ def cases(seconds: float) -> dict[str, list[Case]]:
     t = seconds
     return {
         "defaults": [Case("defaults", f"TCP -P {n}, defaults", n, seconds=t) for n in (1, 2, 4)],
-        # 64 bytes is the issue's case; 1472 (a full 1500-byte frame) is where iperf3
-        # 3.21's --gsro can run at all (see _iperf3_udp_received).
+        # 64 bytes is the issue's case; 512 is near the smallest iperf3 3.21's --gsro can
+        # send (65507 // 512 = 127 segments a write, within the 128 of Linux 6.8+; see
+        # _iperf3_udp_received), 1472 a full 1500-byte frame.
         "udp": [Case("udp", f"UDP {n}-byte payload, unlimited", 1, n, udp=True, seconds=t)
-                for n in (64, 1472)],
+                for n in (64, 512, 1472)],
         "sweep": [Case("sweep", f"TCP -P {n} -l {_k(n_len)}", n, n_len, seconds=t)
                   for n in (1, 4) for n_len in SWEEP],
         "placement": [Case("placement", f"TCP -P 1, {label}", 1, seconds=t, pin=pin)

@@ -51,12 +51,14 @@ struct udp_tx {
     unsigned seg;               /* datagrams per message */
     unsigned msgs_max;          /* messages per call with `seg` datagrams each */
     unsigned batch;             /* messages per call at most */
+    unsigned cap;               /* datagrams the buffer holds */
     unsigned length;
 };
 
 #define NP_SOL_UDP 17           /* IPPROTO_UDP */
 #define NP_UDP_SEGMENT 103      /* spelled out: older libc headers lack it */
-#define NP_GSO_MAX_SEGS 64      /* the kernel's UDP_MAX_SEGMENTS before Linux 6.8 */
+#define NP_GSO_MAX_SEGS 128     /* the kernel's UDP_MAX_SEGMENTS since Linux 6.8 */
+#define NP_GSO_OLD_SEGS 64      /* ... and before: a kernel that refuses 128 gets 64 */
 #define NP_GSO_MAX_BYTES 61440  /* one GSO message stays below 64 KiB with headers */
 #define NP_TX_CALL_BYTES (256 * 1024) /* data one sendmmsg carries at most (a few msgs) */
 #define NP_UDP_GRO 104          /* spelled out: older libc headers lack it (Linux 5.0) */
@@ -139,6 +141,7 @@ static int tx_alloc(struct udp_tx *t, int batch, unsigned length)
     per_call = NP_TX_CALL_BYTES / (t->seg * length);
     t->msgs_max = per_call < 1 ? 1 : per_call < (unsigned)batch ? per_call : (unsigned)batch;
     n = (size_t)t->msgs_max * t->seg;
+    t->cap = (unsigned)n;
     /* A call never has more than `batch` messages, before or after a fall-back. */
     t->msgs = calloc((size_t)batch, sizeof(*t->msgs));
     t->iov = calloc((size_t)batch, sizeof(*t->iov));
@@ -209,11 +212,12 @@ static int64_t tx_send(struct udp_tx *t, int fd, unsigned n)
             return (int64_t)np_minu64(n, (uint64_t)r * t->seg);
         if (t->seg == 1 || !gso_refused(errno))
             return -1;
-        /* And retry: this path cannot segment for us. One datagram a message from now on,
-         * as many as the buffer holds up to `batch` a call. */
-        t->msgs_max = (unsigned)np_minu64((uint64_t)t->msgs_max * t->seg, t->batch);
-        t->seg = 1;
-        n = n < t->msgs_max ? n : t->msgs_max;
+        /* And retry with fewer segments a message: a kernel before 6.8 takes 64 at most
+         * (EINVAL for more), a path that cannot segment at all one. From now on a call has
+         * as many messages as the buffer holds, `batch` at most. */
+        t->seg = errno == EINVAL && t->seg > NP_GSO_OLD_SEGS ? NP_GSO_OLD_SEGS : 1;
+        t->msgs_max = (unsigned)np_minu64(t->cap / t->seg, t->batch);
+        n = (unsigned)np_minu64(n, (uint64_t)t->msgs_max * t->seg);
     }
 }
 
