@@ -153,11 +153,11 @@ class LocalStream:
     max_cwnd_bytes: Optional[int] = None
     socket_info: SocketInfo = attrs.field(factory=SocketInfo)
     thread: Optional[threading.Thread] = None
+    # Read once: socket.type builds an enum at every read, and the sampler asks each tick.
+    is_tcp: bool = attrs.field(init=False, default=attrs.Factory(
+        lambda self: self.sock.type == socket.SOCK_STREAM, takes_self=True))
+    """True for a TCP stream."""
 
-    @property
-    def is_tcp(self) -> bool:
-        """True for a TCP stream."""
-        return self.sock.type == socket.SOCK_STREAM
 
     def snapshot(self) -> summary.Snapshot:
         """Current running totals of this stream."""
