@@ -29,6 +29,8 @@ from netprobe.core import contract, pure
 from netprobe.core.records import HostCpu, TcpInfo, pattern
 from netprobe.errors import CoreError
 
+from .budget import FRACTION
+
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = struct.Struct("!QQ")
 MIB = 1 << 20
@@ -634,18 +636,25 @@ def _paced_udp(impl: Any, pool: ThreadPoolExecutor, seconds: float,
     return sent, counters
 
 
+# How close a paced sender must come to its rate over 0.5 s. The deadline is taken before
+# the call; the loop's own set-up comes out of it. Natively that is microseconds; under
+# qemu-user (a budgeted run: the ARM wheels' suite), where the interpreter is 10-20x
+# slower, the pure loop's set-up took ~13 ms of the 500 (973 of 1000 datagrams at 2000/s).
+PACE_TOLERANCE = 0.02 if FRACTION == 1 else 0.05
+
+
 def test_udp_pacing_by_bits(impl: Any, pool: ThreadPoolExecutor) -> None:
     # 100 Mbit/s of 1400-byte datagrams is ~9k sends/s: more than pure Python sustains
     # next to a pure-Python receiver on a busy 2-core box, so it is asked for less.
     rate = 20e6 if impl is PURE else 100e6
     sent, counters = _paced_udp(impl, pool, 0.5, rate_bps=rate)
-    assert sent * 8 / 0.5 == pytest.approx(rate, rel=0.02)
+    assert sent * 8 / 0.5 == pytest.approx(rate, rel=PACE_TOLERANCE)
     assert counters.bytes == sent and counters.lost == 0
 
 
 def test_udp_pacing_by_packets(impl: Any, pool: ThreadPoolExecutor) -> None:
     sent, counters = _paced_udp(impl, pool, 0.5, rate_pps=2000)
-    assert sent // 1400 == pytest.approx(1000, rel=0.02)
+    assert sent // 1400 == pytest.approx(1000, rel=PACE_TOLERANCE)
     assert counters.packets == sent // 1400
 
 
