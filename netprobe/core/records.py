@@ -16,6 +16,8 @@ from netprobe.record import Record
 UDP_HEADER_BYTES = 16
 #: Largest UDP payload over IPv4 (65535 - 8 UDP - 20 IP).
 UDP_MAX_PAYLOAD = 65507
+#: The compiled UDP sender's buffer at most: one call's datagrams (csrc NP_TX_CALL_BYTES).
+UDP_SEND_CALL_BYTES = 256 * 1024
 #: Largest write/read size a loop accepts (1 GiB).
 MAX_LENGTH = 1 << 30
 #: Most datagrams per sendmmsg/recvmmsg call (the kernel's UIO_MAXIOV).

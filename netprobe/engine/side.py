@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import attrs
 
 from netprobe import core
-from netprobe.core.records import UDP_HEADER_BYTES, UDP_MAX_PAYLOAD
+from netprobe.core.records import UDP_HEADER_BYTES, UDP_MAX_PAYLOAD, UDP_SEND_CALL_BYTES
 from netprobe.engine import kernel, summary
 from netprobe.engine.sockets import socket_drops, socket_info
 from netprobe.errors import CoreError
@@ -50,7 +50,6 @@ UDP_DEFAULT_LENGTH = 1448  # fits one datagram in a 1500-byte MTU over IPv4 and 
 RECEIVER_GRACE_S = 10.0  # how long a receiver outlives the sender's deadline at most
 UDP_RECV_LENGTH = UDP_MAX_PAYLOAD  # a UDP receiver reads into slots any datagram fits
 UDP_BATCH = 32  # messages per recvmmsg/sendmmsg (the core's default batch)
-UDP_SEND_CALL_BYTES = 256 * 1024  # the C core's NP_TX_CALL_BYTES: a sender's buffer
 NICE_STEP_WEIGHT = 1.25  # the scheduler's weight ratio between two adjacent nice values
 MAX_NICE = 19
 # The receiver reads coalesced datagrams (UDP_GRO, see np_udp.c for why). NETPROBE_UDP_GRO=0
@@ -158,7 +157,6 @@ class LocalStream:
         lambda self: self.sock.type == socket.SOCK_STREAM, takes_self=True))
     """True for a TCP stream."""
 
-
     def snapshot(self) -> summary.Snapshot:
         """Current running totals of this stream."""
         c = self.counters
@@ -228,14 +226,16 @@ class Side:
         """Start every stream loop and the sampler, now."""
         _freeze_start_up_heap()
         self.t0 = core.monotonic()
-        if any(s.role == "receiver" and not s.is_tcp for s in self.streams):
+        receivers = [s for s in self.streams if s.role == "receiver" and not s.is_tcp]
+        for stream in receivers:
+            stream.drops_base = socket_drops(stream.sock)
+        if len(receivers) == 1 and receivers[0].drops_base is None:
+            # The host's count stands in only for a lone receiver whose own cannot be read.
             self._rcvbuf_base = kernel.udp_receive_buffer_errors()
         self._cpu_start = (core.rusage("process"), core.host_cpu())
         self._nice = data_nice(len(self.streams), _cpus())
         for stream in self.streams:
             stream.socket_info = socket_info(stream.sock)
-            if stream.role == "receiver" and not stream.is_tcp:
-                stream.drops_base = socket_drops(stream.sock)
             stream.thread = threading.Thread(
                 target=self._run_stream,
                 args=(stream,),
@@ -442,9 +442,7 @@ class Side:
     def stream_summaries(self) -> list[tuple[LocalStream, SideSummary]]:
         """Each stream's summary over the test (after the warm-up)."""
         start = self.spec.omit_s
-        receivers = [s for s in self.streams if s.role == "receiver" and not s.is_tcp]
-        # The host's count is one stream's only when that stream is the side's only one.
-        host = self._rcvbuf_drops() if len(receivers) == 1 else None
+        host = self._rcvbuf_drops()
         return [(s, summary.side_summary(s, start, self._data_end(s) - self.t0,
                                          _stream_drops(s, host)))
                 for s in self.streams]
@@ -452,7 +450,7 @@ class Side:
     def _rcvbuf_drops(self) -> Optional[int]:
         # The kernel counts drops of full UDP receive buffers host-wide (per namespace),
         # from the start: loss in this tester, which must not be charged to the path.
-        # Only the fall-back where a socket's own count cannot be read.
+        # Only the fall-back for a lone receiver whose socket's own count cannot be read.
         if self._rcvbuf_base is None:
             return None
         now = kernel.udp_receive_buffer_errors()
