@@ -324,7 +324,8 @@ class SideSummary(Record):
     packets: Optional[int] = None
     """UDP datagrams sent or received."""
     lost_packets: Optional[int] = None
-    """UDP datagrams lost (receiver)."""
+    """UDP datagrams lost (receiver): numbered by the sender and never received, the last
+    ones of the test too (by the sender's count)."""
     lost_percent: Optional[float] = None
     """lost_packets as a percentage of datagrams expected (receiver)."""
     out_of_order_packets: Optional[int] = None

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netprobe.engine import protocol
+from netprobe.engine.conduct import sent_datagrams
 from netprobe.engine.protocol import DataHello, FrameReader
 from netprobe.errors import ProtocolError
 
@@ -125,3 +126,21 @@ def test_deeply_nested_json_is_a_protocol_error() -> None:
     except ProtocolError:
         return
     raise AssertionError("nested JSON was accepted as a message")
+
+
+def test_a_sent_messages_datagram_counts_keep_only_well_formed_entries() -> None:
+    # The peer's counts make the receivers' tail loss: one of another shape (a float, a
+    # negative or boolean count, a bad direction) must not become a figure or an exception.
+    items = [[1, "client_to_server", 11], [2, "client_to_server", -1], [3, 7, 5],
+             [4, "client_to_server", 2.5], [True, "client_to_server", 3], [5, "x"],
+             [6, "server_to_client", 1 << 64], "junk", [7, "server_to_client", 0]]
+    assert sent_datagrams(items) == {(1, "client_to_server"): 11, (7, "server_to_client"): 0}
+    assert sent_datagrams({"1": 5}) == {} and sent_datagrams(None) == {}
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                    lambda inner: st.lists(inner, max_size=4), max_leaves=20))
+@settings(max_examples=scaled(200), deadline=None)
+def test_sent_datagram_counts_of_any_shape_never_raise(items: object) -> None:
+    for (stream_id, direction), count in sent_datagrams(items).items():
+        assert type(stream_id) is int and isinstance(direction, str) and type(count) is int

@@ -3,7 +3,7 @@ peer when sending is over, stop receivers once the peer has stopped sending, exc
 final reports, and give up cleanly when the peer vanishes.
 
 Messages after ``start`` (either direction):
-``interval`` {sample}, ``sent`` {}, ``report`` {streams, cpu, errors, system},
+``interval`` {sample}, ``sent`` {elapsed_s, datagrams}, ``report`` {streams, cpu, errors, system},
 ``abort`` {reason}, ``bye`` {}.
 """
 
@@ -175,7 +175,9 @@ class Conductor:
 
     def _watch_local(self) -> None:
         if not self._sent_told and self.side.senders_done():
-            self._sent_told = self.send({"type": "sent", "elapsed_s": self.side.sending_elapsed()})
+            self._sent_told = self.send({
+                "type": "sent", "elapsed_s": self.side.sending_elapsed(),
+                "datagrams": [[i, d, n] for (i, d), n in self.side.sent_packets().items()]})
         if self._peer_sent_at is not None:
             since = core.monotonic() - self._peer_sent_at
             if since > UDP_DRAIN_S or (since > UDP_QUIET_S and self._udp_quiet()):
@@ -243,7 +245,8 @@ class Conductor:
         elif kind == "sent":
             self._peer_sent_at = core.monotonic()
             elapsed = message.get("elapsed_s")
-            self.side.peer_done(float(elapsed) if isinstance(elapsed, (int, float)) else None)
+            self.side.peer_done(float(elapsed) if isinstance(elapsed, (int, float)) else None,
+                                sent_datagrams(message.get("datagrams")))
         elif kind == "report":
             try:
                 self.outcome.peer_report = check_report(message)
@@ -280,6 +283,22 @@ class Conductor:
         """Tell the peer the test is over (Ctrl-C, local failure) and stop local loops."""
         self.send({"type": "abort", "reason": reason})
         self.side.stop()
+
+
+def sent_datagrams(items: Any) -> dict[tuple[int, str], int]:
+    """A ``sent`` message's UDP datagram counts, ``[[stream_id, direction, count], ...]``,
+    by stream; an entry of another shape is left out (a peer of an older version sends
+    none: its receivers then count no tail, as before)."""
+    counts: dict[tuple[int, str], int] = {}
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, list) and len(item) == 3 and _count(item[0]) \
+                and isinstance(item[1], str) and _count(item[2]):
+            counts[(item[0], item[1])] = item[2]
+    return counts
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and 0 <= value < 1 << 64
 
 
 def local_report(side: Side) -> dict[str, Any]:

@@ -144,6 +144,7 @@ class LocalStream:
     last_arrival_at: Optional[float] = None  # UDP receiver: when its last datagram came
     drops_base: Optional[int] = None  # UDP receiver: its socket's own drops at the start
     drops_end: Optional[int] = None  # ... and when its loop returned
+    peer_sent_packets: Optional[int] = None  # UDP receiver: what the peer says it sent
     user_s: float = 0.0
     system_s: float = 0.0
     last: summary.Snapshot = attrs.field(factory=summary.Snapshot)
@@ -170,7 +171,21 @@ class LocalStream:
         )
         if self.is_tcp and self.role == "sender":
             snap = summary.with_tcp_info(snap, self._tcp_info())
+        elif not self.is_tcp and self.role == "receiver":
+            snap = attrs.evolve(snap, lost=snap.lost + self.unseen_tail())
         return snap
+
+    def unseen_tail(self) -> int:
+        """UDP receiver: the datagrams numbered above the highest that came, lost.
+
+        A gap in the sequence numbers shows only below the highest one seen, so the last
+        datagrams of a test, dropped, leave none. They are counted once the loop has
+        returned (nothing more can come) by the sender's own count, from its ``sent``."""
+        if self.ended_at is None or self.peer_sent_packets is None:
+            return 0
+        c = self.counters
+        seen = c.lost + c.packets - c.duplicates  # the highest sequence number seen + 1
+        return max(0, self.peer_sent_packets - seen)
 
     def _tcp_info(self) -> Optional[core.TcpInfo]:
         try:
@@ -466,14 +481,25 @@ class Side:
             end = min(end, max(stream.peer_done_at, stream.last_arrival_at or 0.0))
         return end
 
-    def peer_done(self, elapsed_s: Optional[float]) -> None:
-        """Note that the peer stopped sending ``elapsed_s`` after its start (its ``sent``)."""
+    def peer_done(self, elapsed_s: Optional[float],
+                  sent_packets: Optional[dict[tuple[int, str], int]] = None) -> None:
+        """Note that the peer stopped sending ``elapsed_s`` after its start (its ``sent``),
+        and the UDP datagrams it sent on each stream (by stream id and direction)."""
         now = core.monotonic()
         if elapsed_s is not None and elapsed_s >= 0:
             now = min(now, self.t0 + elapsed_s)
         for stream in self.streams:
             if stream.role == "receiver" and stream.peer_done_at is None:
                 stream.peer_done_at = now
+                if not stream.is_tcp and sent_packets:
+                    stream.peer_sent_packets = sent_packets.get(
+                        (stream.stream_id, stream.direction))
+
+    def sent_packets(self) -> dict[tuple[int, str], int]:
+        """The UDP datagrams each sending stream of this side sent (for the peer's
+        receivers: see :meth:`LocalStream.unseen_tail`)."""
+        return {(s.stream_id, s.direction): s.counters.packets
+                for s in self.streams if s.role == "sender" and not s.is_tcp}
 
     def data_ended_s(self) -> float:
         """Seconds from the start until the last stream's data ended."""
