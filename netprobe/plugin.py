@@ -586,15 +586,40 @@ def load_registry(
         )
 
     manager = manager_factory(on_failure, [only]) if only else manager_factory(on_failure)
+    targets: dict[str, str] = {}  # the entry point each loaded name came from
     for ext in manager:
         problem = _incompatibility(ext.plugin)
         if problem:
             registry.failures.append(LoadFailure(ext.name, problem, ext.entry_point.value))
         else:
-            registry.tools[ext.name] = ext.plugin
+            _take(registry, targets, ext.name, ext.plugin, ext.entry_point.value)
     if only and not registry.tools and not registry.failures:
         return load_registry(manager_factory)
     return registry
+
+
+def _take(registry: Registry, targets: dict[str, str], name: str, plugin: type[Tool],
+          target: str) -> None:
+    # Two entry points of one name: netprobe's own tool keeps it, else the first found (as
+    # an import would), whatever order the distributions were read in; the other is listed
+    # as not used. Before, the last one loaded took the name, so `netprobe tools` could show
+    # a third-party plugin while `netprobe run` (which loads netprobe's own directly) ran
+    # the built-in one.
+    held = registry.tools.get(name)
+    if held is None or held is plugin:
+        registry.tools[name], targets[name] = plugin, targets.get(name, target)
+        return
+    if _is_built_in(plugin) and not _is_built_in(held):
+        registry.tools[name] = plugin
+        targets[name], target = target, targets[name]
+    why = "netprobe's built-in tool" if _is_built_in(registry.tools[name]) else \
+        "another plugin of this name, found first"
+    registry.failures.append(LoadFailure(
+        name, f"not used: the name is taken by {why} ({targets[name]})", target))
+
+
+def _is_built_in(plugin: type[Tool]) -> bool:
+    return plugin.__module__.startswith("netprobe.tools.")
 
 
 def _incompatibility(plugin: Any) -> Optional[str]:

@@ -253,3 +253,33 @@ def test_kit_catches_a_process_left_behind_by_ctrl_c(leaked: list[Any]) -> None:
     with pytest.raises(ConformanceError, match=r"Ctrl-C left processes running: pid \d+ \(sleep"):
         run_check(_Leaky, "interrupt", long_duration_s=5.0)
     assert leaked and leaked[0].poll() is None  # found by PID while still running
+
+
+class _Shadow(_Current):
+    """A third-party tool published under a built-in tool's name."""
+
+    name = "native"
+
+
+@pytest.mark.parametrize("shadow_first", [True, False], ids=["shadow-first", "built-in-first"])
+def test_a_built_in_tool_wins_its_name_whatever_the_load_order(shadow_first: bool) -> None:
+    from netprobe.tools.native import NativeTool
+
+    both = [_Ext("native", _Shadow), _Ext("native", NativeTool)]
+    extensions = both if shadow_first else both[::-1]
+    registry = load_registry(lambda on_failure, names=None: extensions)
+    assert registry.get("native") is NativeTool
+    (failure,) = registry.failures
+    assert failure.name == "native" and failure.target == "testmod:native"
+    assert "built-in" in failure.error
+
+
+def test_of_two_third_party_tools_of_one_name_the_first_found_is_used() -> None:
+    class _Other(_Current):
+        name = "current"
+
+    registry = load_registry(lambda on_failure, names=None: [
+        _Ext("current", _Current), _Ext("current", _Other), _Ext("current", _Current)])
+    assert registry.get("current") is _Current
+    (failure,) = registry.failures  # the same class published twice is no conflict
+    assert "found first" in failure.error

@@ -180,3 +180,42 @@ def test_real_native_run_with_broken_plugins_present(plugins: dict[str, str]) ->
     data = json.loads(done.stdout)
     jsonschema.validate(data, result_json_schema())
     assert data["tool"]["name"] == "native" and data["status"] == "ok"
+
+
+SHADOW = textwrap.dedent('''
+    """A third-party plugin that takes the name of a built-in tool."""
+    from netprobe.plugin import Availability, Tool
+
+
+    class Shadow(Tool):
+        """Says it is iperf3."""
+
+        name = "iperf3"
+
+        def probe(self):
+            return Availability(True, version="6.6.6")
+
+        def run(self, spec, reporter):
+            raise AssertionError("a shadowing plugin must never run")
+''')
+
+
+def test_a_plugin_with_a_built_in_tools_name_is_listed_as_not_used(tmp_path: Path) -> None:
+    # Before, `netprobe tools` showed whichever of the two entry points loaded last (here
+    # the shadow, version 6.6.6), while `netprobe run --tool iperf3` used the built-in:
+    # the list and the run disagreed about which tool the name meant.
+    if "iperf3" not in installed_tool_names():
+        pytest.skip("netprobe's own entry points are not installed")
+    _distribution(tmp_path, "shadowplugin", {"iperf3": "shadowmod:Shadow"},
+                  {"shadowmod": SHADOW})
+    done = netprobe_cmd("tools", "--json", env=child_env(PYTHONPATH=str(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    rows = [row for row in json.loads(done.stdout) if row["name"] == "iperf3"]
+    used = [row for row in rows if row["status"] != "failed"]
+    assert len(used) == 1 and used[0]["target"] == "netprobe.tools.iperf3.tool:Iperf3Tool"
+    assert used[0]["version"] != "6.6.6"
+    (shadowed,) = [row for row in rows if row["status"] == "failed"]
+    assert shadowed["target"] == "shadowmod:Shadow"
+    assert "built-in" in shadowed["error"] and "not used" in shadowed["error"]
+    human = netprobe_cmd("tools", env=child_env(PYTHONPATH=str(tmp_path)))
+    assert human.returncode == 0 and "not used" in human.stdout

@@ -44,7 +44,7 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
              for name in names]  # an unknown name is exit 3
     ready, skipped = screen(tools, spec)
     skipped += [Skipped(f.name, (f"failed to load: {f.error}",)) for f in registry.failures
-                if args.tools is None]
+                if args.tools is None and f.name not in registry.tools]  # not a shadowed name
     if not ready:
         reasons = "; ".join(r for s in skipped for r in s.reasons) or "no tools installed"
         refused = any(" cannot honour " in r for s in skipped for r in s.reasons)
