@@ -228,3 +228,6 @@ def test_udp_loss_is_what_the_bottleneck_and_the_receivers_buffer_dropped() -> N
     # in flight when the receiver counts (seen: 1 either way in 6 runs).
     assert abs(receiver["lost_packets"] - (tbf + buffer)) <= 2, (receiver, tbf, buffer)
     assert (receiver.get("receive_buffer_dropped_packets") or 0) == buffer
+    # every datagram sent either came or is counted lost, the last ones too
+    sender = result["summaries"][0]["sender"]
+    assert receiver["packets"] + receiver["lost_packets"] == sender["packets"]
