@@ -121,38 +121,18 @@ class Lab:
 
     def drop_percent(self, ns: str, percent: int) -> None:
         """Drop ``percent`` % of the packets arriving in ``ns``, at random (nftables)."""
+        self.drop_arriving(ns, "numgen", "random", "mod", "100", "<", str(percent))
+
+    def drop_arriving(self, ns: str, *match: str) -> None:
+        """Drop the packets arriving in ``ns`` that match an nftables expression (words of
+        one, as ``"udp", "length", "608"``): a rule in a table of the lab's own."""
         if not shutil.which("nft"):
             raise LabError("nftables (nft) is not installed")
         table = ["ip", "netns", "exec", ns, "nft"]
         _sh([*table, "add", "table", "inet", "nplab"])
-        _sh(
-            [
-                *table,
-                "add",
-                "chain",
-                "inet",
-                "nplab",
-                "in",
-                "{ type filter hook input priority 0; policy accept; }",
-            ]
-        )
-        _sh(
-            [
-                *table,
-                "add",
-                "rule",
-                "inet",
-                "nplab",
-                "in",
-                "numgen",
-                "random",
-                "mod",
-                "100",
-                "<",
-                str(percent),
-                "drop",
-            ]
-        )
+        _sh([*table, "add", "chain", "inet", "nplab", "in",
+             "{ type filter hook input priority 0; policy accept; }"])
+        _sh([*table, "add", "rule", "inet", "nplab", "in", *match, "drop"])
 
     def forward(self, ns: str) -> None:
         """Let ``ns`` route between its links."""

@@ -176,12 +176,7 @@ def test_probes_cost_under_two_percent_of_a_100_mbit_link() -> None:
 @pytest.mark.skipif(not shutil.which("nft"), reason="nftables (nft) is not installed")
 def test_probes_fall_back_to_tcp_where_udp_is_dropped(pair) -> None:  # type: ignore[no-untyped-def]
     lab, a, b, _ = pair
-    for rule in (["add", "table", "inet", "latlab"],
-                 ["add", "chain", "inet", "latlab", "in",
-                  "{ type filter hook input priority 0; policy accept; }"],
-                 ["add", "rule", "inet", "latlab", "in", "meta", "l4proto", "udp", "drop"]):
-        done = lab.run(b, ["nft", *rule])
-        assert done.returncode == 0, done.stderr
+    lab.drop_arriving(b, "meta", "l4proto", "udp")
     document = run_latency(lab, a, "-t", "1", "-b", "1M", "--latency-idle", "1")
     latency = document["latency"]
     assert latency["measured_by"] == "netprobe-tcp"

@@ -168,12 +168,7 @@ def test_udp_datagrams_lost_at_the_very_end_are_counted_lost(reverse: bool) -> N
     # drops by its length: every other datagram of the test arrives.
     with Lab() as lab:
         ns = lab.host("a")
-        for rule in (["add", "table", "inet", "tail"],
-                     ["add", "chain", "inet", "tail", "in",
-                      "{ type filter hook input priority 0; policy accept; }"],
-                     ["add", "rule", "inet", "tail", "in", "udp", "length", "608", "drop"]):
-            done = lab.run(ns, ["nft", *rule])
-            assert done.returncode == 0, done.stderr
+        lab.drop_arriving(ns, "udp", "length", "608")
         lab.start(ns, [*NETPROBE, "server", "-B", "127.0.0.1"], stdout=subprocess.DEVNULL,
                   stderr=subprocess.DEVNULL)
         wait_listening(lab, ns, 5301)
