@@ -188,6 +188,33 @@ def test_udp_datagrams_lost_at_the_very_end_are_counted_lost(reverse: bool) -> N
     assert sum(i["lost_packets"] for i in received) == 1
 
 
+@pytest.mark.skipif(not shutil.which("nft"), reason="nftables (nft) is not installed")
+def test_udp_loss_percent_is_of_the_datagrams_sent_not_of_the_duplicates_too() -> None:
+    # nftables duplicates every datagram of the test once (dup, which never re-duplicates
+    # its own copy) and drops the last: 11 sent, 10 came twice, 1 lost. The loss is 1 of
+    # 11, 9.09%; before it was taken of the 21 arrivals and losses, 4.76%.
+    with Lab() as lab:
+        ns = lab.host("a")
+        for rule in (["add", "table", "ip", "npdup"],
+                     ["add", "chain", "ip", "npdup", "out",
+                      "{ type filter hook output priority 0; policy accept; }"],
+                     ["add", "rule", "ip", "npdup", "out", "udp", "length", "1008",
+                      "dup", "to", "127.0.0.1"]):
+            done = lab.run(ns, ["nft", *rule])
+            assert done.returncode == 0, done.stderr
+        lab.drop_arriving(ns, "udp", "length", "608")
+        lab.start(ns, [*NETPROBE, "server", "-B", "127.0.0.1"], stdout=subprocess.DEVNULL,
+                  stderr=subprocess.DEVNULL)
+        wait_listening(lab, ns, 5301)
+        proc = lab.run(ns, [*NETPROBE, "run", "127.0.0.1", "--json", "-u", "-n", "10600",
+                            "-l", "1000"], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    receiver = json.loads(proc.stdout)["summaries"][0]["receiver"]
+    assert (receiver["packets"], receiver["duplicate_packets"]) == (20, 10)
+    assert receiver["lost_packets"] == 1
+    assert receiver["lost_percent"] == pytest.approx(100 / 11, abs=0.01)
+
+
 def _tbf_dropped(lab: Lab, ns: str, dev: str) -> int:
     shown = lab.run(ns, ["tc", "-s", "qdisc", "show", "dev", dev]).stdout
     found = re.search(r"dropped (\d+)", shown)

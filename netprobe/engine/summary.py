@@ -150,6 +150,7 @@ def side_summary(stream: LocalStream, start_s: float, end_s: float,
     udp_rx = not stream.is_tcp and stream.role == "receiver"
     lost = final.lost - base.lost if udp_rx else None
     packets = final.packets - base.packets if not stream.is_tcp else None
+    duplicates = final.duplicates - base.duplicates if udp_rx else None
     return SideSummary(
         role=stream.role,
         start_s=round(start_s, 6),
@@ -164,9 +165,9 @@ def side_summary(stream: LocalStream, start_s: float, end_s: float,
         cwnd_bytes=stream.max_cwnd_bytes,
         packets=packets,
         lost_packets=lost,
-        lost_percent=_percent(lost, (packets or 0) + (lost or 0)) if udp_rx else None,
+        lost_percent=_percent(lost, _expected(packets, duplicates, lost)) if udp_rx else None,
         out_of_order_packets=final.out_of_order - base.out_of_order if udp_rx else None,
-        duplicate_packets=final.duplicates - base.duplicates if udp_rx else None,
+        duplicate_packets=duplicates,
         receive_buffer_dropped_packets=rcvbuf_drops if udp_rx else None,
         jitter_ms=final.jitter_ms if udp_rx else None,
     )
@@ -174,6 +175,12 @@ def side_summary(stream: LocalStream, start_s: float, end_s: float,
 
 def _rounded(value: Optional[float]) -> Optional[int]:
     return None if value is None else round(value)
+
+
+def _expected(packets: Optional[int], duplicates: Optional[int], lost: Optional[int]) -> int:
+    # The datagrams the sender sent: each one that came once (a duplicate is a second
+    # arrival of one, not another datagram) and each lost.
+    return (packets or 0) - (duplicates or 0) + (lost or 0)
 
 
 def _percent(part: Optional[int], whole: int) -> Optional[float]:
@@ -204,6 +211,7 @@ def sum_summaries(parts: Sequence[SideSummary], cpu: Optional[Cpu]) -> SideSumma
     nbytes = sum(p.bytes for p in parts)
     lost = _total([p.lost_packets for p in parts])
     packets = _total([p.packets for p in parts])
+    duplicates = _total([p.duplicate_packets for p in parts])
     min_rtts = [p.min_rtt_us for p in parts if p.min_rtt_us is not None]
     max_rtts = [p.max_rtt_us for p in parts if p.max_rtt_us is not None]
     return SideSummary(
@@ -220,9 +228,10 @@ def sum_summaries(parts: Sequence[SideSummary], cpu: Optional[Cpu]) -> SideSumma
         cwnd_bytes=_total([p.cwnd_bytes for p in parts]),
         packets=packets,
         lost_packets=lost,
-        lost_percent=None if lost is None else _percent(lost, (packets or 0) + lost),
+        lost_percent=None if lost is None else _percent(lost, _expected(packets, duplicates,
+                                                                        lost)),
         out_of_order_packets=_total([p.out_of_order_packets for p in parts]),
-        duplicate_packets=_total([p.duplicate_packets for p in parts]),
+        duplicate_packets=duplicates,
         receive_buffer_dropped_packets=_total([p.receive_buffer_dropped_packets
                                                for p in parts]),
         jitter_ms=_mean([p.jitter_ms for p in parts]),
