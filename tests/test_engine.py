@@ -272,3 +272,37 @@ def test_bidir_intervals_of_each_side_end_where_that_side_ends() -> None:
                     and i.role == side.role and i.stream_id == 1]
             assert mine[-1].end_s == pytest.approx(side.end_s, abs=0.002), (flow.direction,
                                                                              side.role)
+
+
+def test_a_udp_receiver_is_not_stopped_while_datagrams_wait_in_its_socket() -> None:
+    # A receiving thread starved of CPU counts nothing new for a while; the conductor took
+    # that for a drained socket and stopped it past the drain time, and the datagrams it
+    # had not read yet counted as lost. Here the receive loop is not running at all (as if
+    # starved): its socket holds three datagrams when the peer's "sent" comes.
+    from netprobe.engine.conduct import UDP_DRAIN_S, Conductor, Reader
+    from netprobe.engine.side import LocalStream, Side
+
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    ours, theirs = socket.socketpair()
+    try:
+        rx.bind(("127.0.0.1", 0))
+        stream = LocalStream(1, "client_to_server", "receiver", rx)
+        side = Side(TestSpec(protocol="udp"), [stream], on_interval=lambda sample: None)
+        channel = protocol.Channel(ours)
+        conductor = Conductor(channel, Reader(channel), side, lambda sample: None, None)
+        for _ in range(3):
+            tx.sendto(b"x" * 64, rx.getsockname())
+        conductor._handle({"type": "sent", "elapsed_s": 0.0,
+                           "datagrams": [[1, "client_to_server", 3]]})
+        time.sleep(UDP_DRAIN_S + 0.1)
+        conductor._watch_local()
+        assert not stream.counters.stopped, "stopped with three datagrams unread"
+        rx.setblocking(False)
+        for _ in range(3):
+            rx.recv(2048)
+        conductor._watch_local()
+        assert stream.counters.stopped, "the socket is empty: the receiver may stop"
+    finally:
+        for sock in (rx, tx, ours, theirs):
+            sock.close()

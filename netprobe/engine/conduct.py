@@ -180,7 +180,11 @@ class Conductor:
                 "datagrams": [[i, d, n] for (i, d), n in self.side.sent_packets().items()]})
         if self._peer_sent_at is not None:
             since = core.monotonic() - self._peer_sent_at
-            if since > UDP_DRAIN_S or (since > UDP_QUIET_S and self._udp_quiet()):
+            drained = since > UDP_DRAIN_S or (since > UDP_QUIET_S and self._udp_quiet())
+            # Not while a datagram still waits in a receiver's socket: a receiving thread
+            # starved of CPU counts nothing new for a while, and stopping it then made the
+            # datagrams it had not read yet count as lost (up to TCP_DRAIN_S, the limit).
+            if since > TCP_DRAIN_S or (drained and not self.side.udp_backlog()):
                 self._stop_receivers(udp_only=since <= TCP_DRAIN_S)
         if not self._report_sent and self.side.done:
             self.side.wait(2.0)

@@ -23,7 +23,7 @@ import attrs
 from netprobe import core
 from netprobe.core.records import UDP_HEADER_BYTES, UDP_MAX_PAYLOAD, UDP_SEND_CALL_BYTES
 from netprobe.engine import kernel, summary
-from netprobe.engine.sockets import socket_drops, socket_info
+from netprobe.engine.sockets import datagram_waiting, socket_drops, socket_info
 from netprobe.errors import CoreError
 from netprobe.schema import Cpu, Interval, SideSummary, SocketInfo, TestSpec
 
@@ -494,6 +494,11 @@ class Side:
                 if not stream.is_tcp and sent_packets:
                     stream.peer_sent_packets = sent_packets.get(
                         (stream.stream_id, stream.direction))
+
+    def udp_backlog(self) -> bool:
+        """Whether a datagram waits unread in the socket of a UDP receiver still running."""
+        return any(datagram_waiting(s.sock) for s in self.streams
+                   if s.role == "receiver" and not s.is_tcp and s.ended_at is None)
 
     def sent_packets(self) -> dict[tuple[int, str], int]:
         """The UDP datagrams each sending stream of this side sent (for the peer's

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import platform
 import socket
 import struct
+import termios
 from typing import Optional
 
 from netprobe import core
@@ -80,6 +82,16 @@ def socket_drops(sock: socket.socket) -> Optional[int]:
     if len(raw) < size:
         return None
     return int(struct.unpack_from("=I", raw, 4 * _SK_MEMINFO_DROPS)[0])
+
+
+def datagram_waiting(sock: socket.socket) -> bool:
+    """Whether a datagram waits unread in this UDP socket (FIONREAD: the size of the next
+    one). False where it cannot be asked."""
+    try:
+        size = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return False
+    return bool(struct.unpack("=i", size)[0])
 
 
 def _tcp_info(sock: socket.socket) -> Optional[core.TcpInfo]:
