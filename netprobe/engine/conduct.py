@@ -205,8 +205,7 @@ class Conductor:
     def _udp_quiet(self) -> bool:
         # Once the peer has stopped sending, a UDP receiver that got nothing new for a
         # while has drained; no need to wait the full drain time.
-        counts = tuple(s.counters.packets for s in self.side.streams
-                       if s.role == "receiver" and not s.is_tcp)
+        counts = tuple(s.counters.packets for s in self.side.udp_receivers())
         quiet = counts == self._last_udp_counts
         self._last_udp_counts = counts
         return quiet and bool(counts)

@@ -164,15 +164,13 @@ class LocalStream:
         snap = summary.Snapshot(
             bytes=c.bytes,
             packets=c.packets,
-            lost=c.lost,
+            lost=c.lost + self.unseen_tail(),
             out_of_order=c.out_of_order,
             duplicates=c.duplicates,
             jitter_ms=c.jitter_ms,
         )
         if self.is_tcp and self.role == "sender":
             snap = summary.with_tcp_info(snap, self._tcp_info())
-        elif not self.is_tcp and self.role == "receiver":
-            snap = attrs.evolve(snap, lost=snap.lost + self.unseen_tail())
         return snap
 
     def unseen_tail(self) -> int:
@@ -180,7 +178,8 @@ class LocalStream:
 
         A gap in the sequence numbers shows only below the highest one seen, so the last
         datagrams of a test, dropped, leave none. They are counted once the loop has
-        returned (nothing more can come) by the sender's own count, from its ``sent``."""
+        returned (nothing more can come) by the sender's own count, from its ``sent``.
+        0 for every other stream (only a UDP receiver gets the peer's count)."""
         if self.ended_at is None or self.peer_sent_packets is None:
             return 0
         c = self.counters
@@ -241,7 +240,7 @@ class Side:
         """Start every stream loop and the sampler, now."""
         _freeze_start_up_heap()
         self.t0 = core.monotonic()
-        receivers = [s for s in self.streams if s.role == "receiver" and not s.is_tcp]
+        receivers = self.udp_receivers()
         for stream in receivers:
             stream.drops_base = socket_drops(stream.sock)
         if len(receivers) == 1 and receivers[0].drops_base is None:
@@ -495,10 +494,13 @@ class Side:
                     stream.peer_sent_packets = sent_packets.get(
                         (stream.stream_id, stream.direction))
 
+    def udp_receivers(self) -> list[LocalStream]:
+        """This side's UDP receiving streams."""
+        return [s for s in self.streams if s.role == "receiver" and not s.is_tcp]
+
     def udp_backlog(self) -> bool:
         """Whether a datagram waits unread in the socket of a UDP receiver still running."""
-        return any(datagram_waiting(s.sock) for s in self.streams
-                   if s.role == "receiver" and not s.is_tcp and s.ended_at is None)
+        return any(datagram_waiting(s.sock) for s in self.udp_receivers() if s.ended_at is None)
 
     def sent_packets(self) -> dict[tuple[int, str], int]:
         """The UDP datagrams each sending stream of this side sent (for the peer's
