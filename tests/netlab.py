@@ -40,6 +40,7 @@ class Lab:
         self.tag = f"{prefix}{os.getpid() % 100000}x{next(_ids)}"
         self.namespaces: list[str] = []
         self.procs: list[subprocess.Popen] = []
+        self.shaped: list[tuple[str, str]] = []  # (namespace, device) of every tbf made
 
     @staticmethod
     def available() -> Optional[str]:
@@ -118,6 +119,17 @@ class Lab:
                 "24",
             ]
         )
+        self.shaped.append((ns, dev))
+
+    def qdisc_report(self) -> str:
+        """What every bottleneck the lab made sent, dropped and held back (``tc -s``), one
+        line each: the evidence, when a figure misses, of whether the link itself idled."""
+        lines = []
+        for ns, dev in self.shaped:
+            out = _sh(["ip", "netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", dev],
+                      check=False).stdout
+            lines.append(f"{dev}: " + " ".join(out.split()))
+        return "; ".join(lines)
 
     def drop_percent(self, ns: str, percent: int) -> None:
         """Drop ``percent`` % of the packets arriving in ``ns``, at random (nftables)."""
