@@ -13,6 +13,8 @@ group, source, target in a fleet).
 """
 from __future__ import annotations
 
+import errno
+import socket
 import threading
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -183,7 +185,17 @@ class Exporter:
         class Handler(_Handler):
             owner = exporter
 
-        self.server = ThreadingHTTPServer((self.address, self.port), Handler)
+        class Server(ThreadingHTTPServer):
+            address_family = _listen_family(exporter.address, exporter.port)
+
+        try:
+            self.server = Server((self.address, self.port), Handler)
+        except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise SpecError(f"--listen {self.address}: not an address of this host "
+                                f"({exc.strerror})") from None
+            raise OSError(exc.errno, f"cannot listen on {self.address} port {self.port}: "
+                                     f"{exc.strerror}") from None
         self.server.daemon_threads = True
         self.port = int(self.server.server_address[1])
         return self.port
@@ -217,6 +229,19 @@ class Exporter:
             except NetprobeError as exc:
                 result, error = None, str(exc)
         return probe_metrics(spec, result, error, time.monotonic() - started, target)
+
+
+def _listen_family(address: str, port: int) -> int:
+    """The address family to listen on ``address`` with (IPv6 for ``::1``; the HTTP
+    server's own default is IPv4 whatever the address); SpecError naming ``--listen``
+    when ``address`` is neither an address nor a name this host resolves."""
+    try:
+        found = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise SpecError(f"--listen {address}: not an address or a name this host "
+                        f"resolves ({exc.strerror})") from None
+    return int(found[0][0])
 
 
 class _Handler(BaseHTTPRequestHandler):

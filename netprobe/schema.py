@@ -20,6 +20,7 @@ import attrs
 from attrs import field, frozen
 
 from netprobe.errors import SpecError
+from netprobe.limits import LONGEST_S
 from netprobe.record import Record
 
 SCHEMA_VERSION = "1.8"
@@ -73,11 +74,18 @@ UDP_MAX_LENGTH = 65507
 
 
 def _check_bounds(spec: Any) -> None:
-    """Refuse non-finite numbers and values past what any tool or kernel can take."""
+    """Refuse non-finite numbers and values past what any tool, kernel or timed wait can
+    take."""
     for name in ("duration_s", "interval_s", "omit_s", "rate_bits_per_second"):
         value = getattr(spec, name)
         if value is not None and not math.isfinite(value):
             raise SpecError(f"{name} must be a finite number, got {value!r}")
+    for name, flag in (("duration_s", "--time"), ("omit_s", "--omit"),
+                       ("interval_s", "--interval")):
+        value = getattr(spec, name)
+        if value is not None and value > LONGEST_S:
+            raise SpecError(f"{name} ({flag}) must be at most {LONGEST_S:g} s (a week), "
+                            f"got {value:g}")
     for name, (most, flag) in SPEC_BOUNDS.items():
         value = getattr(spec, name)
         if value is not None and value > most:

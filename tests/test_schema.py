@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from netprobe import convert, schema
 from netprobe.errors import ParseError, SpecError
+from netprobe.limits import LONGEST_S
 from netprobe.schema import (
     Cpu,
     CpuUsage,
@@ -45,7 +46,7 @@ specs = st.builds(
     protocol=st.sampled_from(schema.PROTOCOLS),
     direction=st.sampled_from(schema.DIRECTIONS),
     streams=st.integers(1, 128),
-    duration_s=st.floats(0.1, 1e6),
+    duration_s=st.floats(0.1, LONGEST_S),
     bytes_total=st.none() | st.integers(1, 2**62),
     interval_s=st.none() | st.floats(0.1, 60),
     omit_s=st.floats(0, 60),

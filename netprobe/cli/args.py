@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from netprobe.cli.exitcodes import UsageError
 from netprobe.cli.units import parse_bitrate, parse_bytes, parse_dscp, parse_seconds
+from netprobe.limits import LONGEST_S
 
 if TYPE_CHECKING:
     from netprobe.schema import TestSpec
@@ -62,8 +63,12 @@ def whole_number(text: str) -> int:
         raise ValueError(f"not a whole number: {text!r}") from None
 
 
-SECONDS = checked(parse_seconds, lambda v: v > 0, "must be more than 0 seconds")
-SECONDS_OR_ZERO = checked(parse_seconds, lambda v: v >= 0, "must be 0 or more seconds")
+SECONDS = checked(parse_seconds, lambda v: 0 < v <= LONGEST_S,
+                  f"must be more than 0 and at most {LONGEST_S:g} seconds (a week)")
+SECONDS_OR_ZERO = checked(parse_seconds, lambda v: 0 <= v <= LONGEST_S,
+                          f"must be 0 to {LONGEST_S:g} seconds (a week)")
+LIMIT_SECONDS = checked(parse_seconds, lambda v: v > 0, "must be more than 0 seconds")
+"""A server's own time limits: ServerConfig's check bounds each one with a message of its own."""
 BYTES = checked(parse_bytes, lambda v: v > 0, "must be at least 1 byte")
 RATE = checked(parse_bitrate, lambda v: v >= 0, "must be 0 (unlimited) or more")
 COUNT = checked(whole_number, lambda v: v >= 1, "must be a whole number of 1 or more")

@@ -175,6 +175,9 @@ class Server:
             tcp.listen(128)
         except OSError as exc:
             close_quietly(tcp, udp)
+            if isinstance(exc, socket.gaierror) and self.config.bind_address:
+                raise SpecError(f"-B/--bind {address}: not an address or a name this host "
+                                f"resolves ({exc.strerror})") from None
             if exc.errno == errno.EADDRNOTAVAIL and self.config.bind_address:
                 raise SpecError(f"-B/--bind {address}: not an address of this host "
                                 f"({exc.strerror})") from None

@@ -64,7 +64,7 @@ def _add_server_limits(parser: argparse.ArgumentParser) -> None:
 # The numeric limits: flag, the ServerConfig field it sets (its dest), type, metavar, help.
 # One table makes the options and turns them into ServerConfig keywords.
 _LIMITS = (
-    ("--max-duration", "max_duration_s", opts.SECONDS, "SECONDS",
+    ("--max-duration", "max_duration_s", opts.LIMIT_SECONDS, "SECONDS",
      "longest test accepted (default: {server:max_duration_s})"),
     ("--max-streams", "max_streams", opts.COUNT, "N",
      "most parallel streams per test (default: {server:max_streams})"),
@@ -78,9 +78,9 @@ _LIMITS = (
     ("--max-memory", "max_memory_bytes", opts.BYTES, "BYTES",
      "buffer memory all running tests may take together, e.g. 256M "
      "(default: a quarter of this host's memory)"),
-    ("--handshake-timeout", "handshake_timeout_s", opts.SECONDS, "SECONDS",
+    ("--handshake-timeout", "handshake_timeout_s", opts.LIMIT_SECONDS, "SECONDS",
      "time a new connection has to say hello (default: {server:handshake_timeout_s})"),
-    ("--idle-timeout", "idle_timeout_s", opts.SECONDS, "SECONDS",
+    ("--idle-timeout", "idle_timeout_s", opts.LIMIT_SECONDS, "SECONDS",
      "time a control connection may stay silent before asking for a test "
      "(default: {server:idle_timeout_s})"),
 )

@@ -1,0 +1,122 @@
+"""Hardening, round five: every seconds value a test or a command waits on is bounded (a
+week) on the command line and in the spec a server validates, so that a huge one is
+refused before anything runs instead of ending in a traceback in the middle of a test."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from netprobe.cli.main import main
+from netprobe.limits import LONGEST_S
+
+from .servers import NETPROBE
+from .test_hardening_round2 import ask, engine_server, request
+
+NO_TOOL = ["--tool", "no-such-tool-x"]  # a valid command line stops at the tool lookup (3)
+
+SECONDS_OPTIONS = [
+    ["run", "-t"], ["run", "-O"], ["run", "-i"], ["run", "--latency-idle"],
+    ["run", "--latency-tail"], ["run", "--repeat", "2", "--pause"],
+    ["bufferbloat", "-t"], ["bufferbloat", "--idle"], ["bufferbloat", "-i"],
+]
+
+
+@pytest.mark.parametrize("words", SECONDS_OPTIONS, ids=lambda w: " ".join(w))
+@pytest.mark.parametrize("value", ["1e19", "604801", "99999999999999999999"])
+def test_a_seconds_value_past_a_week_is_a_usage_error(
+    words: list[str], value: str, capsys: pytest.CaptureFixture
+) -> None:
+    code = main([*words, value, *NO_TOOL])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert words[-1] in last and "a week" in last, last
+
+
+@pytest.mark.parametrize("words", SECONDS_OPTIONS, ids=lambda w: " ".join(w))
+def test_a_week_itself_is_accepted(words: list[str], capsys: pytest.CaptureFixture) -> None:
+    assert main([*words, f"{LONGEST_S:g}", *NO_TOOL]) == 3, capsys.readouterr().err
+
+
+def test_a_huge_interval_no_longer_ends_a_real_run_in_a_traceback() -> None:
+    # Before: the test ran, a thread died in `Condition.wait(1e19)` (OverflowError: timestamp
+    # out of range for platform time_t) with its traceback on stderr, and the exit was 0.
+    done = subprocess.run([*NETPROBE, "run", "-t", "0.3", "-i", "1e19"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()  # argparse's usage line, then its one-line error
+    assert len(lines) <= 2 and "--interval" in lines[-1], done.stderr
+
+
+@pytest.mark.parametrize(
+    ("spec", "word"),
+    [
+        ({"interval_s": 1e19, "duration_s": 0.3}, "interval_s"),
+        ({"interval_s": 604801.0, "duration_s": 0.3}, "interval_s"),
+        ({"duration_s": 1e12}, "duration_s"),
+        ({"omit_s": 1e12, "duration_s": 0.3}, "omit_s"),
+    ],
+)
+def test_a_server_refuses_a_request_past_a_week_whatever_its_max_duration(
+    spec: dict, word: str
+) -> None:
+    # A server whose --max-duration is effectively unlimited still holds every value to
+    # the spec's own bound: the request's answer names the field.
+    with engine_server(max_duration_s=1e300) as server:
+        reply = ask(server.port, request(spec))
+    assert reply["type"] == "error", reply
+    assert word in reply["message"] and "a week" in reply["message"], reply
+
+
+# --- an address to listen on that is no address: the option named, exit 2 ----------------
+
+
+@pytest.mark.parametrize(("argv", "option"), [
+    (["server", "-p", "5999", "-B", "nan"], "--bind"),
+    (["server", "-p", "5999", "-B", "no.such.host.invalid"], "--bind"),
+    (["exporter", "--port", "0", "--listen", "nan"], "--listen"),
+    (["exporter", "--port", "0", "--listen", "192.0.2.1"], "--listen"),
+])
+def test_an_address_to_listen_on_that_is_none_is_a_usage_error(argv: list[str],
+                                                               option: str) -> None:
+    # Before: exit 1 and "[Errno -2] Name or service not known" (the exporter did not name
+    # the option or the address; the server said "[Errno -2] cannot listen on nan ...").
+    done = subprocess.run([*NETPROBE, *argv], capture_output=True, text=True, timeout=30)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and option in lines[0] and "Errno" not in lines[0], done.stderr
+    assert argv[-1] in lines[0]
+
+
+def test_the_exporter_listens_on_an_ipv6_address() -> None:
+    # Before: "--listen ::1" failed ("[Errno -9] Address family for hostname not supported"):
+    # the HTTP server was made for IPv4 whatever the address.
+    import socket
+    import time
+    import urllib.request
+
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    with socket.socket(socket.AF_INET6) as probe:
+        try:
+            probe.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no ::1 here")
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([*NETPROBE, "exporter", "--listen", "::1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, body = time.monotonic() + 20, None
+        while body is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://[::1]:{port}/metrics", timeout=5) as page:
+                    body = page.read()
+            except OSError:
+                time.sleep(0.2)
+        assert body is not None, proc.stderr.read() if proc.poll() is not None else "no answer"
+    finally:
+        proc.terminate()
+        proc.wait(10)
