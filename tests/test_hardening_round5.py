@@ -120,3 +120,40 @@ def test_the_exporter_listens_on_an_ipv6_address() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# --- files a user names are read with a bound: /dev/zero never ends -----------------------
+
+
+def _limited_memory() -> None:
+    # Before the fix each of these read /dev/zero whole: with this limit the reader dies
+    # of MemoryError within a second or two instead of taking the machine's memory.
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+@pytest.mark.parametrize(("argv", "word"), [
+    (["run", "-t", "0.3", "--secret-file", "/dev/zero"], "secret file /dev/zero"),
+    (["server", "-p", "5999", "--secret-file", "/dev/zero"], "secret file /dev/zero"),
+    (["report", "/dev/zero"], "/dev/zero"),
+    (["fleet", "run", "/dev/zero"], "/dev/zero"),
+    (["fleet", "plan", "/dev/zero"], "/dev/zero"),
+])
+def test_a_file_that_never_ends_is_refused_with_bounded_memory(argv: list[str],
+                                                                word: str) -> None:
+    done = subprocess.run([*NETPROBE, *argv], capture_output=True, text=True, timeout=60,
+                          preexec_fn=_limited_memory)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr[-500:]
+    assert len(lines) == 1 and word in lines[0] and "internal" not in lines[0], done.stderr
+
+
+def test_a_log_file_that_cannot_be_written_is_the_output_exit_code() -> None:
+    # Before: the test ran, then exit 1 and a bare "[Errno 28] No space left on device".
+    done = subprocess.run([*NETPROBE, "run", "-t", "0.3", "--logfile", "/dev/full"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 6, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "--logfile" in last or "the log /dev/full" in last, last
+    assert "Errno" not in last

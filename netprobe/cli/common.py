@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from netprobe.cli.exitcodes import ExitCode, UsageError
 from netprobe.errors import ToolUnavailable, one_line
+from netprobe.limits import SAVED_RESULTS_MAX_BYTES, InputTooLarge, read_at_most
 
 if TYPE_CHECKING:
     from netprobe.cli.formats import Output
@@ -176,8 +177,11 @@ def read_input(path: str) -> str:
     """A file's text (``-`` is stdin); UsageError when it cannot be read."""
     try:
         if path == "-":
-            return sys.stdin.read()
+            return str(read_at_most(sys.stdin, SAVED_RESULTS_MAX_BYTES))
         with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
+            return str(read_at_most(handle, SAVED_RESULTS_MAX_BYTES))
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except InputTooLarge:
+        raise UsageError(f"{path}: more than {SAVED_RESULTS_MAX_BYTES >> 20} MiB of saved "
+                         "results; keep long histories in an archive (--archive)") from None

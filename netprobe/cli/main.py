@@ -32,7 +32,7 @@ import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from netprobe import __version__
@@ -137,14 +137,47 @@ def _logfile(path: str | None) -> Iterator[None]:
     if path is None:
         yield
         return
+    from netprobe.cli.outfile import OutputError
+
     try:
         handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 (held for the command)
     except OSError as exc:
-        from netprobe.cli.outfile import OutputError
-
         raise OutputError(f"cannot write the log {path}: {exc.strerror or exc}") from None
-    with handle, contextlib.redirect_stdout(handle):
-        yield
+    log = _LogFile(handle, path)
+    try:
+        with contextlib.redirect_stdout(log):
+            yield
+            log.flush()
+    finally:
+        # a write that failed said so already (close flushes the same bytes again)
+        with contextlib.suppress(OSError):
+            handle.close()
+
+
+class _LogFile:
+    """The --logfile as stdout: a failed write (a full disk, /dev/full) is the exit code for
+    output that cannot be written, naming the file, not a bare system error."""
+
+    def __init__(self, handle: Any, path: str) -> None:
+        self.handle, self.path = handle, path
+
+    def write(self, text: str) -> int:
+        return int(self._do(self.handle.write, text))
+
+    def flush(self) -> None:
+        self._do(self.handle.flush)
+
+    def _do(self, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except OSError as exc:
+            from netprobe.cli.outfile import OutputError
+
+            raise OutputError(f"cannot write the log {self.path}: "
+                              f"{exc.strerror or exc}") from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.handle, name)  # encoding, isatty, fileno, ... as the file's
 
 
 def _flush_stdout() -> None:

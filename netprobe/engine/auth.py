@@ -11,6 +11,7 @@ import os
 from typing import Optional
 
 from netprobe.errors import SpecError
+from netprobe.limits import SECRET_MAX_BYTES, InputTooLarge, read_at_most
 
 SECRET_ENV = "NETPROBE_SECRET"
 """Environment variable that may hold the shared secret."""
@@ -26,9 +27,12 @@ def load_secret(path: Optional[str] = None) -> Optional[bytes]:
     if path:
         try:
             with open(path, "rb") as handle:
-                secret = handle.read().rstrip(b"\r\n")
+                secret = read_at_most(handle, SECRET_MAX_BYTES).rstrip(b"\r\n")
         except OSError as exc:
             raise SpecError(f"cannot read the secret file {path}: {exc.strerror}") from None
+        except InputTooLarge:
+            raise SpecError(f"the secret file {path} is longer than {SECRET_MAX_BYTES} bytes: "
+                            "a secret is one line") from None
         if not secret:
             raise SpecError(f"the secret file {path} is empty")
         return secret

@@ -33,6 +33,7 @@ import attrs
 
 from netprobe.engine.protocol import DEFAULT_PORT
 from netprobe.errors import SpecError
+from netprobe.limits import FLEET_FILE_MAX_BYTES, InputTooLarge, read_at_most
 from netprobe.schema import TestSpec
 
 if sys.version_info >= (3, 11):
@@ -104,9 +105,14 @@ def load(path: str) -> Fleet:
     """Read and check the fleet file at ``path`` (FleetFileError with a one-line reason)."""
     try:
         with open(path, "rb") as handle:
-            data = tomllib.load(handle)
+            data = tomllib.loads(read_at_most(handle, FLEET_FILE_MAX_BYTES).decode())
     except OSError as exc:
         raise FleetFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except InputTooLarge:
+        raise FleetFileError(f"{path}: longer than {FLEET_FILE_MAX_BYTES >> 20} MiB, "
+                             "not a fleet file") from None
+    except UnicodeDecodeError as exc:
+        raise FleetFileError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:
         raise FleetFileError(f"{path}: not valid TOML: {exc}") from None
     return parse(data, path)

@@ -190,7 +190,7 @@ def _running_pid(path: str) -> int | None:
     """The pid in ``path`` if that process is alive, else None."""
     try:
         with open(path, encoding="ascii", errors="replace") as handle:
-            pid = int(handle.read().strip() or "0")
+            pid = int(handle.read(64).strip() or "0")  # a pid, whatever else is there
     except (OSError, ValueError):
         return None
     if pid <= 0:
