@@ -5,6 +5,7 @@ refused before anything runs instead of ending in a traceback in the middle of a
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +158,30 @@ def test_a_log_file_that_cannot_be_written_is_the_output_exit_code() -> None:
     last = done.stderr.strip().splitlines()[-1]
     assert "--logfile" in last or "the log /dev/full" in last, last
     assert "Errno" not in last
+
+
+# --- a reader of an archive never makes one -------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["report", "--archive"], ["fleet", "matrix", "--archive"]])
+def test_a_reader_naming_an_archive_that_is_not_there_makes_none(
+    command: list[str], tmp_path: Path
+) -> None:
+    # Before: a mistyped path made a new, empty 28 KiB SQLite file there ("no results").
+    missing = tmp_path / "mistyped.db"
+    done = subprocess.run([*NETPROBE, *command, str(missing)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "there is none" in done.stderr and str(missing) in done.stderr, done.stderr
+    assert not missing.exists()
+
+
+def test_a_reader_still_reads_an_archive_that_is_there(tmp_path: Path) -> None:
+    from netprobe.archives import open_archive
+
+    path = tmp_path / "fleet.db"
+    with open_archive(str(path)):
+        pass  # a writer makes it (empty)
+    done = subprocess.run([*NETPROBE, "fleet", "matrix", "--archive", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -32,6 +32,10 @@ class ArchiveError(NetprobeError):
     """The archive cannot be opened, read or written (the message says which and why)."""
 
 
+class ArchiveMissing(ArchiveError, SpecError):
+    """A reader named an archive that is not there: a bad argument (exit 2), not a fault."""
+
+
 @attrs.frozen
 class Record:
     """One pair's test in one round, as archived."""
@@ -116,6 +120,14 @@ class Archive(abc.ABC):
     def __init__(self, url: str) -> None:
         """Open (and create, if new) the archive at ``url``; ArchiveError if it cannot."""
 
+    @classmethod
+    def exists(cls, url: str) -> bool:
+        """Whether ``url`` names an archive that is there already, asked before a reader
+        opens it (so that a mistyped path is an error, not a new empty archive). True
+        where a plugin cannot tell, as on a database server, where opening makes only
+        empty tables."""
+        return True
+
     @abc.abstractmethod
     def start_run(self, run: Run) -> None:
         """Record that a run began."""
@@ -172,8 +184,10 @@ def installed() -> list[str]:
     return sorted(ExtensionManager(namespace=GROUP).names())
 
 
-def open_archive(url: str, manager: Callable[[str], Any] = make_manager) -> Archive:
-    """The archive ``url`` names, opened (SpecError when no plugin handles its scheme)."""
+def open_archive(url: str, manager: Callable[[str], Any] = make_manager, *,
+                 create: bool = True) -> Archive:
+    """The archive ``url`` names, opened (SpecError when no plugin handles its scheme).
+    ``create=False`` is a reader's: ArchiveMissing rather than a new, empty archive."""
     name = scheme_of(url)
     try:
         cls = manager(name).driver
@@ -183,8 +197,12 @@ def open_archive(url: str, manager: Callable[[str], Any] = make_manager) -> Arch
                         f"{exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, Archive)):
         raise SpecError(f"archive plugin {name!r} is not a netprobe Archive: {cls!r}")
+    if not create and not cls.exists(url):
+        raise ArchiveMissing(f"archive {url}: there is none (`netprobe fleet run` makes "
+                             "one; a report or a matrix only reads)")
     return cls(url)
 
 
-__all__: Sequence[str] = ["FIGURES", "GROUP", "OUTCOMES", "Archive", "ArchiveError", "Record",
+__all__: Sequence[str] = ["FIGURES", "GROUP", "OUTCOMES", "Archive", "ArchiveError",
+                          "ArchiveMissing", "Record",
                           "Run", "figures", "open_archive", "scheme_of"]

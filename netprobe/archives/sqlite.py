@@ -37,6 +37,11 @@ class SqliteArchive(SqlArchive):
     dialect = Dialect(placeholder="?", id_column="id INTEGER PRIMARY KEY AUTOINCREMENT",
                       real="REAL", integer="INTEGER", time="TEXT", json="TEXT")
 
+    @classmethod
+    def exists(cls, url: str) -> bool:
+        """Whether the file is there."""
+        return os.path.exists(path_of(url))
+
     def connect(self, url: str) -> Any:
         """Open (create) the file, in WAL mode with full syncs."""
         path = path_of(url)

@@ -289,7 +289,7 @@ def handle_matrix(args: argparse.Namespace, _load_registry: RegistryLoader) -> i
     from netprobe.fleet.matrix import build, groups_of
 
     fleet = _load(args.file) if args.file else None
-    with open_archive(archive_url(args, fleet)) as archive:
+    with open_archive(archive_url(args, fleet), create=False) as archive:
         latest = archive.latest()
     groups = [args.group] if args.group else groups_of(latest)
     order = list(fleet.agents) if fleet else []

@@ -100,7 +100,7 @@ def _archived(urls: Sequence[str]) -> tuple[list[Result], list[tuple[str, str]]]
     results: list[Result] = []
     sections = []
     for url in urls:
-        with open_archive(url) as archive:
+        with open_archive(url, create=False) as archive:
             results += [r.result for r in archive.records() if r.result is not None]
             latest = archive.latest()
         sections += [(f"Latest matrix: group {g} ({url})", matrix_html(build(latest, g)))
