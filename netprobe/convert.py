@@ -221,6 +221,44 @@ def _json_kind(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+NOT_NUMBERS_SHOWN = 5
+"""How many of the figures :func:`finite_figures` left out its warning names."""
+
+
+def finite_figures(result: schema.Result) -> schema.Result:
+    """``result`` with every figure that is not a finite number (a tool printed ``nan``,
+    ``inf`` or ``1e999``, or a plugin computed one) made unknown (None) and named in a
+    warning, so that what was measured still reaches every output (JSON has no NaN);
+    ``result`` itself when every figure is finite. ParseError when such a figure is one
+    the schema requires."""
+    data = unstructure(result)
+    found: list[str] = []
+    cleaned = _finite(data, "", found)
+    if not found:
+        return result
+    more = len(found) - NOT_NUMBERS_SHOWN
+    named = ", ".join(found[:NOT_NUMBERS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+    cleaned["warnings"] = [*cleaned.get("warnings", []),
+                           f"figures that were not numbers are left out (unknown): {named}"]
+    try:
+        return structure(cleaned, schema.Result)
+    except ParseError:
+        raise ParseError(f"figures that are not numbers, where a number is needed: {named}"
+                         ) from None
+
+
+def _finite(value: Any, path: str, found: list[str]) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        found.append(path)
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(one, f"{path}.{key}" if path else key, found)
+                for key, one in value.items()}
+    if isinstance(value, list):
+        return [_finite(one, f"{path}[{index}]", found) for index, one in enumerate(value)]
+    return value
+
+
 def to_json(result: schema.Result, indent: int | None = 2) -> str:
     """Serialize a result as one JSON document."""
     return json.dumps(unstructure(result), indent=indent, allow_nan=False)

@@ -89,7 +89,12 @@ def run_spec(tool: Tool, spec: TestSpec, reporter: Reporter, *,
     prepare(tool, spec, from_host=from_host)
     watch = ByteCountWatch(reporter, spec) if spec.bytes_total is not None else None
     try:
-        return _said_if_nothing_sent(_run(tool, spec, watch or reporter, from_host, agent))
+        try:
+            result = _run(tool, spec, watch or reporter, from_host, agent)
+        except TestFailed as exc:  # what was measured must reach the output too
+            exc.partial = _finite(exc.partial)
+            raise
+        return _said_if_nothing_sent(_finite(result))
     except TestInterrupted as exc:
         if watch is None or watch.overran is None:
             raise
@@ -171,6 +176,17 @@ def _said_if_nothing_sent(result: Result) -> Result:
     warm = f" after the {spec.omit_s:g} s warm-up" if spec.omit_s else ""
     note = f"the {', '.join(empty)} sender sent 0 bytes in the measured time{warm}{why}"
     return attrs.evolve(result, warnings=(*result.warnings, note))
+
+
+def _finite(result: Any) -> Any:
+    """A tool's Result with its non-finite figures made unknown (see
+    :func:`netprobe.convert.finite_figures`): every output is JSON, which has no NaN, and a
+    tool's output or a plugin may hold one."""
+    if not isinstance(result, Result):
+        return result
+    from netprobe.convert import finite_figures
+
+    return finite_figures(result)
 
 
 def _failed(partial: Any, reason: str) -> Any:

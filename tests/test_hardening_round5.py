@@ -4,6 +4,9 @@ refused before anything runs instead of ending in a traceback in the middle of a
 
 from __future__ import annotations
 
+import json
+import random
+import re
 import subprocess
 from pathlib import Path
 
@@ -11,7 +14,9 @@ import pytest
 
 from netprobe.cli.main import main
 from netprobe.limits import LONGEST_S
+from netprobe.schema import Result, TestSpec
 
+from .budget import scaled
 from .servers import NETPROBE
 from .test_hardening_round2 import ask, engine_server, request
 
@@ -185,3 +190,121 @@ def test_a_reader_still_reads_an_archive_that_is_there(tmp_path: Path) -> None:
     done = subprocess.run([*NETPROBE, "fleet", "matrix", "--archive", str(path)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+# --- a tool's output with figures that are not numbers ---------------------------------------
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "peers"
+if not FIXTURES.is_dir():  # a worktree sits two levels further down
+    FIXTURES = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "peers"
+needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="no shared/fixtures/peers")
+IPERF3_JSON = "iperf3-3.12-tcp-J-client.txt"
+
+
+def _with(text: str, key: str, value: str, last: bool = True) -> str:
+    """``text`` with the (last) ``"key": number`` of an iperf3 JSON document set to ``value``."""
+    at = text.rfind(f'"{key}"') if last else text.find(f'"{key}"')
+    end = text.index(",", at)
+    return f'{text[:at]}"{key}": {value}{text[end:]}'
+
+
+@needs_fixtures
+@pytest.mark.parametrize("value", ["1e999", "NaN", "-Infinity"])
+def test_a_saved_figure_that_is_not_a_number_is_left_out_with_a_warning(
+    value: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # Before: exit 1, "internal error: ValueError: Out of range float values are not JSON
+    # compliant" (the figure reached the JSON writer), and nothing else came out.
+    saved = tmp_path / "iperf3.json"
+    saved.write_text(_with((FIXTURES / IPERF3_JSON).read_text(), "host_total", value))
+    code = main(["parse", "--tool", "iperf3", str(saved), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads(out, parse_constant=_no_constant)  # JSON itself has no NaN
+    assert result["summaries"][0]["receiver"]["bits_per_second"] > 1e9  # the rest is there
+    assert any("not numbers" in w and "cpu" in w for w in result["warnings"]), result["warnings"]
+
+
+def _no_constant(name: str) -> None:
+    raise AssertionError(f"{name} in a JSON output")
+
+
+@needs_fixtures
+def test_a_needed_figure_that_is_not_a_number_is_a_parse_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    saved = tmp_path / "iperf3.json"
+    saved.write_text(_with((FIXTURES / IPERF3_JSON).read_text(), "bits_per_second", "1e999"))
+    code = main(["parse", "--tool", "iperf3", str(saved), "--json"])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and str(saved) in lines[0] and "bits_per_second" in lines[0], err
+    assert "internal" not in err
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
+_NOT_NUMBERS = ["1e999", "-1", "NaN", "Infinity", "9" * 400, "1e-320", "-0.0", "0x10", ""]
+
+
+@needs_fixtures
+def test_mutated_tool_outputs_never_end_in_an_internal_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # Numbers in the real outputs of every peer replaced by ones no tool prints. Before:
+    # OverflowError, ValueError and TypeError from the parsers of all four tools (18
+    # distinct places in 7,675 such parses), each an internal error.
+    rng = random.Random(20261202)
+    tools = {"iperf2": "iperf2", "iperf3": "iperf3", "nuttcp": "nuttcp", "ntttcp": "ntttcp"}
+    fixtures = sorted(p for p in FIXTURES.iterdir() if p.suffix in (".txt", ".xml", ".json"))
+    internal = []
+    for _ in range(scaled(400)):
+        source = rng.choice(fixtures)
+        tool = next((t for prefix, t in tools.items() if source.name.startswith(prefix)), None)
+        if tool is None:
+            continue
+        text = source.read_text(errors="replace")
+        spans = [m.span() for m in _NUMBER.finditer(text)]
+        for start, end in sorted(rng.sample(spans, min(len(spans), rng.randint(1, 4))),
+                                 reverse=True):
+            text = text[:start] + rng.choice(_NOT_NUMBERS) + text[end:]
+        mutated = tmp_path / source.name
+        mutated.write_text(text)
+        code = main(["parse", "--tool", tool, str(mutated), "--json"])
+        out, err = capsys.readouterr()
+        if code == 1 or "internal error" in err:
+            internal.append((source.name, err.strip()[-200:]))
+        elif code == 0:
+            json.loads(out.splitlines()[0] if out.startswith("{\"") else out)
+    assert not internal, internal[:5]
+
+
+def test_a_run_whose_tool_gives_a_figure_that_is_not_a_number_still_outputs_its_result(
+    capsys: pytest.CaptureFixture
+) -> None:
+    # The one run pipeline makes every tool's figures finite: a plugin (or a peer's
+    # output) with a NaN jitter no longer loses the whole result in the JSON writer.
+    import attrs
+
+    from netprobe.plugin import Registry
+
+    from .test_cli import ReplayTool
+
+    class NotANumberTool(ReplayTool):
+        name = "nan-tool"
+
+        def result(self, spec: TestSpec) -> Result:
+            recorded = super().result(spec)
+            flow = recorded.summaries[0]
+            receiver = attrs.evolve(flow.receiver, jitter_ms=float("nan"))
+            return attrs.evolve(recorded, summaries=(attrs.evolve(flow, receiver=receiver),
+                                                     *recorded.summaries[1:]))
+
+    registry = Registry(tools={NotANumberTool.name: NotANumberTool})
+    code = main(["run", "127.0.0.1", "--tool", "nan-tool", "-u", "--json"],
+                registry_loader=lambda: registry)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads(out, parse_constant=_no_constant)
+    assert result["summaries"][0]["receiver"]["jitter_ms"] is None
+    assert any("summaries[0].receiver.jitter_ms" in w for w in result["warnings"])

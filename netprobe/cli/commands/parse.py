@@ -16,7 +16,7 @@ from netprobe.cli.common import (
     status_code,
 )
 from netprobe.cli.exitcodes import ExitCode, UsageError
-from netprobe.errors import ParseError
+from netprobe.errors import NetprobeError, ParseError, one_line
 from netprobe.plugin import Tool
 from netprobe.schema import Result
 
@@ -59,12 +59,32 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
 
 
 def _results(tool: Tool, paths: list[str]) -> Iterator[Result]:
-    """One Result per test: each file split into its tests by the tool; with several
-    files (a client's and a server's log), their k-th tests make the k-th result."""
+    """One Result per test (see :func:`_tests`). A figure in the tool's output that its
+    parser cannot take (a number too long to be one, a text where a number belongs) is the
+    input's fault: a ParseError naming the files, not an internal error."""
+    try:
+        yield from _tests(tool, paths)
+    except (ArithmeticError, ValueError, TypeError) as exc:
+        if isinstance(exc, NetprobeError):
+            raise
+        raise ParseError(f"{tool.name} output {', '.join(paths)}: a figure netprobe cannot "
+                         f"read ({one_line(exc)})") from exc
+
+
+def _tests(tool: Tool, paths: list[str]) -> Iterator[Result]:
+    """One Result per test, its figures made finite: each file split into its tests by the
+    tool; with several files (a client's and a server's log), their k-th tests make the
+    k-th result."""
+    from netprobe.convert import finite_figures
+
     splits = [tool.split_tests(read_lines(path)) for path in paths]
     for number, texts in enumerate(itertools.zip_longest(*splits), start=1):
         if any(text is None for text in texts):
             short = ", ".join(path for path, text in zip(paths, texts) if text is None)
             raise UsageError(f"the files hold different numbers of tests: {short} has "
                              f"no test {number}")
-        yield tool.parse(list(zip(paths, texts)))
+        parsed = tool.parse(list(zip(paths, texts)))
+        try:
+            yield finite_figures(parsed)
+        except ParseError as exc:
+            raise ParseError(exc.detail, ", ".join(paths)) from None
