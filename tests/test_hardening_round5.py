@@ -203,9 +203,9 @@ IPERF3_JSON = "iperf3-3.12-tcp-J-client.txt"
 
 def _with(text: str, key: str, value: str, last: bool = True) -> str:
     """``text`` with the (last) ``"key": number`` of an iperf3 JSON document set to ``value``."""
-    at = text.rfind(f'"{key}"') if last else text.find(f'"{key}"')
-    end = text.index(",", at)
-    return f'{text[:at]}"{key}": {value}{text[end:]}'
+    found = list(re.finditer(rf'"{key}":\s*-?[0-9.eE+]+', text))
+    at = found[-1 if last else 0]
+    return f'{text[:at.start()]}"{key}": {value}{text[at.end():]}'
 
 
 @needs_fixtures
@@ -308,3 +308,23 @@ def test_a_run_whose_tool_gives_a_figure_that_is_not_a_number_still_outputs_its_
     result = json.loads(out, parse_constant=_no_constant)
     assert result["summaries"][0]["receiver"]["jitter_ms"] is None
     assert any("summaries[0].receiver.jitter_ms" in w for w in result["warnings"])
+
+
+@needs_fixtures
+@pytest.mark.parametrize(("key", "value"), [
+    ("retransmits", "1e999"), ("retransmits", "NaN"), ("retransmits", "9" * 400),
+    ("timesecs", "1e300"),
+])
+def test_an_iperf3_count_or_time_that_is_not_one_is_unknown(
+    key: str, value: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # iperf3's JSON is read the same way live (a far end's server output comes inside it)
+    # and saved. Before: int(inf) OverflowError, float() of a 400-digit integer
+    # OverflowError, a start time past any clock OverflowError: each an internal error.
+    saved = tmp_path / "iperf3.json"
+    saved.write_text(_with((FIXTURES / IPERF3_JSON).read_text(), key, value, last=False))
+    code = main(["parse", "--tool", "iperf3", str(saved), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads(out, parse_constant=_no_constant)
+    assert result["summaries"][0]["receiver"]["bits_per_second"] > 1e9

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -104,12 +105,16 @@ def _num(block: dict[str, Any], key: str) -> float | None:
     value = block.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # a JSON integer of hundreds of digits: no figure at all
+        return None
 
 
 def _int(block: dict[str, Any], key: str) -> int | None:
+    # A count that is not a number (NaN, 1e999: Python's JSON reader takes both) is unknown.
     value = _num(block, key)
-    return None if value is None else int(value)
+    return None if value is None or not math.isfinite(value) else int(value)
 
 
 def _known_int(block: dict[str, Any], key: str) -> int | None:
@@ -533,7 +538,10 @@ def _start_time(start: dict[str, Any]) -> str | None:
     secs = _num(_obj(start.get("timestamp")), "timesecs")
     if secs is None:
         return None
-    moment = datetime.datetime.fromtimestamp(secs, datetime.timezone.utc)
+    try:
+        moment = datetime.datetime.fromtimestamp(secs, datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):  # no time a clock can show: unknown
+        return None
     return moment.isoformat(timespec="milliseconds")
 
 

@@ -18,6 +18,7 @@ above 100 with several threads).
 from __future__ import annotations
 
 import json
+import math
 import re
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
@@ -314,8 +315,8 @@ def _set_total(name: str, conv: Callable[[str], Any]) -> Callable[[Totals, str],
 
 
 def _int_of(value: str) -> int | None:
-    found = number(value)
-    return None if found is None else int(found)
+    found = number(value)  # digits past a float's range are inf: unknown, as a count
+    return None if found is None or not math.isfinite(found) else int(found)
 
 
 _TOTAL_SETTERS: dict[str, Callable[[Totals, str], None]] = {

@@ -25,6 +25,7 @@ so each stream's share of the total follows from it (:func:`stream_bytes`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -242,8 +243,8 @@ def _num(value: str | None) -> float | None:
 
 
 def _int(value: str | None) -> int | None:
-    number = _num(value)
-    return None if number is None else int(number)
+    number = _num(value)  # "nan", or digits past a float's range ("inf"): unknown
+    return None if number is None or not math.isfinite(number) else int(number)
 
 
 def _parse_kv_sample(text: str) -> Sample | None:
