@@ -14,11 +14,42 @@ import shutil
 import signal
 import subprocess
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from itertools import count
-from typing import Optional
+from typing import Callable, Optional, TypeVar
 
 _ids = count(1)
+T = TypeVar("T")
+
+BOTTLENECK_TRIES = 3
+"""How many times a figure over a shaped link is measured before a miss fails the test."""
+RETRY_PAUSE_S = 2.0
+"""Wait between two tries: what disturbed the hosts (one full run here saw two tests miss
+twice each within a minute) has time to pass."""
+
+
+def measured_within(measure: Callable[[], T], misses: Callable[[T], list[str]], what: str,
+                    tries: int = BOTTLENECK_TRIES) -> T:
+    """``measure()`` again until ``misses(figures)`` names nothing, at most ``tries`` times;
+    the figures of the try that hit. Each miss is a warning (it stays visible); a miss
+    every time fails the test with all of them.
+
+    Why more than one try: a figure over a tbf link is the link's only while the hosts keep
+    it busy. Full suites here and on CI each saw one figure of about twelve read 1-10% off
+    once (the peers' own as well as netprobe's, low and high), where runs of the same test
+    alone gave 94.5-94.8 sixteen times of sixteen. An error in a figure misses every try."""
+    seen = []
+    for attempt in range(1, tries + 1):
+        figures = measure()
+        missed = misses(figures)
+        if not missed:
+            return figures
+        seen.append(missed)
+        if attempt < tries:
+            warnings.warn(f"{what}: {'; '.join(missed)}: measured again", stacklevel=2)
+            time.sleep(RETRY_PAUSE_S)
+    raise AssertionError(f"{what}: missed on each of {tries} tries: {seen}")
 
 
 class LabError(RuntimeError):

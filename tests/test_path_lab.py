@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from .netlab import Lab, wait_listening
+from .netlab import Lab, measured_within, wait_listening
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 why_not = Lab.available()
@@ -36,13 +36,21 @@ def test_path_names_the_slow_segment() -> None:
             lab.start(ns, [*NETPROBE, "server", *bind, "--allow-third-party"],
                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             wait_listening(lab, ns, 5301)
-        run = lab.run(h1, [*NETPROBE, "path", H1, R1, H2, "-t", "5", "-O", "1", "--json"],
-                      timeout=120)
-        assert run.returncode == 0, run.stderr
-        report = json.loads(run.stdout)
-        mbit = [s["receiver_bits_per_second"] / 1e6 for s in report["segments"]]
+        def measure() -> tuple[dict, list[float]]:
+            run = lab.run(h1, [*NETPROBE, "path", H1, R1, H2, "-t", "5", "-O", "1",
+                               "--json"], timeout=120)
+            assert run.returncode == 0, run.stderr
+            report = json.loads(run.stdout)
+            return report, [s["receiver_bits_per_second"] / 1e6 for s in report["segments"]]
+
+        def misses(got: tuple[dict, list[float]]) -> list[str]:
+            off = [f"segment {n}: {mbit:.2f} Mbit/s, not {want}" for n, (mbit, want)
+                   in enumerate(zip(got[1], (94.1, 47.1, 47.1)))
+                   if mbit != pytest.approx(want, abs=1.0)]
+            return [*off, lab.qdisc_report()] if off else []
+
+        # Measured again on a miss (netlab.measured_within; one full run here read the
+        # first segment at 93.07).
+        report, mbit = measured_within(measure, misses, "netprobe path's segments")
         assert [s["end_to_end"] for s in report["segments"]] == [False, False, True]
         assert report["bottleneck"] == 1, mbit
-        assert mbit[0] == pytest.approx(94.1, abs=1.0)
-        assert mbit[1] == pytest.approx(47.1, abs=1.0)
-        assert mbit[2] == pytest.approx(47.1, abs=1.0)
