@@ -153,16 +153,20 @@ def test_trials_ask_the_agent_for_the_far_end(trio: Trio, command: list[str]) ->
 
 
 @pytest.mark.skipif(not shutil.which("iperf"), reason="iperf is not installed")
-def test_agent_stops_the_far_end_when_the_client_dies(trio: Trio) -> None:
+def test_agent_stops_the_far_end_when_the_client_dies(trio: Trio, tmp_path: Path) -> None:
     agent = trio.agents["a"]
-    client = trio.lab.start(trio.hosts["c"][0], [*NETPROBE, "run", trio.address("a"), "--tool",
-                                                 "iperf2", "-t", "30", "--json"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    said = tmp_path / "client.err"  # what the client said, should the far end not start
+    with said.open("w") as stderr:
+        client = trio.lab.start(trio.hosts["c"][0], [*NETPROBE, "run", trio.address("a"),
+                                                     "--tool", "iperf2", "-t", "30", "--json"],
+                                stdout=subprocess.DEVNULL, stderr=stderr)
     deadline = time.monotonic() + 15
-    while not _children(agent.pid) and time.monotonic() < deadline:
+    while not _children(agent.pid) and time.monotonic() < deadline and client.poll() is None:
         time.sleep(0.1)
     started = _children(agent.pid)
-    assert started, "the agent should have started iperf -s"
+    assert started, (f"the agent should have started iperf -s; the client "
+                     f"{'runs' if client.poll() is None else f'exited {client.returncode}'}: "
+                     f"{said.read_text()[-1000:]}")
     time.sleep(1.0)
     client.send_signal(signal.SIGKILL)
     client.wait(5)

@@ -16,6 +16,8 @@ from netprobe.tools.iperf3 import Iperf3Tool
 from netprobe.tools.native import NativeTool
 from netprobe.tools.nuttcp import NuttcpTool
 
+from .budget import FRACTION
+
 
 def _cpu(thread: Optional[float] = None, total: Optional[float] = None,
          idle: Optional[float] = None) -> Cpu:
@@ -70,6 +72,10 @@ def test_iperf3_at_half_a_core_is_not_cpu_bound(peer_fixtures: Path) -> None:
     assert cpu_warnings(result) == []
 
 
+@pytest.mark.skipif(FRACTION < 1, reason="a budgeted run (the ARM wheels under qemu-user): "
+                    "there an unlimited loopback run can be held back by the emulator's "
+                    "system calls, which shows as waiting, not as a thread's CPU (two "
+                    "arm-check runs saw neither thread reach 90% of a core)")
 def test_unlimited_loopback_run_is_flagged(data_path: str) -> None:
     # Unlimited TCP on loopback runs until a CPU gives out: one thread at its core's limit,
     # or (on a busy machine) a host with no idle left.

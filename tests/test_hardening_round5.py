@@ -4,6 +4,7 @@ refused before anything runs instead of ending in a traceback in the middle of a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 import re
@@ -80,11 +81,18 @@ def test_a_server_refuses_a_request_past_a_week_whatever_its_max_duration(
 # --- an address to listen on that is no address: the option named, exit 2 ----------------
 
 
+needs_prometheus = pytest.mark.skipif(
+    importlib.util.find_spec("prometheus_client") is None,
+    reason="the exporter needs prometheus_client (the 'exporter' extra)")
+
+
 @pytest.mark.parametrize(("argv", "option"), [
     (["server", "-p", "5999", "-B", "nan"], "--bind"),
     (["server", "-p", "5999", "-B", "no.such.host.invalid"], "--bind"),
-    (["exporter", "--port", "0", "--listen", "nan"], "--listen"),
-    (["exporter", "--port", "0", "--listen", "192.0.2.1"], "--listen"),
+    pytest.param(["exporter", "--port", "0", "--listen", "nan"], "--listen",
+                 marks=needs_prometheus),
+    pytest.param(["exporter", "--port", "0", "--listen", "192.0.2.1"], "--listen",
+                 marks=needs_prometheus),
 ])
 def test_an_address_to_listen_on_that_is_none_is_a_usage_error(argv: list[str],
                                                                option: str) -> None:
@@ -97,6 +105,7 @@ def test_an_address_to_listen_on_that_is_none_is_a_usage_error(argv: list[str],
     assert argv[-1] in lines[0]
 
 
+@needs_prometheus
 def test_the_exporter_listens_on_an_ipv6_address() -> None:
     # Before: "--listen ::1" failed ("[Errno -9] Address family for hostname not supported"):
     # the HTTP server was made for IPv4 whatever the address.
