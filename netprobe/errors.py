@@ -8,7 +8,9 @@ nothing already measured is lost.
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 from typing import Any
 
 
@@ -74,3 +76,16 @@ def one_line(exc: BaseException) -> str:
     """``Type: message`` on one line: how an error nobody expected is shown to a user."""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def listen_error(option: str | None, address: str, port: int, exc: OSError) -> Exception:
+    """What binding ``address`` failing with ``exc`` says to a user. When the user gave
+    the address (``option`` names how, e.g. ``-B/--bind``): SpecError naming the option
+    if it is no name this host resolves or no address it has (exit 2). Otherwise an
+    OSError naming the address and port (a busy port, no permission)."""
+    if option is not None and isinstance(exc, socket.gaierror):
+        return SpecError(f"{option} {address}: not an address or a name this host "
+                         f"resolves ({exc.strerror})")
+    if option is not None and exc.errno == errno.EADDRNOTAVAIL:
+        return SpecError(f"{option} {address}: not an address of this host ({exc.strerror})")
+    return OSError(exc.errno, f"cannot listen on {address} port {port}: {exc.strerror}")

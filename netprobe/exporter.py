@@ -13,7 +13,6 @@ group, source, target in a fleet).
 """
 from __future__ import annotations
 
-import errno
 import socket
 import threading
 from collections.abc import Iterator, Mapping
@@ -24,7 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 
 from netprobe.archives import Record, figures
-from netprobe.errors import NetprobeError, SpecError
+from netprobe.errors import NetprobeError, SpecError, listen_error
 from netprobe.schema import Result, TestSpec
 
 DEFAULT_PORT = 9531
@@ -191,11 +190,7 @@ class Exporter:
         try:
             self.server = Server((self.address, self.port), Handler)
         except OSError as exc:
-            if exc.errno == errno.EADDRNOTAVAIL:
-                raise SpecError(f"--listen {self.address}: not an address of this host "
-                                f"({exc.strerror})") from None
-            raise OSError(exc.errno, f"cannot listen on {self.address} port {self.port}: "
-                                     f"{exc.strerror}") from None
+            raise listen_error("--listen", self.address, self.port, exc) from None
         self.server.daemon_threads = True
         self.port = int(self.server.server_address[1])
         return self.port
@@ -239,8 +234,7 @@ def _listen_family(address: str, port: int) -> int:
         found = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM,
                                    flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise SpecError(f"--listen {address}: not an address or a name this host "
-                        f"resolves ({exc.strerror})") from None
+        raise listen_error("--listen", address, port, exc) from None
     return int(found[0][0])
 
 

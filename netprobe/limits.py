@@ -34,5 +34,6 @@ def read_at_most(handle: Any, limit: int) -> Any:
     would take all the memory there is. InputTooLarge past the limit."""
     data = handle.read(limit + 1)
     if len(data) > limit:
-        raise InputTooLarge(f"more than {limit} bytes")
+        unit = "characters" if isinstance(data, str) else "bytes"
+        raise InputTooLarge(f"more than {limit} {unit}")
     return data

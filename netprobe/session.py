@@ -89,13 +89,10 @@ def run_spec(tool: Tool, spec: TestSpec, reporter: Reporter, *,
     prepare(tool, spec, from_host=from_host)
     watch = ByteCountWatch(reporter, spec) if spec.bytes_total is not None else None
     try:
-        try:
-            result = _run(tool, spec, watch or reporter, from_host, agent)
-        except TestFailed as exc:  # what was measured must reach the output too
-            exc.partial = _finite(exc.partial)
-            raise
-        return _said_if_nothing_sent(_finite(result))
+        return _said_if_nothing_sent(_finite(_run(tool, spec, watch or reporter, from_host,
+                                                  agent)))
     except TestInterrupted as exc:
+        exc.partial = _finite(exc.partial)  # what was measured must reach the output too
         if watch is None or watch.overran is None:
             raise
         raise TestFailed(f"{tool.name}: {watch.overran}",
@@ -107,7 +104,10 @@ def run_spec(tool: Tool, spec: TestSpec, reporter: Reporter, *,
         if watch is None or watch.overran is None:
             raise
         raise TestFailed(f"{tool.name}: {watch.overran}") from None
-    except (TestFailed, SpecError, ToolUnavailable, BrokenPipeError):
+    except TestFailed as exc:
+        exc.partial = _finite(exc.partial)
+        raise
+    except (SpecError, ToolUnavailable, BrokenPipeError):
         raise  # a closed stdout is the caller's output failing, not the test
     except (NetprobeError, OSError) as exc:  # the test did not complete
         raise TestFailed(f"{tool.name}: {exc}") from exc

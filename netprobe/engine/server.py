@@ -32,7 +32,7 @@ from netprobe.engine.log import Log, client, escape, null_log
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side, buffer_bytes
 from netprobe.engine.sockets import apply_options
-from netprobe.errors import NetprobeError, ProtocolError, SpecError
+from netprobe.errors import NetprobeError, ProtocolError, SpecError, listen_error
 from netprobe.plugin import utc_now_iso
 from netprobe.schema import Interval, TestSpec
 
@@ -175,15 +175,10 @@ class Server:
             tcp.listen(128)
         except OSError as exc:
             close_quietly(tcp, udp)
-            if isinstance(exc, socket.gaierror) and self.config.bind_address:
-                raise SpecError(f"-B/--bind {address}: not an address or a name this host "
-                                f"resolves ({exc.strerror})") from None
-            if exc.errno == errno.EADDRNOTAVAIL and self.config.bind_address:
-                raise SpecError(f"-B/--bind {address}: not an address of this host "
-                                f"({exc.strerror})") from None
-            if self._listeners or self.config.bind_address:
-                raise OSError(exc.errno, f"cannot listen on {address} port {self.port}: "
-                                         f"{exc.strerror}") from None
+            if self.config.bind_address:
+                raise listen_error("-B/--bind", address, self.port, exc) from None
+            if self._listeners:
+                raise listen_error(None, address, self.port, exc) from None
             return  # e.g. no IPv6 on this host: serve IPv4 only
         self._listeners += [tcp, udp]
 

@@ -128,7 +128,10 @@ def resolve(host: str, port: int, family: int, kind: int) -> tuple[int, tuple]:
     name: str | bytes = host.encode("ascii") if host.isascii() else host
     try:
         infos = socket.getaddrinfo(name, port, family, kind)
-    except (socket.gaierror, UnicodeError) as exc:
+    except socket.gaierror as exc:
+        # strerror alone: "[Errno -2]" is getaddrinfo's EAI code, which tells a user nothing
+        raise SpecError(f"cannot resolve host {host!r}: {exc.strerror}") from None
+    except UnicodeError as exc:
         raise SpecError(f"cannot resolve host {host!r}: {exc}") from None
     fam, _, _, _, addr = infos[0]
     return fam, addr

@@ -65,7 +65,9 @@ def resolve(spec: TestSpec, family: int, local: bool) -> str:
     try:
         infos = socket.getaddrinfo(host, None, family, socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
-        raise TestFailed(f"ntttcp: cannot resolve {host!r}: {exc}") from None
+        # strerror where there is one: "[Errno -2]" is getaddrinfo's code, not a reason
+        reason = getattr(exc, "strerror", None) or exc
+        raise TestFailed(f"ntttcp: cannot resolve {host!r}: {reason}") from None
     return str(infos[0][4][0])
 
 
