@@ -22,30 +22,16 @@ import attrs
 
 from netprobe import core
 from netprobe.core.records import UDP_HEADER_BYTES, UDP_MAX_PAYLOAD, UDP_SEND_CALL_BYTES
-from netprobe.engine import kernel, summary
+from netprobe.engine import kernel, lengthprobe, summary
 from netprobe.engine.sockets import datagram_waiting, socket_drops, socket_info
 from netprobe.errors import CoreError
 from netprobe.schema import Cpu, Interval, SideSummary, SocketInfo, TestSpec
 
-# Why TCP moves 256 KiB per call by default. Besides the copy (a cost per byte, the same
-# at any length), every send() or recv() has a fixed cost: the system call, the socket
-# lock, and the packet the call sets off: the push at the end of a send, the window-update
-# ACK a recv sends once it has freed buffer space. On loopback and on virtual NICs that
-# packet is processed at once in the caller's thread (perf: a receiver's recv() runs the
-# sender's ACK processing and even transmits the sender's queued data). Measured on an
-# Intel Xeon under KVM: ~3 us per recv call, the time it takes to copy ~24 KiB, so at
-# 32 KiB half of a receiver's CPU went to per-call costs; at 256 KiB about a tenth. That
-# fixed cost in microseconds varies several-fold between CPUs, hypervisors and their
-# side-channel mitigations, which is how 32 KiB could look best on one EPYC and be 0.55x
-# iperf3 on this Xeon: a default must make the fixed share small on all of them, not
-# balance it on one. 256 KiB is four maximum-size GSO packets (64 KiB, the IP packet
-# limit), so each call builds whole packets and autocorking never holds a partial one back
-# for the next call. Longer buys little (1 MiB cuts the fixed share from ~10% to ~3%) and
-# costs one buffer per stream and end in memory and cache, on routers too. The kernel's
-# window, not the write size, decides throughput on a real path; paced writes are cut to
-# ~1 ms of data in the loops.
+# Why TCP moves 256 KiB or 1 MiB per call, measured at the start of a test: see
+# netprobe/engine/lengthprobe.py. The kernel's window, not the write size, decides
+# throughput on a real path; paced writes are cut to ~1 ms of data in the loops.
 GSO_MAX_BYTES = 64 * 1024
-TCP_DEFAULT_LENGTH = 4 * GSO_MAX_BYTES
+TCP_DEFAULT_LENGTH = lengthprobe.SMALL_BYTES
 UDP_DEFAULT_LENGTH = 1448  # fits one datagram in a 1500-byte MTU over IPv4 and IPv6
 RECEIVER_GRACE_S = 10.0  # how long a receiver outlives the sender's deadline at most
 UDP_RECV_LENGTH = UDP_MAX_PAYLOAD  # a UDP receiver reads into slots any datagram fits
@@ -125,7 +111,7 @@ def buffer_bytes(spec: TestSpec, role: str) -> int:
         # A receiver's slots; a sender's datagrams of one call, back to back, bounded by the
         # core's 256 KiB a call (one datagram is at most 64 KiB).
         return UDP_RECV_LENGTH * UDP_BATCH if role == "receiver" else UDP_SEND_CALL_BYTES
-    return default_length(spec)  # one buffer
+    return lengthprobe.largest(spec)  # one buffer
 
 
 @attrs.define(eq=False)
@@ -147,6 +133,7 @@ class LocalStream:
     peer_sent_packets: Optional[int] = None  # UDP receiver: what the peer says it sent
     user_s: float = 0.0
     system_s: float = 0.0
+    length: Optional[int] = None  # TCP: the call length its loop chose (lengthprobe)
     last: summary.Snapshot = attrs.field(factory=summary.Snapshot)
     base: summary.Snapshot = attrs.field(factory=summary.Snapshot)
     rtt_samples: list = attrs.field(factory=list)
@@ -295,7 +282,12 @@ class Side:
         deadline = None if planned is None else self.t0 + planned
         if stream.role == "sender":
             rate = spec.rate_bits_per_second
-            if stream.is_tcp:
+            if stream.is_tcp and lengthprobe.probed(spec):
+                stream.length = lengthprobe.run(
+                    lambda n, until: core.tcp_send(fd, c, length=n, deadline=until),
+                    c, deadline, receiver=False)
+                _shutdown_write(stream.sock)
+            elif stream.is_tcp:
                 core.tcp_send(
                     fd,
                     c,
@@ -310,8 +302,13 @@ class Side:
                 self._udp_send(fd, c, length, deadline, rate)
             return
         limit = None if deadline is None else deadline + RECEIVER_GRACE_S
-        if stream.is_tcp:
-            core.tcp_recv(fd, c, length=length, deadline=limit, skip_copy=spec.skip_rx_copy)
+        skip = spec.skip_rx_copy
+        if stream.is_tcp and lengthprobe.probed(spec):
+            stream.length = lengthprobe.run(
+                lambda n, until: core.tcp_recv(fd, c, length=n, deadline=until, skip_copy=skip),
+                c, limit, receiver=True)
+        elif stream.is_tcp:
+            core.tcp_recv(fd, c, length=length, deadline=limit, skip_copy=skip)
         else:
             core.udp_recv(fd, c, length=UDP_RECV_LENGTH, deadline=limit, batch=UDP_BATCH,
                           gro=UDP_GRO)

@@ -1,0 +1,149 @@
+"""The TCP length a stream's loop uses when the spec leaves it open: measured on the path
+at hand, not assumed.
+
+Why measured. Every send() or recv() has a fixed cost (the system call, the socket lock,
+the push or window update it sets off, the wake-up of the other end's thread, which on
+loopback and virtual NICs the sender's own thread pays) and every byte a cost that grows
+once the buffer no longer stays in the cache beside the kernel's pages. The balance
+differs between machines, not only by cache size: on two 2-vCPU Intel Xeons with the same
+48 KiB L1d and 2 MiB L2, with 4 streams 1 MiB calls were 0.66-0.77x of 256 KiB ones on one
+and 1.33x on the other, and with one stream 1 MiB was 1.5x on the second
+(docs/performance.md). No constant is near the best point on both. So a time-limited,
+unpaced test's loop runs both candidates in short windows at its start, in the order
+A B B A (a figure still rising as the window opens favours neither), and keeps the one
+that moved more bytes per second; where they move the same (a link, not the tester, is
+the limit) the one that costs less CPU per byte, and the smaller one unless the larger
+is clearly cheaper, because every buffer is memory on a router too.
+
+Both ends choose for themselves, and at the same time: their windows overlap, so each
+sees what the pair does at both lengths. What each window moved is counted like any other
+byte of the test; only the length of the calls differs.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import attrs
+
+from netprobe import core
+from netprobe.schema import TestSpec
+
+SMALL_BYTES = 256 * 1024
+"""Four maximum-size GSO packets (64 KiB, the IP packet limit) a call: whole packets, so
+autocorking never holds a partial one back; the length when nothing is measured."""
+LARGE_BYTES = 1024 * 1024
+"""A quarter of the fixed share of SMALL_BYTES per byte, at four times its memory."""
+WINDOW_S = 0.05
+"""One window of the probe: long enough for thousands of calls at either length on a
+fast path, short enough that the four of them are 0.2 s of a test."""
+ORDER = (SMALL_BYTES, LARGE_BYTES, LARGE_BYTES, SMALL_BYTES)
+SHORTEST_PROBED_S = 1.0
+"""Tests shorter than this keep SMALL_BYTES: the probe would be a fifth of them or more."""
+CLEAR_GAIN = 1.05
+"""How much faster (or cheaper) the larger length must be to be chosen: runs of one
+setting differ by a few percent, and a tie keeps the smaller buffer."""
+WAIT_SLICE_S = 0.005
+"""A receiver waits for the first byte in calls that end this soon, so that its windows
+open as the data starts (they do once the first recv() returns)."""
+WAIT_FOR_DATA_S = 10.0
+"""A receiver that got nothing in this long stops waiting to probe and keeps SMALL_BYTES."""
+
+
+def probed(spec: TestSpec) -> bool:
+    """Whether the loops of ``spec`` choose their length by the probe: TCP, no ``-l``, no
+    pacing (a paced loop cuts its calls to ~1 ms of data), no byte count (the windows
+    would have to split it), no zero-copy (its own path), and long enough."""
+    planned = spec.planned_s()
+    return (spec.protocol == "tcp" and not spec.length_bytes
+            and not spec.rate_bits_per_second and spec.bytes_total is None
+            and not spec.zerocopy and planned is not None and planned >= SHORTEST_PROBED_S)
+
+
+def largest(spec: TestSpec) -> int:
+    """The longest buffer a TCP loop of ``spec`` may allocate (a server's memory budget)."""
+    if spec.length_bytes:
+        return spec.length_bytes
+    return LARGE_BYTES if probed(spec) else SMALL_BYTES
+
+
+@attrs.define
+class Trial:
+    """What the windows of one length moved, in how long, at what CPU cost."""
+
+    length: int
+    bytes: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        """Bytes per second (0 when nothing was timed)."""
+        return self.bytes / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def cost(self) -> Optional[float]:
+        """CPU seconds per byte (None when nothing moved)."""
+        return self.cpu_s / self.bytes if self.bytes > 0 else None
+
+
+def choose(small: Trial, large: Trial) -> int:
+    """The length to keep: the larger only when it moved clearly more, or (at the same
+    rate) cost clearly less CPU per byte."""
+    if large.rate > small.rate * CLEAR_GAIN:
+        return large.length
+    if small.rate > large.rate * CLEAR_GAIN or small.cost is None or large.cost is None:
+        return small.length
+    return large.length if large.cost * CLEAR_GAIN < small.cost else small.length
+
+
+Loop = Callable[[int, Optional[float]], object]
+"""A stream loop: ``loop(length, deadline)`` runs the C (or pure) loop until then."""
+
+
+def run(loop: Loop, counters: core.Counters, deadline: Optional[float],
+        receiver: bool) -> int:
+    """Run ``loop`` through the probe's windows, then to ``deadline`` at the length it
+    chose; the length. A receiver first waits (in short slices) for the first byte. Every
+    window ends early once the loop is stopped or the peer has closed (a loop then returns
+    at once), so the probe never holds a test open."""
+    if receiver and not _first_byte(loop, counters, deadline):
+        loop(SMALL_BYTES, deadline)
+        return SMALL_BYTES
+    trials = {SMALL_BYTES: Trial(SMALL_BYTES), LARGE_BYTES: Trial(LARGE_BYTES)}
+    for length in ORDER:
+        if counters.stopped or _past(deadline):
+            break
+        _window(loop, counters, trials[length], deadline)
+    chosen = choose(trials[SMALL_BYTES], trials[LARGE_BYTES])
+    loop(chosen, deadline)
+    return chosen
+
+
+def _window(loop: Loop, counters: core.Counters, trial: Trial,
+            deadline: Optional[float]) -> None:
+    start, before, cpu = core.monotonic(), counters.bytes, core.rusage("thread")
+    end = start + WINDOW_S
+    loop(trial.length, end if deadline is None else min(end, deadline))
+    after = core.rusage("thread")
+    trial.bytes += counters.bytes - before
+    trial.wall_s += core.monotonic() - start
+    trial.cpu_s += (after.user_s - cpu.user_s) + (after.system_s - cpu.system_s)
+
+
+def _first_byte(loop: Loop, counters: core.Counters, deadline: Optional[float]) -> bool:
+    # A call past its deadline returns as soon as its first recv() does, i.e. once data
+    # comes (or after the loops' 100 ms tick), so the windows open as the flow starts.
+    give_up = core.monotonic() + WAIT_FOR_DATA_S
+    while counters.bytes == 0:
+        now = core.monotonic()
+        if counters.stopped or now >= give_up or _past(deadline, now):
+            return False
+        loop(SMALL_BYTES, now + WAIT_SLICE_S)
+        if counters.bytes == 0 and core.monotonic() < now + WAIT_SLICE_S:
+            return False  # back before its deadline with nothing: the peer closed
+    return True
+
+
+def _past(deadline: Optional[float], now: Optional[float] = None) -> bool:
+    return deadline is not None and (core.monotonic() if now is None else now) >= deadline

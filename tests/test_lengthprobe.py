@@ -1,0 +1,123 @@
+"""The TCP call length a loop measures at its start (netprobe/engine/lengthprobe.py): the
+rule that chooses, which tests it applies to, and the probe itself on real loopback
+sockets, where every byte must still be counted once and a probe must never hold a loop
+open past its peer or a stop."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from netprobe import core
+from netprobe.engine import lengthprobe
+from netprobe.engine.lengthprobe import LARGE_BYTES, SMALL_BYTES, Trial, choose
+from netprobe.engine.side import buffer_bytes
+from netprobe.schema import TestSpec
+
+
+def _trial(length: int, bytes_: int, wall_s: float, cpu_s: float) -> Trial:
+    return Trial(length, bytes_, wall_s, cpu_s)
+
+
+@pytest.mark.parametrize(("small", "large", "chosen"), [
+    # clearly faster: the larger (a CPU-bound pair on loopback)
+    ((100, 1.0, 1.0), (130, 1.0, 1.0), LARGE_BYTES),
+    # clearly slower: the smaller
+    ((130, 1.0, 1.0), (100, 1.0, 1.0), SMALL_BYTES),
+    # the same rate (a link is the limit), clearly cheaper per byte: the larger
+    ((100, 1.0, 0.5), (101, 1.0, 0.3), LARGE_BYTES),
+    # the same rate and about the same cost: the smaller buffer
+    ((100, 1.0, 0.5), (102, 1.0, 0.49), SMALL_BYTES),
+    # nothing moved at all (a peer that sends nothing): the smaller
+    ((0, 1.0, 0.0), (0, 1.0, 0.0), SMALL_BYTES),
+])
+def test_the_rule_keeps_the_smaller_length_unless_the_larger_is_clearly_better(
+    small: tuple, large: tuple, chosen: int
+) -> None:
+    assert choose(_trial(SMALL_BYTES, *small), _trial(LARGE_BYTES, *large)) == chosen
+
+
+@pytest.mark.parametrize(("fields", "probed"), [
+    ({}, True),
+    ({"length_bytes": 65536}, False),  # -l: the user's length
+    ({"rate_bits_per_second": 1e8}, False),  # paced: ~1 ms of data a call
+    ({"bytes_total": 10 << 20, "duration_s": None}, False),  # -n: the count is exact
+    ({"zerocopy": True}, False),
+    ({"duration_s": 0.5}, False),  # the probe would be too much of the test
+    ({"duration_s": 0.5, "omit_s": 1.0}, True),  # the warm-up is part of the run
+    ({"protocol": "udp"}, False),
+])
+def test_which_tests_probe_their_length(fields: dict, probed: bool) -> None:
+    spec = TestSpec(**{"host": "127.0.0.1", "duration_s": 5.0, **fields})
+    assert lengthprobe.probed(spec) is probed
+    # a server budgets the longest buffer a loop may take
+    assert buffer_bytes(spec, "receiver") >= (LARGE_BYTES if probed else 0)
+
+
+def _pair() -> tuple[socket.socket, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    return client, server
+
+
+def test_a_probed_pair_counts_every_byte_once_and_keeps_one_of_the_two_lengths() -> None:
+    client, server = _pair()
+    sent, got = core.Counters(), core.Counters()
+    chosen: dict[str, int] = {}
+    deadline = core.monotonic() + 0.6
+
+    def receive() -> None:
+        chosen["receiver"] = lengthprobe.run(
+            lambda n, until: core.tcp_recv(server.fileno(), got, length=n, deadline=until),
+            got, deadline + 5.0, receiver=True)
+
+    reader = threading.Thread(target=receive)
+    reader.start()
+    try:
+        chosen["sender"] = lengthprobe.run(
+            lambda n, until: core.tcp_send(client.fileno(), sent, length=n, deadline=until),
+            sent, deadline, receiver=False)
+        client.shutdown(socket.SHUT_WR)
+        reader.join(10.0)
+        assert not reader.is_alive(), "the receiver did not end at the sender's close"
+    finally:
+        client.close()
+        server.close()
+    assert sent.bytes > 0 and got.bytes == sent.bytes  # nothing lost, nothing twice
+    assert set(chosen.values()) <= {SMALL_BYTES, LARGE_BYTES}, chosen
+
+
+def test_a_receiver_whose_peer_closes_without_sending_returns_at_once() -> None:
+    client, server = _pair()
+    client.close()  # the peer's FIN is all that comes
+    got = core.Counters()
+    started = time.monotonic()
+    try:
+        length = lengthprobe.run(
+            lambda n, until: core.tcp_recv(server.fileno(), got, length=n, deadline=until),
+            got, core.monotonic() + 30.0, receiver=True)
+    finally:
+        server.close()
+    assert length == SMALL_BYTES and got.bytes == 0
+    assert time.monotonic() - started < 2.0  # not the 10 s wait for data, nor the deadline
+
+
+def test_a_stopped_sender_leaves_the_probe_within_a_tick() -> None:
+    client, server = _pair()  # nobody reads: the sender blocks on a full buffer
+    sent = core.Counters()
+    timer = threading.Timer(0.02, sent.stop)
+    timer.start()
+    started = time.monotonic()
+    try:
+        lengthprobe.run(
+            lambda n, until: core.tcp_send(client.fileno(), sent, length=n, deadline=until),
+            sent, core.monotonic() + 30.0, receiver=False)
+    finally:
+        timer.cancel()
+        client.close()
+        server.close()
+    assert time.monotonic() - started < 2.0  # the loops' 100 ms tick, not the deadline
