@@ -46,8 +46,8 @@ def test_the_rule_keeps_the_smaller_length_unless_the_larger_is_clearly_better(
     ({"rate_bits_per_second": 1e8}, False),  # paced: ~1 ms of data a call
     ({"bytes_total": 10 << 20, "duration_s": None}, False),  # -n: the count is exact
     ({"zerocopy": True}, False),
-    ({"duration_s": 0.5}, False),  # the probe would be too much of the test
-    ({"duration_s": 0.5, "omit_s": 1.0}, True),  # the warm-up is part of the run
+    ({"duration_s": 1.5}, False),  # the probe would be too much of the test
+    ({"duration_s": 1.5, "omit_s": 1.0}, True),  # the warm-up is part of the run
     ({"protocol": "udp"}, False),
 ])
 def test_which_tests_probe_their_length(fields: dict, probed: bool) -> None:
@@ -68,7 +68,7 @@ def test_a_probed_pair_counts_every_byte_once_and_keeps_one_of_the_two_lengths()
     client, server = _pair()
     sent, got = core.Counters(), core.Counters()
     chosen: dict[str, int] = {}
-    deadline = core.monotonic() + 0.6
+    deadline = core.monotonic() + 1.0
 
     def receive() -> None:
         chosen["receiver"] = lengthprobe.run(
@@ -121,3 +121,23 @@ def test_a_stopped_sender_leaves_the_probe_within_a_tick() -> None:
         client.close()
         server.close()
     assert time.monotonic() - started < 2.0  # the loops' 100 ms tick, not the deadline
+
+
+def test_the_windows_judge_by_the_sides_sums_not_the_streams_own_figures() -> None:
+    # With several streams the scheduler moves one stream's rate by more than the length
+    # does, so a stream's windows read what all of its side's streams of its role moved:
+    # here the stream itself moves nothing, and the side's sum says 1 MiB moved 30% more.
+    moved = {"bytes": 0}
+    lengths: list[int] = []
+
+    def loop(length: int, until: float | None) -> None:
+        lengths.append(length)
+        if until is not None and len(lengths) <= len(lengthprobe.ORDER):
+            time.sleep(max(0.0, until - core.monotonic()))
+            moved["bytes"] += 130 if length == LARGE_BYTES else 100
+
+    gauges = lengthprobe.Gauges(lambda: moved["bytes"], lambda: 0.0)
+    chosen = lengthprobe.run(loop, core.Counters(), core.monotonic() + 5.0,
+                             receiver=False, gauges=gauges)
+    assert chosen == LARGE_BYTES
+    assert lengths == [*lengthprobe.ORDER, LARGE_BYTES]  # A B B A, then the choice

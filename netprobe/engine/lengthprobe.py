@@ -6,18 +6,20 @@ the push or window update it sets off, the wake-up of the other end's thread, wh
 loopback and virtual NICs the sender's own thread pays) and every byte a cost that grows
 once the buffer no longer stays in the cache beside the kernel's pages. The balance
 differs between machines, not only by cache size: on two 2-vCPU Intel Xeons with the same
-48 KiB L1d and 2 MiB L2, with 4 streams 1 MiB calls were 0.66-0.77x of 256 KiB ones on one
+48 KiB L1d and 2 MiB L2, with 4 streams 1 MiB calls were 0.74-0.85x of 256 KiB ones on one
 and 1.33x on the other, and with one stream 1 MiB was 1.5x on the second
 (docs/performance.md). No constant is near the best point on both. So a time-limited,
-unpaced test's loop runs both candidates in short windows at its start, in the order
-A B B A (a figure still rising as the window opens favours neither), and keeps the one
-that moved more bytes per second; where they move the same (a link, not the tester, is
-the limit) the one that costs less CPU per byte, and the smaller one unless the larger
-is clearly cheaper, because every buffer is memory on a router too.
+unpaced test's loop runs both candidates in 100 ms windows at its start, in the order
+A B B A (a figure still rising as the flow opens favours neither), and keeps the larger
+only when its windows moved clearly more bytes per second, or at the same rate (a link,
+not the tester, is the limit) cost clearly less CPU per byte; otherwise the smaller,
+because every buffer is memory on a router too.
 
-Both ends choose for themselves, and at the same time: their windows overlap, so each
-sees what the pair does at both lengths. What each window moved is counted like any other
-byte of the test; only the length of the calls differs.
+The windows read the side's sums (:class:`Gauges`): all its streams of one role run their
+windows in step, so they see the same figures and choose alike. Both ends choose at the
+same time, and their windows overlap, so each sees what the pair does at both lengths.
+What each window moved is counted like any other byte of the test; only the length of
+the calls differs.
 """
 
 from __future__ import annotations
@@ -34,12 +36,15 @@ SMALL_BYTES = 256 * 1024
 autocorking never holds a partial one back; the length when nothing is measured."""
 LARGE_BYTES = 1024 * 1024
 """A quarter of the fixed share of SMALL_BYTES per byte, at four times its memory."""
-WINDOW_S = 0.05
-"""One window of the probe: long enough for thousands of calls at either length on a
-fast path, short enough that the four of them are 0.2 s of a test."""
+WINDOW_S = 0.1
+"""One window of the probe. With several streams on few cores, where the scheduler puts
+the threads moves a window's rate by more than the length does: 50 ms windows chose
+differently in runs of one setting (-P 4 here: 256K in one of three runs, at 52 Gbit/s
+where 1 MiB gave 66-69); 100 ms windows chose the same in 6 of 6."""
 ORDER = (SMALL_BYTES, LARGE_BYTES, LARGE_BYTES, SMALL_BYTES)
-SHORTEST_PROBED_S = 1.0
-"""Tests shorter than this keep SMALL_BYTES: the probe would be a fifth of them or more."""
+SHORTEST_PROBED_S = 2.0
+"""Tests shorter than this keep SMALL_BYTES: the probe (0.4 s) would be more than a fifth
+of them."""
 CLEAR_GAIN = 1.05
 """How much faster (or cheaper) the larger length must be to be chosen: runs of one
 setting differ by a few percent, and a tie keeps the smaller buffer."""
@@ -101,34 +106,52 @@ Loop = Callable[[int, Optional[float]], object]
 """A stream loop: ``loop(length, deadline)`` runs the C (or pure) loop until then."""
 
 
+@attrs.define
+class Gauges:
+    """What a probe window reads: the bytes the side's streams of this role have moved so
+    far, and the CPU seconds their process has spent. The side's, not the stream's: with
+    several streams, which of them the scheduler favours moves one stream's rate by more
+    than the length does (-P 4 here: one stream 21.7 Gbit/s at 256K and 18.7 at 1M while
+    the sum rose), and the streams' windows run in step, so every stream reads the same
+    sums and comes to the same choice."""
+
+    moved: Callable[[], int]
+    cpu_s: Callable[[], float]
+
+
 def run(loop: Loop, counters: core.Counters, deadline: Optional[float],
-        receiver: bool) -> int:
+        receiver: bool, gauges: Optional[Gauges] = None) -> int:
     """Run ``loop`` through the probe's windows, then to ``deadline`` at the length it
-    chose; the length. A receiver first waits (in short slices) for the first byte. Every
-    window ends early once the loop is stopped or the peer has closed (a loop then returns
-    at once), so the probe never holds a test open."""
+    chose; the length. ``gauges`` default to this stream's bytes and thread CPU. A
+    receiver first waits for the first byte. Every window ends early once the loop is
+    stopped or the peer has closed (a loop then returns at once), so the probe never
+    holds a test open."""
     if receiver and not _first_byte(loop, counters, deadline):
         loop(SMALL_BYTES, deadline)
         return SMALL_BYTES
+    gauges = gauges or Gauges(lambda: counters.bytes, _thread_cpu_s)
     trials = {SMALL_BYTES: Trial(SMALL_BYTES), LARGE_BYTES: Trial(LARGE_BYTES)}
     for length in ORDER:
         if counters.stopped or _past(deadline):
             break
-        _window(loop, counters, trials[length], deadline)
+        _window(loop, gauges, trials[length], deadline)
     chosen = choose(trials[SMALL_BYTES], trials[LARGE_BYTES])
     loop(chosen, deadline)
     return chosen
 
 
-def _window(loop: Loop, counters: core.Counters, trial: Trial,
-            deadline: Optional[float]) -> None:
-    start, before, cpu = core.monotonic(), counters.bytes, core.rusage("thread")
+def _thread_cpu_s() -> float:
+    used = core.rusage("thread")
+    return used.user_s + used.system_s
+
+
+def _window(loop: Loop, gauges: Gauges, trial: Trial, deadline: Optional[float]) -> None:
+    start, before, cpu = core.monotonic(), gauges.moved(), gauges.cpu_s()
     end = start + WINDOW_S
     loop(trial.length, end if deadline is None else min(end, deadline))
-    after = core.rusage("thread")
-    trial.bytes += counters.bytes - before
+    trial.cpu_s += gauges.cpu_s() - cpu
+    trial.bytes += gauges.moved() - before
     trial.wall_s += core.monotonic() - start
-    trial.cpu_s += (after.user_s - cpu.user_s) + (after.system_s - cpu.system_s)
 
 
 def _first_byte(loop: Loop, counters: core.Counters, deadline: Optional[float]) -> bool:

@@ -285,7 +285,7 @@ class Side:
             if stream.is_tcp and lengthprobe.probed(spec):
                 stream.length = lengthprobe.run(
                     lambda n, until: core.tcp_send(fd, c, length=n, deadline=until),
-                    c, deadline, receiver=False)
+                    c, deadline, receiver=False, gauges=self._gauges(stream.role))
                 _shutdown_write(stream.sock)
             elif stream.is_tcp:
                 core.tcp_send(
@@ -306,12 +306,23 @@ class Side:
         if stream.is_tcp and lengthprobe.probed(spec):
             stream.length = lengthprobe.run(
                 lambda n, until: core.tcp_recv(fd, c, length=n, deadline=until, skip_copy=skip),
-                c, limit, receiver=True)
+                c, limit, receiver=True, gauges=self._gauges(stream.role))
         elif stream.is_tcp:
             core.tcp_recv(fd, c, length=length, deadline=limit, skip_copy=skip)
         else:
             core.udp_recv(fd, c, length=UDP_RECV_LENGTH, deadline=limit, batch=UDP_BATCH,
                           gro=UDP_GRO)
+
+    def _gauges(self, role: str) -> lengthprobe.Gauges:
+        """What a TCP stream's length probe reads: this side's streams of ``role`` and
+        the process's CPU (see :class:`lengthprobe.Gauges`)."""
+        mine = [s.counters for s in self.streams if s.role == role and s.is_tcp]
+
+        def cpu_s() -> float:
+            used = core.rusage("process")
+            return used.user_s + used.system_s
+
+        return lengthprobe.Gauges(lambda: sum(c.bytes for c in mine), cpu_s)
 
     def _udp_send(self, fd: int, c: core.Counters, length: int, deadline: Optional[float],
                   rate: Optional[float]) -> None:
