@@ -103,7 +103,7 @@ def test_a_receiver_whose_peer_closes_without_sending_returns_at_once() -> None:
     finally:
         server.close()
     assert length == SMALL_BYTES and got.bytes == 0
-    assert time.monotonic() - started < 2.0  # not the 10 s wait for data, nor the deadline
+    assert time.monotonic() - started < 5.0  # not the 10 s wait for data, nor the deadline
 
 
 def test_a_stopped_sender_leaves_the_probe_within_a_tick() -> None:
@@ -120,7 +120,7 @@ def test_a_stopped_sender_leaves_the_probe_within_a_tick() -> None:
         timer.cancel()
         client.close()
         server.close()
-    assert time.monotonic() - started < 2.0  # the loops' 100 ms tick, not the deadline
+    assert time.monotonic() - started < 5.0  # the loops' 100 ms tick, not the 30 s deadline
 
 
 def test_the_windows_judge_by_the_sides_sums_not_the_streams_own_figures() -> None:
