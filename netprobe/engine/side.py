@@ -133,7 +133,6 @@ class LocalStream:
     peer_sent_packets: Optional[int] = None  # UDP receiver: what the peer says it sent
     user_s: float = 0.0
     system_s: float = 0.0
-    length: Optional[int] = None  # TCP: the call length its loop chose (lengthprobe)
     last: summary.Snapshot = attrs.field(factory=summary.Snapshot)
     base: summary.Snapshot = attrs.field(factory=summary.Snapshot)
     rtt_samples: list = attrs.field(factory=list)
@@ -283,7 +282,7 @@ class Side:
         if stream.role == "sender":
             rate = spec.rate_bits_per_second
             if stream.is_tcp and lengthprobe.probed(spec):
-                stream.length = lengthprobe.run(
+                lengthprobe.run(
                     lambda n, until: core.tcp_send(fd, c, length=n, deadline=until),
                     c, deadline, receiver=False, gauges=self._gauges(stream.role))
                 _shutdown_write(stream.sock)
@@ -304,7 +303,7 @@ class Side:
         limit = None if deadline is None else deadline + RECEIVER_GRACE_S
         skip = spec.skip_rx_copy
         if stream.is_tcp and lengthprobe.probed(spec):
-            stream.length = lengthprobe.run(
+            lengthprobe.run(
                 lambda n, until: core.tcp_recv(fd, c, length=n, deadline=until, skip_copy=skip),
                 c, limit, receiver=True, gauges=self._gauges(stream.role))
         elif stream.is_tcp:
