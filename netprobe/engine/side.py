@@ -216,6 +216,7 @@ class Side:
         self._rcvbuf_base: Optional[int] = None
         self._lock = threading.Lock()
         self._nice = 0
+        self._probe_gauges: dict[str, lengthprobe.Gauges] = {}
         self.reporter_errors: list[str] = []
         self.on_change: Optional[Callable[[], None]] = None
         """Called (from a stream thread) whenever a loop returns, to wake whoever waits."""
@@ -314,7 +315,14 @@ class Side:
 
     def _gauges(self, role: str) -> lengthprobe.Gauges:
         """What a TCP stream's length probe reads: this side's streams of ``role`` and
-        the process's CPU (see :class:`lengthprobe.Gauges`)."""
+        the process's CPU (see :class:`lengthprobe.Gauges`). One per role, shared by its
+        streams, so that they keep one length."""
+        with self._lock:
+            if role not in self._probe_gauges:
+                self._probe_gauges[role] = self._new_gauges(role)
+            return self._probe_gauges[role]
+
+    def _new_gauges(self, role: str) -> lengthprobe.Gauges:
         mine = [s.counters for s in self.streams if s.role == role and s.is_tcp]
 
         def cpu_s() -> float:
