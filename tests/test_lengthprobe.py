@@ -49,6 +49,8 @@ def test_the_rule_keeps_the_smaller_length_unless_the_larger_is_clearly_better(
     ({"duration_s": 1.5}, False),  # the probe would be too much of the test
     ({"duration_s": 1.5, "omit_s": 1.0}, True),  # the warm-up is part of the run
     ({"protocol": "udp"}, False),
+    ({"streams": lengthprobe.MOST_PROBED_STREAMS}, True),
+    ({"streams": 128}, False),  # the windows' sums held the sampler off at -P 128
 ])
 def test_which_tests_probe_their_length(fields: dict, probed: bool) -> None:
     spec = TestSpec(**{"host": "127.0.0.1", "duration_s": 5.0, **fields})

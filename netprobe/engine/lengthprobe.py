@@ -54,16 +54,25 @@ WAIT_SLICE_S = 0.005
 open as the data starts (they do once the first recv() returns)."""
 WAIT_FOR_DATA_S = 10.0
 """A receiver that got nothing in this long stops waiting to probe and keeps SMALL_BYTES."""
+MOST_PROBED_STREAMS = 16
+"""Above this many streams per direction the probe does not run. Every stream's windows
+sum the side's counters in Python, work that grows with the square of the count, and at
+-P 128 on an AMD EPYC (2 cores) it held the interval sampler off for the whole test (one
+sample per sender stream where 20 were due; with the probe off, 4 runs of 4 had all).
+-P 64 passed; 16 keeps a margin, and so many streams share a core that one thread's write
+length no longer sets the rate."""
 
 
 def probed(spec: TestSpec) -> bool:
     """Whether the loops of ``spec`` choose their length by the probe: TCP, no ``-l``, no
     pacing (a paced loop cuts its calls to ~1 ms of data), no byte count (the windows
-    would have to split it), no zero-copy (its own path), and long enough."""
+    would have to split it), no zero-copy (its own path), at most
+    :data:`MOST_PROBED_STREAMS` streams, and long enough."""
     planned = spec.planned_s()
     return (spec.protocol == "tcp" and not spec.length_bytes
             and not spec.rate_bits_per_second and spec.bytes_total is None
-            and not spec.zerocopy and planned is not None and planned >= SHORTEST_PROBED_S)
+            and not spec.zerocopy and spec.streams <= MOST_PROBED_STREAMS
+            and planned is not None and planned >= SHORTEST_PROBED_S)
 
 
 def largest(spec: TestSpec) -> int:
