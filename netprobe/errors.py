@@ -78,6 +78,12 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def unresolved(host: str, reason: object) -> SpecError:
+    """What a user reads when ``host`` resolves to nothing: the name and the reason only
+    (a gaierror's strerror, never its bare EAI code)."""
+    return SpecError(f"cannot resolve host {host!r}: {reason}")
+
+
 def listen_error(option: str | None, address: str, port: int, exc: OSError) -> Exception:
     """What binding ``address`` failing with ``exc`` says to a user. When the user gave
     the address (``option`` names how, e.g. ``-B/--bind``): SpecError naming the option

@@ -4,6 +4,7 @@ bind holds for every command that listens."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 
@@ -15,6 +16,7 @@ from netprobe.limits import InputTooLarge, read_at_most
 from netprobe.schema import TestSpec
 from netprobe.tools.ntttcp.command import resolve
 
+from .peers import default_peer
 from .servers import NETPROBE
 
 NOWHERE = "no.such.host.invalid"  # RFC 6761: .invalid never resolves
@@ -29,6 +31,24 @@ def test_a_host_that_does_not_resolve_is_named_with_the_reason_only() -> None:
     assert done.returncode == 2, done.stderr
     assert len(lines) == 1 and NOWHERE in lines[0], done.stderr
     assert "Errno" not in lines[0] and "cannot resolve" in lines[0], done.stderr
+
+
+@pytest.mark.parametrize("tool", ["iperf3", "iperf2", "nuttcp", "ntttcp"])
+def test_a_driven_tool_to_a_host_that_does_not_resolve_says_only_that(tool: str) -> None:
+    # Before: "no netprobe agent at no.such.host.invalid: using the iperf3 server there",
+    # then the tool's own failure: the agent lookup took a name that does not resolve for
+    # a host with no agent. Said the native engine's way, before any tool starts.
+    binary = default_peer(tool)
+    if binary is None:
+        pytest.skip(f"no {tool} binary here")
+    done = subprocess.run([*NETPROBE, "run", NOWHERE, "--tool", tool, "-t", "1"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **binary.env})
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and "cannot resolve host" in lines[0] and NOWHERE in lines[0], \
+        done.stderr
+    assert "server there" not in done.stderr and "Errno" not in done.stderr
 
 
 def test_ntttcps_address_lookup_says_the_reason_without_the_code() -> None:

@@ -15,7 +15,7 @@ import attrs
 from netprobe import convert
 from netprobe.engine import protocol
 from netprobe.engine.auth import METHOD, new_challenge, respond, verify
-from netprobe.errors import NetprobeError, ProtocolError, TestFailed
+from netprobe.errors import NetprobeError, ProtocolError, TestFailed, unresolved
 from netprobe.plugin import Reporter, Tool
 from netprobe.schema import Interval, RawOutput, Result, TestSpec
 
@@ -41,6 +41,10 @@ class AgentConnection:
         """Connect and say hello; None when no netprobe agent answers there."""
         try:
             sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+        except socket.gaierror as exc:
+            # No agent, and no server of any tool either: said as the native engine says
+            # it, not as "no agent there, using the tool's server" and the tool's failure.
+            raise unresolved(host, exc.strerror) from None
         except OSError:
             return None
         channel = protocol.Channel(sock)

@@ -10,7 +10,7 @@ import termios
 from typing import Optional
 
 from netprobe import core
-from netprobe.errors import SpecError
+from netprobe.errors import SpecError, unresolved
 from netprobe.schema import SocketInfo, TestSpec
 
 TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
@@ -130,8 +130,8 @@ def resolve(host: str, port: int, family: int, kind: int) -> tuple[int, tuple]:
         infos = socket.getaddrinfo(name, port, family, kind)
     except socket.gaierror as exc:
         # strerror alone: "[Errno -2]" is getaddrinfo's EAI code, which tells a user nothing
-        raise SpecError(f"cannot resolve host {host!r}: {exc.strerror}") from None
+        raise unresolved(host, exc.strerror) from None
     except UnicodeError as exc:
-        raise SpecError(f"cannot resolve host {host!r}: {exc}") from None
+        raise unresolved(host, exc) from None
     fam, _, _, _, addr = infos[0]
     return fam, addr
