@@ -23,7 +23,7 @@ from netprobe.errors import SpecError
 from netprobe.limits import LONGEST_S
 from netprobe.record import Record
 
-SCHEMA_VERSION = "1.8"
+SCHEMA_VERSION = "1.9"
 """Version of the result format; bumped on any change, minor for additions (1.1: latency
 fields documented for plugins, run_id and trial; 1.2: latency under load: phases, one-way
 delay variation, probe loss, RPM, grade, per-interval latency; 1.3: the probes' own samples
@@ -32,7 +32,8 @@ CpuUsage.max_thread_percent; 1.5: UDP receive-buffer drops apart from the path's
 SideSummary.receive_buffer_dropped_packets; 1.6: CpuUsage.cycles_per_byte; 1.7: what a
 latency sample is, Latency.metric, and a driven tool's own latency kept beside the probes',
 Result.tool_latency; 1.8: the bloat the grade is of, Latency.bloat_us and
-LatencyPhase.bloat_us). Results of an older minor version load."""
+LatencyPhase.bloat_us; 1.9: the length of the data loop's calls,
+SideSummary.call_length_bytes). Results of an older minor version load."""
 
 PROTOCOLS = ("tcp", "udp")
 DIRECTIONS = ("normal", "reverse", "bidir")
@@ -350,6 +351,13 @@ class SideSummary(Record):
     coalesced group of datagrams dropped whole counts once."""
     jitter_ms: Optional[float] = None
     """UDP interarrival jitter at the end (receiver)."""
+    call_length_bytes: Optional[int] = None
+    """TCP: the bytes the side's data loop asked of each send() or recv() call, as ``-l``
+    set it or, left open, as the native engine's length probe chose it on this path (so
+    two runs can be told apart by what each kept); for a driven tool, as it printed it
+    (iperf3's blksize, nuttcp's buflen, iperf 2's buffer size headers, ntttcp's -b). A
+    total has it where all its streams agree. None for UDP (the datagram length is the
+    spec's) and where a tool does not say."""
     cpu: Optional[Cpu] = None
     """CPU cost of this side's process and host (totals only; None per stream)."""
 

@@ -74,6 +74,31 @@ def test_default_tcp_length_carries_several_whole_gso_packets() -> None:
     assert default_length(TestSpec(duration_s=1.0, length_bytes=4096)) == 4096
 
 
+@pytest.mark.parametrize(("fields", "kept"), [
+    ({"duration_s": 2.0, "streams": 2}, (256 * 1024, 1024 * 1024)),  # the probe chose
+    ({"length_bytes": 65536}, (65536,)),  # -l
+    ({}, (default_length(TestSpec(duration_s=1.0)),)),  # too short to probe
+    ({"protocol": "udp"}, (None,)),  # the datagram length is the spec's
+])
+def test_each_side_says_the_length_its_calls_kept(
+    data_path: str, fields: dict, kept: tuple
+) -> None:
+    """Two runs of one spec can keep different lengths (the probe measures the path), so
+    the result says which: each stream's sender and receiver, and the totals, where the
+    streams of a side agree (they keep one verdict)."""
+    result, _ = selftest(**fields)
+    assert result.status == "ok", result.errors
+    sides = [s for r in result.streams for s in (r.sender, r.receiver) if s is not None]
+    assert len(sides) == 2 * result.spec.streams
+    lengths = {s.call_length_bytes for s in sides if s.role == "sender"}
+    assert len(lengths) == 1 and lengths <= set(kept), lengths
+    sender, receiver = flow(result)
+    assert sender.call_length_bytes in lengths
+    assert receiver.call_length_bytes in kept
+    assert {s.call_length_bytes for s in sides if s.role == "receiver"} == {
+        receiver.call_length_bytes}
+
+
 def test_udp_rate_limit_within_two_percent(data_path: str) -> None:
     result, _ = selftest(protocol="udp", rate_bits_per_second=100e6, duration_s=3.0)
     sender, receiver = flow(result)

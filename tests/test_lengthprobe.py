@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from typing import Callable
 
 import pytest
 
@@ -50,13 +51,14 @@ def test_the_rule_keeps_the_smaller_length_unless_the_larger_is_clearly_better(
     ({"duration_s": 1.5, "omit_s": 1.0}, True),  # the warm-up is part of the run
     ({"protocol": "udp"}, False),
     ({"streams": lengthprobe.MOST_PROBED_STREAMS}, True),
-    ({"streams": 128}, False),  # the windows' sums held the sampler off at -P 128
+    ({"streams": 128}, False),  # 128 MiB of large buffers a direction, for nothing
 ])
 def test_which_tests_probe_their_length(fields: dict, probed: bool) -> None:
     spec = TestSpec(**{"host": "127.0.0.1", "duration_s": 5.0, **fields})
     assert lengthprobe.probed(spec) is probed
-    # a server budgets the longest buffer a loop may take
+    # a server budgets the longest buffer a loop may take, and the probe's stay small
     assert buffer_bytes(spec, "receiver") >= (LARGE_BYTES if probed else 0)
+    assert not probed or spec.streams * buffer_bytes(spec, "receiver") <= 16 << 20
 
 
 def _pair() -> tuple[socket.socket, socket.socket]:
@@ -138,28 +140,115 @@ def test_the_windows_judge_by_the_sides_sums_not_the_streams_own_figures() -> No
             time.sleep(max(0.0, until - core.monotonic()))
             moved["bytes"] += 130 if length == LARGE_BYTES else 100
 
-    gauges = lengthprobe.Gauges(lambda: moved["bytes"], lambda: 0.0)
+    schedule = lengthprobe.Schedule(lambda: moved["bytes"], lambda: 0.0)
     chosen = lengthprobe.run(loop, core.Counters(), core.monotonic() + 5.0,
-                             receiver=False, gauges=gauges)
-    assert chosen == LARGE_BYTES
+                             receiver=False, schedule=schedule)
+    assert chosen == LARGE_BYTES == schedule.verdict
     assert lengths == [*lengthprobe.ORDER, LARGE_BYTES]  # A B B A, then the choice
 
 
-def test_streams_sharing_gauges_keep_the_first_verdict() -> None:
-    """Streams whose windows differ near the threshold still keep one length: the first
-    to decide chooses for all (on an EPYC at -P 4 two streams of four chose apart)."""
-    gauges = lengthprobe.Gauges(lambda: 0, lambda: 0.0)
-    first = gauges.decide(Trial(SMALL_BYTES, 100, 1.0, 1.0), Trial(LARGE_BYTES, 200, 1.0, 1.0))
-    later = gauges.decide(Trial(SMALL_BYTES, 200, 1.0, 1.0), Trial(LARGE_BYTES, 100, 1.0, 1.0))
-    assert (first, later) == (LARGE_BYTES, LARGE_BYTES)
-    alone = lengthprobe.Gauges(lambda: 0, lambda: 0.0)
-    assert alone.decide(Trial(SMALL_BYTES, 200, 1.0, 1.0),
-                        Trial(LARGE_BYTES, 100, 1.0, 1.0)) == SMALL_BYTES
+def _streams_on_one_schedule(count: int, rate: Callable[[int], int],
+                             ) -> tuple[list[int], list[int], int]:
+    """Run ``count`` fake streams (threads) through one schedule. Each adds
+    ``rate(length)`` to the side's sum every millisecond. Returns every stream's kept length,
+    the lengths of every call, and how often the side's sums were read."""
+    moved = {"bytes": 0}
+    reads = {"count": 0}
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    def side_sum() -> int:
+        reads["count"] += 1
+        return moved["bytes"]
+
+    schedule = lengthprobe.Schedule(side_sum, lambda: 0.0)
+    kept: list[int] = []
+    end = core.monotonic() + 1.0
+
+    def stream() -> None:
+        def loop(length: int, until: float | None) -> None:
+            # Bytes come as time passes, as a real loop's do, so a window's end reads
+            # what every stream moved in it, however late the scheduler wakes them.
+            with lock:
+                calls.append(length)
+            if until is None or until >= end:
+                return
+            last = core.monotonic()
+            while last < until:
+                time.sleep(min(0.01, until - last))
+                now = core.monotonic()
+                with lock:
+                    moved["bytes"] += round(rate(length) * (now - last) * 1000)
+                last = now
+
+        chosen = lengthprobe.run(loop, core.Counters(), end, receiver=False,
+                                 schedule=schedule)
+        with lock:
+            kept.append(chosen)
+
+    threads = [threading.Thread(target=stream) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10.0)
+    assert not any(t.is_alive() for t in threads)
+    return kept, calls, reads["count"]
 
 
-def test_a_side_gives_its_streams_of_one_role_one_gauges() -> None:
-    """Side._gauges is one object per role, so the verdict above is shared in a real run."""
+@pytest.mark.parametrize("count", [1, 4, 32])
+def test_a_side_reads_its_sums_once_a_window_whatever_its_stream_count(count: int) -> None:
+    """Each stream reading the side's sums for itself was work growing with the square of
+    the count (at -P 128 it held the interval sampler off); one schedule reads them once
+    at the clock's start and once at each window's end."""
+    kept, calls, reads = _streams_on_one_schedule(
+        count, lambda n: 130 if n == LARGE_BYTES else 100)
+    assert reads == len(lengthprobe.ORDER) + 1
+    assert kept == [LARGE_BYTES] * count
+    assert len(calls) <= count * (len(lengthprobe.ORDER) + 1)  # no window run twice
+
+
+def test_streams_on_one_schedule_keep_one_verdict_at_the_threshold() -> None:
+    """Near the threshold streams that judged their own windows chose apart (on an EPYC
+    at -P 4, 2 of 4 kept 256K and 2 kept 1M); on one schedule all keep one length."""
+    kept, _, _ = _streams_on_one_schedule(8, lambda n: 105 if n == LARGE_BYTES else 100)
+    assert len(set(kept)) == 1, kept
+
+
+def test_a_stream_that_leaves_its_windows_early_fixes_no_verdict() -> None:
+    """A stream stopped in its first window asks for the length before the last window
+    was read: it gets the smaller one, and the streams still probing decide later."""
+    schedule = lengthprobe.Schedule(lambda: 0, lambda: 0.0)
+    stopped = core.Counters()
+    stopped.stop()
+    assert lengthprobe.run(lambda n, until: None, stopped, None, receiver=False,
+                           schedule=schedule) == SMALL_BYTES
+    assert schedule.verdict is None
+    small, large = schedule.trials()
+    assert small.wall_s == large.wall_s == 0.0
+
+
+def test_a_stream_joining_late_starts_at_the_window_the_clock_is_in() -> None:
+    schedule = lengthprobe.Schedule(lambda: 0, lambda: 0.0)
+    schedule.open()
+    time.sleep(lengthprobe.WINDOW_S * 1.5)
+    calls: list[int] = []
+
+    def loop(length: int, until: float | None) -> None:
+        calls.append(length)
+        if until is not None:
+            time.sleep(max(0.0, until - core.monotonic()))
+
+    lengthprobe.run(loop, core.Counters(), core.monotonic() + 1.0, receiver=False,
+                    schedule=schedule)
+    windows = calls[:-1]  # then the verdict's call
+    assert 0 < len(windows) < len(lengthprobe.ORDER)  # not from the first window
+    assert windows == list(lengthprobe.ORDER[-len(windows):])  # the clock's, to its end
+    assert schedule.verdict is not None
+
+
+def test_a_side_gives_its_streams_of_one_role_one_schedule() -> None:
+    """Side._probe is one object per role, so the verdict above is shared in a real run."""
     from netprobe.engine.side import Side
     side = Side(TestSpec(), [], lambda interval: None)
-    assert side._gauges("sender") is side._gauges("sender")
-    assert side._gauges("sender") is not side._gauges("receiver")
+    assert side._probe("sender") is side._probe("sender")
+    assert side._probe("sender") is not side._probe("receiver")

@@ -15,11 +15,12 @@ only when its windows moved clearly more bytes per second, or at the same rate (
 not the tester, is the limit) cost clearly less CPU per byte; otherwise the smaller,
 because every buffer is memory on a router too.
 
-The windows read the side's sums (:class:`Gauges`): all its streams of one role run their
-windows in step, so they see the same figures and choose alike. Both ends choose at the
-same time, and their windows overlap, so each sees what the pair does at both lengths.
-What each window moved is counted like any other byte of the test; only the length of
-the calls differs.
+The windows are the side's, not the stream's (:class:`Schedule`): all its streams of one
+role run the same windows on one clock, one reading of the side's sums at each window's
+end measures it for all of them, and one verdict is kept for all. Both ends choose at
+about the same time, and their windows overlap, so each sees what the pair does at both
+lengths. What each window moved is counted like any other byte of the test; only the
+length of the calls differs.
 """
 
 from __future__ import annotations
@@ -55,12 +56,13 @@ open as the data starts (they do once the first recv() returns)."""
 WAIT_FOR_DATA_S = 10.0
 """A receiver that got nothing in this long stops waiting to probe and keeps SMALL_BYTES."""
 MOST_PROBED_STREAMS = 16
-"""Above this many streams per direction the probe does not run. Every stream's windows
-sum the side's counters in Python, work that grows with the square of the count, and at
--P 128 on an AMD EPYC (2 cores) it held the interval sampler off for the whole test (one
-sample per sender stream where 20 were due; with the probe off, 4 runs of 4 had all).
--P 64 passed; 16 keeps a margin, and so many streams share a core that one thread's write
-length no longer sets the rate."""
+"""Above this many streams per direction the loops keep SMALL_BYTES without a probe. A
+probed loop holds a LARGE_BYTES buffer, and a server budgets that for every stream: 16 MiB
+a direction at 16 streams, 128 MiB at -P 128, a small router's whole budget. And there the
+probe buys nothing: on an AMD EPYC (2 cores, 32 MiB L3) 1 MiB calls moved 0.87x, 0.85x,
+0.88x and 0.89x of what 256 KiB calls did at -P 8, 16, 32 and 128 (medians of 3), and at
+-P 16 the probe kept 256K in 2 runs of 2. (The probe itself no longer costs more per
+stream with more streams: the side reads its sums once a window, see :class:`Schedule`.)"""
 
 
 def probed(spec: TestSpec) -> bool:
@@ -116,50 +118,120 @@ Loop = Callable[[int, Optional[float]], object]
 """A stream loop: ``loop(length, deadline)`` runs the C (or pure) loop until then."""
 
 
-@attrs.define
-class Gauges:
-    """What a probe window reads: the bytes the side's streams of this role have moved so
-    far, and the CPU seconds their process has spent. The side's, not the stream's: with
-    several streams, which of them the scheduler favours moves one stream's rate by more
-    than the length does (-P 4 here: one stream 12.2 Gbit/s at 256K and 11.4 at 1M while
-    the four together rose from 51.9 to 56.6), and the streams' windows run in step, so
-    every stream reads nearly the same sums.
+Reading = tuple[float, int, float]
+"""One reading of a schedule's gauges: (monotonic seconds, bytes moved, CPU seconds)."""
 
-    Nearly is not enough near the threshold, so one verdict is kept for all: the first
-    stream to end its windows chooses and the rest keep that (on an AMD EPYC at -P 4,
-    windows a few ms apart put 2 streams of 4 at 256K and 2 at 1M)."""
+
+@attrs.define
+class Schedule:
+    """The probe of one side's streams of one role: one clock of windows, each measured
+    once, and one verdict.
+
+    Measured on the side's sums, not the stream's: with several streams, which of them the
+    scheduler favours moves one stream's rate by more than the length does (-P 4 here: one
+    stream 12.2 Gbit/s at 256K and 11.4 at 1M while the four together rose from 51.9 to
+    56.6). Measured once: when each stream read those sums for itself, the work grew with
+    the square of the count and at -P 128 held the interval sampler off; and streams whose
+    windows ended a few ms apart chose apart near the threshold (on an AMD EPYC at -P 4,
+    2 of 4 kept 256K and 2 kept 1M). Now the first stream back from a window's end reads
+    the sums for all, and the first to finish the windows chooses for all.
+
+    ``moved`` is what the streams of this role have moved so far, ``cpu_s`` the CPU
+    seconds their process (or, for a lone stream, its thread) has spent."""
 
     moved: Callable[[], int]
     cpu_s: Callable[[], float]
+    _readings: list[Optional[Reading]] = attrs.field(
+        factory=lambda: [None] * (len(ORDER) + 1), init=False)
     _verdict: Optional[int] = attrs.field(default=None, init=False)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
-    def decide(self, small: Trial, large: Trial) -> int:
-        """The length every stream reading these gauges keeps: the first caller's
-        :func:`choose`, returned to every later caller whatever its own trials say."""
+    @property
+    def verdict(self) -> Optional[int]:
+        """The length every stream of this schedule keeps; None until the windows end."""
+        return self._verdict
+
+    def open(self) -> float:
+        """Start the clock if no stream has (the first reading); when it started."""
+        with self._lock:
+            first = self._readings[0]
+            if first is None:
+                first = self._readings[0] = self._read()
+            return first[0]
+
+    def window_end(self, index: int) -> float:
+        """When window ``index`` ends on this schedule's clock (after :meth:`open`)."""
+        return self._opened_at() + (index + 1) * WINDOW_S
+
+    def current(self) -> int:
+        """The window the clock is in now; ``len(ORDER)`` once all have ended."""
+        elapsed = core.monotonic() - self._opened_at()
+        return min(len(ORDER), max(0, int(elapsed / WINDOW_S)))
+
+    def _opened_at(self) -> float:
+        first = self._readings[0]
+        if first is None:
+            raise RuntimeError("the schedule's clock has not been opened")
+        return first[0]
+
+    def passed(self) -> None:
+        """A stream is back from a window: read the sums at every window end that is past
+        and not yet read (once, whichever stream comes back first)."""
+        now = core.monotonic()
+        with self._lock:
+            for index in range(len(ORDER)):
+                if self._readings[index + 1] is None and now >= self.window_end(index):
+                    self._readings[index + 1] = self._read()
+
+    def decide(self) -> int:
+        """The length to keep: the verdict of the whole schedule once its last window has
+        been read (fixed by the first caller then). A stream asking before that left its
+        windows early (stopped, or its peer closed) and gets SMALL_BYTES, fixing nothing."""
         with self._lock:
             if self._verdict is None:
-                self._verdict = choose(small, large)
+                if self._readings[-1] is None:
+                    return SMALL_BYTES
+                self._verdict = choose(*self.trials())
             return self._verdict
+
+    def trials(self) -> tuple[Trial, Trial]:
+        """What the windows read so far, summed by length: (small, large)."""
+        small, large = Trial(SMALL_BYTES), Trial(LARGE_BYTES)
+        for index, length in enumerate(ORDER):
+            begin, end = self._readings[index], self._readings[index + 1]
+            if begin is None or end is None:
+                continue
+            trial = small if length == SMALL_BYTES else large
+            trial.wall_s += end[0] - begin[0]
+            trial.bytes += end[1] - begin[1]
+            trial.cpu_s += end[2] - begin[2]
+        return small, large
+
+    def _read(self) -> Reading:
+        return (core.monotonic(), self.moved(), self.cpu_s())
 
 
 def run(loop: Loop, counters: core.Counters, deadline: Optional[float],
-        receiver: bool, gauges: Optional[Gauges] = None) -> int:
-    """Run ``loop`` through the probe's windows, then to ``deadline`` at the length it
-    chose; the length. ``gauges`` default to this stream's bytes and thread CPU. A
-    receiver first waits for the first byte. Every window ends early once the loop is
-    stopped or the peer has closed (a loop then returns at once), so the probe never
-    holds a test open."""
+        receiver: bool, schedule: Optional[Schedule] = None) -> int:
+    """Run ``loop`` through the windows of ``schedule`` (joining at whichever window its
+    clock is in), then to ``deadline`` at the length it chose; the length. The schedule
+    defaults to this stream's own bytes and thread CPU. A receiver first waits for the
+    first byte. Every window ends early once the loop is stopped or the peer has closed
+    (a loop then returns at once), so the probe never holds a test open."""
     if receiver and not _first_byte(loop, counters, deadline):
         loop(SMALL_BYTES, deadline)
         return SMALL_BYTES
-    gauges = gauges or Gauges(lambda: counters.bytes, _thread_cpu_s)
-    trials = {SMALL_BYTES: Trial(SMALL_BYTES), LARGE_BYTES: Trial(LARGE_BYTES)}
-    for length in ORDER:
-        if counters.stopped or _past(deadline):
-            break
-        _window(loop, gauges, trials[length], deadline)
-    chosen = gauges.decide(trials[SMALL_BYTES], trials[LARGE_BYTES])
+    schedule = schedule or Schedule(lambda: counters.bytes, _thread_cpu_s)
+    schedule.open()
+    index = schedule.current()
+    # Each window at most once: a loop that returns early (stopped, peer gone) must not
+    # spin through the rest of the clock.
+    while index < len(ORDER) and not (counters.stopped or _past(deadline)):
+        end = schedule.window_end(index)
+        loop(ORDER[index], end if deadline is None else min(end, deadline))
+        schedule.passed()
+        index = max(index + 1, schedule.current())
+    chosen = schedule.decide()
     loop(chosen, deadline)
     return chosen
 
@@ -167,15 +239,6 @@ def run(loop: Loop, counters: core.Counters, deadline: Optional[float],
 def _thread_cpu_s() -> float:
     used = core.rusage("thread")
     return used.user_s + used.system_s
-
-
-def _window(loop: Loop, gauges: Gauges, trial: Trial, deadline: Optional[float]) -> None:
-    start, before, cpu = core.monotonic(), gauges.moved(), gauges.cpu_s()
-    end = start + WINDOW_S
-    loop(trial.length, end if deadline is None else min(end, deadline))
-    trial.cpu_s += gauges.cpu_s() - cpu
-    trial.bytes += gauges.moved() - before
-    trial.wall_s += core.monotonic() - start
 
 
 def _first_byte(loop: Loop, counters: core.Counters, deadline: Optional[float]) -> bool:

@@ -131,6 +131,7 @@ class LocalStream:
     drops_base: Optional[int] = None  # UDP receiver: its socket's own drops at the start
     drops_end: Optional[int] = None  # ... and when its loop returned
     peer_sent_packets: Optional[int] = None  # UDP receiver: what the peer says it sent
+    call_length_bytes: Optional[int] = None  # TCP: the length its loop's calls kept
     user_s: float = 0.0
     system_s: float = 0.0
     last: summary.Snapshot = attrs.field(factory=summary.Snapshot)
@@ -216,7 +217,7 @@ class Side:
         self._rcvbuf_base: Optional[int] = None
         self._lock = threading.Lock()
         self._nice = 0
-        self._probe_gauges: dict[str, lengthprobe.Gauges] = {}
+        self._probes: dict[str, lengthprobe.Schedule] = {}
         self.reporter_errors: list[str] = []
         self.on_change: Optional[Callable[[], None]] = None
         """Called (from a stream thread) whenever a loop returns, to wake whoever waits."""
@@ -283,11 +284,12 @@ class Side:
         if stream.role == "sender":
             rate = spec.rate_bits_per_second
             if stream.is_tcp and lengthprobe.probed(spec):
-                lengthprobe.run(
+                stream.call_length_bytes = lengthprobe.run(
                     lambda n, until: core.tcp_send(fd, c, length=n, deadline=until),
-                    c, deadline, receiver=False, gauges=self._gauges(stream.role))
+                    c, deadline, receiver=False, schedule=self._probe(stream.role))
                 _shutdown_write(stream.sock)
             elif stream.is_tcp:
+                stream.call_length_bytes = length
                 core.tcp_send(
                     fd,
                     c,
@@ -304,32 +306,33 @@ class Side:
         limit = None if deadline is None else deadline + RECEIVER_GRACE_S
         skip = spec.skip_rx_copy
         if stream.is_tcp and lengthprobe.probed(spec):
-            lengthprobe.run(
+            stream.call_length_bytes = lengthprobe.run(
                 lambda n, until: core.tcp_recv(fd, c, length=n, deadline=until, skip_copy=skip),
-                c, limit, receiver=True, gauges=self._gauges(stream.role))
+                c, limit, receiver=True, schedule=self._probe(stream.role))
         elif stream.is_tcp:
+            stream.call_length_bytes = length
             core.tcp_recv(fd, c, length=length, deadline=limit, skip_copy=skip)
         else:
             core.udp_recv(fd, c, length=UDP_RECV_LENGTH, deadline=limit, batch=UDP_BATCH,
                           gro=UDP_GRO)
 
-    def _gauges(self, role: str) -> lengthprobe.Gauges:
-        """What a TCP stream's length probe reads: this side's streams of ``role`` and
-        the process's CPU (see :class:`lengthprobe.Gauges`). One per role, shared by its
-        streams, so that they keep one length."""
+    def _probe(self, role: str) -> lengthprobe.Schedule:
+        """The length probe of this side's TCP streams of ``role``: one schedule for all,
+        which reads their summed bytes and the process's CPU (see
+        :class:`lengthprobe.Schedule`), so that they run one clock and keep one length."""
         with self._lock:
-            if role not in self._probe_gauges:
-                self._probe_gauges[role] = self._new_gauges(role)
-            return self._probe_gauges[role]
+            if role not in self._probes:
+                self._probes[role] = self._new_probe(role)
+            return self._probes[role]
 
-    def _new_gauges(self, role: str) -> lengthprobe.Gauges:
+    def _new_probe(self, role: str) -> lengthprobe.Schedule:
         mine = [s.counters for s in self.streams if s.role == role and s.is_tcp]
 
         def cpu_s() -> float:
             used = core.rusage("process")
             return used.user_s + used.system_s
 
-        return lengthprobe.Gauges(lambda: sum(c.bytes for c in mine), cpu_s)
+        return lengthprobe.Schedule(lambda: sum(c.bytes for c in mine), cpu_s)
 
     def _udp_send(self, fd: int, c: core.Counters, length: int, deadline: Optional[float],
                   rate: Optional[float]) -> None:

@@ -170,6 +170,7 @@ def side_summary(stream: LocalStream, start_s: float, end_s: float,
         duplicate_packets=duplicates,
         receive_buffer_dropped_packets=rcvbuf_drops if udp_rx else None,
         jitter_ms=final.jitter_ms if udp_rx else None,
+        call_length_bytes=stream.call_length_bytes if stream.is_tcp else None,
     )
 
 
@@ -235,8 +236,14 @@ def sum_summaries(parts: Sequence[SideSummary], cpu: Optional[Cpu]) -> SideSumma
         receive_buffer_dropped_packets=_total([p.receive_buffer_dropped_packets
                                                for p in parts]),
         jitter_ms=_mean([p.jitter_ms for p in parts]),
+        call_length_bytes=_common([p.call_length_bytes for p in parts]),
         cpu=cpu,
     )
+
+
+def _common(values: Sequence[Optional[int]]) -> Optional[int]:
+    # A level, not an amount: the total has one only where every part has the same.
+    return values[0] if values and len(set(values)) == 1 else None
 
 
 def process_cpu(user_s: float, system_s: float, wall_s: float) -> CpuUsage:
