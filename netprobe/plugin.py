@@ -15,7 +15,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Callable, ClassVar, Optional, Protocol
 
 import attrs
@@ -23,7 +23,7 @@ from attrs import frozen
 
 from netprobe.errors import NetprobeError, SpecError, ToolNotFound
 from netprobe.record import Record
-from netprobe.schema import Interval, RawOutput, Result, TestSpec
+from netprobe.schema import FlowSummary, Interval, RawOutput, Result, SideSummary, TestSpec
 
 ENTRY_POINT_GROUP = "netprobe.tools"
 """The entry-point group tools are published under."""
@@ -664,8 +664,63 @@ def _filled(mine: tuple[Any, ...], theirs: tuple[Any, ...], key: Callable[[Any],
 def _fill(mine: Any, theirs: Any) -> Any:
     if theirs is None:
         return mine
-    return attrs.evolve(mine, sender=mine.sender or theirs.sender,
-                        receiver=mine.receiver or theirs.receiver)
+    return attrs.evolve(mine, sender=_side_filled(mine.sender, theirs.sender),
+                        receiver=_side_filled(mine.receiver, theirs.receiver))
+
+
+def _side_filled(mine: Optional[SideSummary], theirs: Optional[SideSummary]
+                 ) -> Optional[SideSummary]:
+    # The call length is the one figure a side's own output may lack while the other
+    # process's says it (iperf 2's client knows what its server writes with).
+    if mine is None:
+        return theirs
+    if mine.call_length_bytes is None and theirs is not None and theirs.call_length_bytes:
+        return attrs.evolve(mine, call_length_bytes=theirs.call_length_bytes)
+    return mine
+
+
+def short_sender_totals(tool: str, flows: Iterable[FlowSummary]) -> list[str]:
+    """A warning for each TCP flow whose receiver total is above its sender's. TCP delivers
+    no byte that was not sent, so the sender's figure was taken early (iperf3 3.16+ and
+    ntttcp read their counters while a thread still finishes one more write). Both figures
+    stay the tool's; the warning says which one is short, and by how much. The caller
+    passes TCP flows only (over UDP a receiver may count what the sender did not report)."""
+    out = []
+    for flow in flows:
+        sent, received = flow.sender, flow.receiver
+        if sent and received and sent.bytes is not None and received.bytes is not None \
+                and received.bytes > sent.bytes:
+            out.append(f"{tool}'s {flow.direction} sender total is "
+                       f"{received.bytes - sent.bytes} bytes below what its receiver got: "
+                       "its sender figure was taken before the last write(s) were counted")
+    return out
+
+
+CallLengths = Mapping[tuple[str, str], int]
+"""Bytes a data loop asked of each send() or recv() call, by (direction, role): what a
+tool's output says its processes used (see :func:`with_call_lengths`)."""
+
+
+def with_call_lengths(result: Result, lengths: CallLengths) -> Result:
+    """``result`` with ``SideSummary.call_length_bytes`` set from ``lengths`` on each side
+    (flow totals and streams) that has none and whose (direction, role) is there. TCP only:
+    over UDP the length is the datagram's, which the spec says, so a UDP result is returned
+    unchanged. For a driven tool that prints the read/write length each end used."""
+    if not lengths or result.spec.protocol != "tcp":
+        return result
+
+    def side(direction: str, found: Optional[SideSummary]) -> Optional[SideSummary]:
+        if found is None or found.call_length_bytes is not None:
+            return found
+        length = lengths.get((direction, found.role))
+        return found if length is None else attrs.evolve(found, call_length_bytes=length)
+
+    def filled(item: Any) -> Any:
+        return attrs.evolve(item, sender=side(item.direction, item.sender),
+                            receiver=side(item.direction, item.receiver))
+
+    return attrs.evolve(result, summaries=tuple(filled(f) for f in result.summaries),
+                        streams=tuple(filled(s) for s in result.streams))
 
 
 def utc_now_iso() -> str:
@@ -699,6 +754,7 @@ __all__ = [
     "MAX_INTERVALS_KEPT",
     "SWITCHES",
     "Availability",
+    "CallLengths",
     "Capabilities",
     "KeptIntervals",
     "LoadFailure",
@@ -714,6 +770,8 @@ __all__ = [
     "intervals_not_kept",
     "load_registry",
     "make_manager",
+    "short_sender_totals",
     "system_name",
     "utc_now_iso",
+    "with_call_lengths",
 ]

@@ -313,6 +313,21 @@ def test_human_bidir_and_udp_server_output() -> None:
     assert (receiver.jitter_ms, receiver.lost_packets, receiver.packets) == (0.005, 0, 1907)
 
 
+def test_human_server_output_of_a_reverse_test_is_the_servers_sending() -> None:
+    # A -R test's server does not print "Reverse mode"; its lines (Retr, Cwnd, "sender")
+    # are its own sending, server to client. They were put on a client_to_server flow,
+    # which beside the client's -J made a phantom second flow.
+    for name in ("iperf3-3.12-R-J-server.txt", "iperf3-3.12-R-i1-server.txt"):
+        alone = parse(name)
+        assert [f.direction for f in alone.summaries] == [S2C], name
+        assert alone.spec.direction == "reverse"
+        assert {i.direction for i in alone.intervals} == {S2C}
+        assert flow(alone, S2C).sender.retransmits is not None
+    both = parse("iperf3-3.12-R-J-client.txt", "iperf3-3.12-R-J-server.txt")
+    assert [(f.direction, f.sender is not None, f.receiver is not None)
+            for f in both.summaries] == [(S2C, True, True)]
+
+
 # --- nearby versions: written from the documented formats -----------------------------------
 
 JSON_STREAM_317 = "\n".join(

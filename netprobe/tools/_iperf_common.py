@@ -29,7 +29,7 @@ from netprobe.driven import (
 )
 from netprobe.engine.latency import distribution
 from netprobe.errors import NetprobeError, TestFailed, TestInterrupted
-from netprobe.plugin import Availability, Reporter, utc_now_iso
+from netprobe.plugin import Availability, Reporter, utc_now_iso, with_call_lengths
 from netprobe.schema import (
     Cpu,
     CpuUsage,
@@ -69,6 +69,8 @@ class Parts:
     start_time: str | None = None
     version: str | None = None
     latency: Latency | None = None
+    call_lengths: dict[tuple[str, str], int] = attrs.Factory(dict)
+    """What the output says each end's data loop asked of a call, by (direction, role)."""
 
 
 @attrs.define
@@ -201,7 +203,7 @@ def assemble(
     raw: tuple[RawOutput, ...] = (),
 ) -> Result:
     """Put ``parts`` into a Result, intervals in time order."""
-    return with_cpu_warnings(Result(
+    return with_cpu_warnings(with_call_lengths(Result(
         tool=tool,
         spec=spec,
         start_time=parts.start_time or start_time,
@@ -216,7 +218,7 @@ def assemble(
         warnings=tuple(parts.warnings),
         errors=tuple(parts.errors if errors is None else errors),
         raw=raw,
-    ))
+    ), parts.call_lengths))
 
 
 def _interval_order(sample: Interval) -> tuple[float, str, str, int]:

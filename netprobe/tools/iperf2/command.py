@@ -64,6 +64,10 @@ def server_argv(binary: Probed, spec: TestSpec, host: str, port: int) -> list[st
         argv += ["-i", arg_number(spec.interval_s)]
     if spec.protocol == "udp":
         argv.append("-u")
+    elif spec.length_bytes is not None:
+        # The server reads with its own -l (it writes with the client's): without this a
+        # --length test's reads were the server's default 128K.
+        argv += ["-l", str(spec.length_bytes)]
     if ":" in host:
         argv.append("-V")
     return argv

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from netprobe.errors import ParseError
+from netprobe.plugin import short_sender_totals
 from netprobe.schema import (
     Cpu,
     Endpoint,
@@ -476,32 +477,34 @@ def parse_document(doc: dict[str, Any], source: str = "<input>") -> Parts:
     parts.warnings.extend(_fill_udp_receivers(found, flows, parts.intervals, ctx))
     parts.streams = found.streams
     parts.summaries = _attach_cpu(_with_stream_ooo(flows, found.streams), end, ctx)
-    parts.warnings.extend(_short_sender_totals(parts.summaries, ctx))
+    if not ctx.udp:
+        parts.warnings.extend(short_sender_totals("iperf3", parts.summaries))
     if not ctx.is_client or doc.get("error"):
         _drop_unreported_peer_sides(parts, ctx)
     parts.duration_s = _duration(parts.summaries)
+    parts.call_lengths = call_lengths(start)
     error = doc.get("error")
     if error:
         parts.errors.append(str(error))
     return parts
 
 
-def _short_sender_totals(flows: list[FlowSummary], ctx: DocContext) -> list[str]:
-    """TCP delivers no byte that was not sent, so a receiver total above the sender's means
-    the sender's was taken early: iperf3 3.16+ (a thread per stream) reads its counters
-    while a stream thread still finishes one more write. Both figures are kept as iperf3
-    gave them; the warning says which one is short, and by how much."""
-    if ctx.udp:
-        return []
-    out = []
-    for flow in flows:
-        sent, received = flow.sender, flow.receiver
-        if sent and received and sent.bytes is not None and received.bytes is not None \
-                and received.bytes > sent.bytes:
-            out.append(f"iperf3's {flow.direction} sender total is {received.bytes - sent.bytes}"
-                       " bytes below what its receiver got: its sender figure was taken"
-                       " before the last write(s) were counted")
-    return out
+def call_lengths(start: dict[str, Any]) -> dict[tuple[str, str], int]:
+    """iperf3's -l (``test_start.blksize``) over TCP: the client sends it to the server,
+    and both ends write and read with it, either way (strace of 3.12: 16384-byte reads and
+    writes on both ends with -l 16K, with and without -R)."""
+    test = _obj(start.get("test_start"))
+    if str(test.get("protocol", "")).upper() != "TCP":
+        return {}
+    return _every_end(_known_int(test, "blksize"))
+
+
+def _every_end(length: int | None) -> dict[tuple[str, str], int]:
+    """``length`` for both ends of both ways ({} when unknown)."""
+    if length is None or length <= 0:
+        return {}
+    return {(direction, role): length for direction in (C2S, S2C)
+            for role in ("sender", "receiver")}
 
 
 def _drop_unreported_peer_sides(parts: Parts, ctx: DocContext) -> None:
@@ -836,8 +839,7 @@ def parse_human_text(text: str, source: str = "<input>") -> Parts:
     """Intervals and summaries of a saved human-format iperf3 output (client or server).
     Raises ParseError when no iperf3 line is found."""
     is_client = "Connecting to host" in text or "Server listening" not in text
-    reverse = "Reverse mode" in text
-    default_role = "sender" if is_client != reverse else "receiver"
+    default_role = _human_own_role(text, is_client)
     numbers = StreamNumbers()
     parts = Parts()
     sides: dict[tuple[str, int | None], dict[str, SideSummary]] = {}
@@ -854,7 +856,34 @@ def parse_human_text(text: str, source: str = "<input>") -> Parts:
     if not parts.intervals and not sides:
         raise ParseError("no iperf3 interval or summary lines found", source)
     _human_summaries(parts, sides)
+    parts.call_lengths = _human_call_lengths(text)
     return parts
+
+
+_STARTING = re.compile(r"^Starting Test: protocol: (\w+), \d+ streams, (\d+) byte blocks",
+                       re.MULTILINE)
+
+
+def _human_call_lengths(text: str) -> dict[tuple[str, str], int]:
+    # A -V client prints "Starting Test: ... N byte blocks": the -l both ends use, as
+    # test_start.blksize says it in -J output (a server's -V output has no such line).
+    found = _STARTING.search(text)
+    if found is None or found.group(1).upper() != "TCP":
+        return {}
+    return _every_end(int(found.group(2)))
+
+
+def _human_own_role(text: str, is_client: bool) -> str:
+    """What a human output's process did in a one-way test. A client says "Reverse mode";
+    a server never does, so its interval lines tell (a sender's carry Retr and Cwnd, or
+    Total Datagrams): a -R test's server had its figures put on the client's flow."""
+    if is_client:
+        return "receiver" if "Reverse mode" in text else "sender"
+    for line in text.splitlines():
+        parsed = parse_human_line(line, False, "receiver")
+        if parsed is not None and not parsed.summary:
+            return parsed.role
+    return "receiver"
 
 
 def _human_summaries(

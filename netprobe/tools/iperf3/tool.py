@@ -183,7 +183,8 @@ class Iperf3Tool(IperfTool):
             raise ParseError("nothing to parse")
         readings = [_read_source(name, text) for name, text in sources]
         main = next((r for r in readings if r.is_client), readings[0])
-        spec = main.spec or TestSpec(tool="iperf3", duration_s=main.parts.duration_s or 10.0)
+        spec = main.spec or TestSpec(tool="iperf3", duration_s=main.parts.duration_s or 10.0,
+                                     direction=_direction_of(main.parts))
         result = self._assembled(main, spec)
         for other in readings:
             if other is not main:  # the same test seen from the other end
@@ -198,6 +199,14 @@ class Iperf3Tool(IperfTool):
         shift_after_warmup(reading.parts, spec.omit_s)
         tool = ToolInfo(name=self.name, version=reading.parts.version)
         return assemble(reading.parts, tool=tool, spec=spec, start_time=reading.parts.start_time)
+
+
+def _direction_of(parts: Parts) -> str:
+    """A human output's test direction, from the flows it reported (it does not say)."""
+    flows = {flow.direction for flow in parts.summaries}
+    if len(flows) > 1:
+        return "bidir"
+    return "reverse" if flows == {"server_to_client"} else "normal"
 
 
 def shift_after_warmup(parts: Parts, omit_s: float) -> None:

@@ -74,6 +74,10 @@ class Totals:
     connections: int | None = None
     host_busy_percent: float | None = None
     """The whole machine's CPU use, where only that is printed (Windows ``Avg. CPU %``)."""
+    call_length_bytes: int | None = None
+    """What its data loop asked of each send() (a sender) or recv() (a receiver): ``-b``,
+    from its parameters (the console's ``... socket buffer (bytes)`` line, printed with -V,
+    or a result file's; ntttcp's "socket buffer" is the call's buffer, not SO_SNDBUF)."""
     threads: list[ThreadTotal] = field(default_factory=list)
     megabyte: int = 10**6
     """What the result file's ``MB`` is (10**6, or 2**20 in NTTTCP for Linux 1.4.0 and in
@@ -90,7 +94,6 @@ class Params:
     port: int | None = None
     duration_s: int | None = None
     warmup_s: int | None = None
-    buffer_bytes: int | None = None
     server_address: str | None = None
 
 
@@ -302,7 +305,12 @@ class ConsoleParser:
             return True
         param = re.match(r"^([\w ()./-]+):\s+(\S.*)$", text)
         if param:
-            _apply_param(out.params, param.group(1).strip(), param.group(2).strip())
+            key, value = param.group(1).strip(), param.group(2).strip()
+            if key in ("sender socket buffer (bytes)", "receiver socket buffer (bytes)"):
+                # printed for the process's own role only (-V)
+                out.totals.call_length_bytes = _positive(value)
+            else:
+                _apply_param(out.params, key, value)
             return True
         return False
 
@@ -358,8 +366,6 @@ def _apply_param(params: Params, key: str, value: str) -> None:
         params.duration_s = _int_of(value)
     elif key == "test warm-up (sec)":
         params.warmup_s = _int_of(value) or 0
-    elif key in ("sender socket buffer (bytes)", "receiver socket buffer (bytes)"):
-        params.buffer_bytes = params.buffer_bytes or _int_of(value)
 
 
 def parse_console(text: str) -> ConsoleOutput:
@@ -435,6 +441,7 @@ def parse_xml(text: str, source: str) -> ResultFile:
         megabyte=megabyte,
     )
     role = "sender" if root.tag == "ntttcps" else "receiver"
+    totals.call_length_bytes = _file_call_length(params, role, xml=True)
     return ResultFile(role, _file_params(params, xml=True), totals, flavour)
 
 
@@ -480,7 +487,9 @@ def parse_json(text: str, source: str) -> ResultFile:
         threads=threads,
     )
     params = body.get("parameters")
-    return ResultFile(role, _file_params(params if isinstance(params, dict) else {}, False), totals)
+    params = params if isinstance(params, dict) else {}
+    totals.call_length_bytes = _file_call_length(params, role, xml=False)
+    return ResultFile(role, _file_params(params, False), totals)
 
 
 def _json_thread(item: dict[str, Any]) -> ThreadTotal:
@@ -521,8 +530,19 @@ def _file_params(raw: dict[str, Any], xml: bool) -> Params:
         port=_int_of(get("port", "port")),
         duration_s=_int_of(get("run_time", "runTime")),
         warmup_s=_int_of(get("warmup_time", "warmupTime")),
-        buffer_bytes=_int_of(get("send_socket_buff", "sendSocketBuff")),
     )
+
+
+def _file_call_length(raw: dict[str, Any], role: str, xml: bool) -> int | None:
+    """A result file's call length for its own role: a file holds both -b settings."""
+    if role == "sender":
+        return _positive(str(raw.get("send_socket_buff" if xml else "sendSocketBuff", "")))
+    return _positive(str(raw.get("recv_socket_buff" if xml else "recvSocketBuff", "")))
+
+
+def _positive(value: str) -> int | None:
+    found = _int_of(value)
+    return found if found is not None and found > 0 else None
 
 
 # --- mapping into the schema --------------------------------------------------------
@@ -601,6 +621,7 @@ def side_summary(
         retransmits=retrans,
         retransmits_scope="host" if retrans is not None else None,
         rtt_us=totals.rtt_us if role == "sender" else None,
+        call_length_bytes=totals.call_length_bytes if protocol == "tcp" else None,
         cpu=Cpu(process=process, host=host) if process or host else None,
     )
 
@@ -615,7 +636,9 @@ def streams(sender: Totals | None, receiver: Totals | None, protocol: str,
         for thread in totals.threads if totals is not None else ():
             found.setdefault(thread.index, {})[role] = SideSummary(
                 role=role, start_s=warmup_s, end_s=round(warmup_s + thread.duration_s, 6),
-                bytes=thread.bytes, bits_per_second=thread.bits_per_second)
+                bytes=thread.bytes, bits_per_second=thread.bits_per_second,
+                call_length_bytes=None if totals is None or protocol != "tcp"
+                else totals.call_length_bytes)
     if len(found) < 2:
         return ()  # one thread: its figures are the summary's
     return tuple(StreamResult(stream_id=index, direction="client_to_server",

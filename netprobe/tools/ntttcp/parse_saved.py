@@ -11,6 +11,7 @@ from typing import Any
 from netprobe.bottleneck import with_cpu_warnings
 from netprobe.driven import readable_sources
 from netprobe.errors import ParseError
+from netprobe.plugin import short_sender_totals
 from netprobe.schema import Endpoint, FlowSummary, RawOutput, Result, TestSpec, ToolInfo
 from netprobe.tools.ntttcp import parse_output as p
 from netprobe.tools.ntttcp.parse_windows import (
@@ -107,6 +108,8 @@ def _parsed_result(
     summaries: tuple[FlowSummary, ...] = ()
     if sender is not None or receiver is not None:
         summaries = (FlowSummary("client_to_server", sender=sender, receiver=receiver),)
+    if spec.protocol == "tcp":
+        warnings.extend(short_sender_totals("ntttcp", summaries))
     if any(slot.console and slot.console.realtime_count for slot in roles.values()):
         warnings.append("ntttcp's real-time throughput lines carry no timestamps: no intervals")
     first = receiver or sender

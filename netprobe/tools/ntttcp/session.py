@@ -20,7 +20,7 @@ import attrs
 
 from netprobe.driven import DrivenProcess, DrivenSession, Ready, listening, system_name, tcpbytes
 from netprobe.errors import ParseError, TestFailed
-from netprobe.plugin import Reporter
+from netprobe.plugin import Reporter, short_sender_totals
 from netprobe.schema import Endpoint, FlowSummary, Interval, RawOutput, Result, TestSpec
 from netprobe.tools.ntttcp import parse_output as p
 from netprobe.tools.ntttcp.command import Plan
@@ -278,6 +278,8 @@ class NtttcpSession(DrivenSession):
             summaries = [FlowSummary("client_to_server", sender=sender, receiver=receiver)]
         measured = receiver or sender
         notes = [COUNTER_NOTE if self.sampler is not None else _INTERVAL_NOTE] if intervals else []
+        if self.spec.protocol == "tcp":
+            notes += short_sender_totals("ntttcp", summaries)
         if intervals and self.live_role == "receiver" and totals["receiver"] is not None:
             notes.append(RECONCILED_NOTE)
         if self.plan.receive_only:

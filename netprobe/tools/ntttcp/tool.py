@@ -28,7 +28,7 @@ import attrs
 
 from netprobe.driven import DrivenTool, family_for, read_version
 from netprobe.errors import NetprobeError
-from netprobe.plugin import Availability, Capabilities, Reporter, fill_missing
+from netprobe.plugin import Availability, Capabilities, Reporter, fill_missing, short_sender_totals
 from netprobe.schema import RawOutput, Result, TestSpec
 from netprobe.tools.ntttcp.command import common_args, line_buffer_prefix, make_plan
 from netprobe.tools.ntttcp.intervals import REALTIME_PERIOD_S, reconcile
@@ -153,6 +153,9 @@ class NtttcpTool(DrivenTool):
         except NetprobeError:
             return super().merge_far_end(result, far_end)
         merged = fill_missing(result, theirs, far_end)
+        if merged.spec.protocol == "tcp":
+            short = short_sender_totals("ntttcp", merged.summaries)
+            merged = attrs.evolve(merged, warnings=tuple(dict.fromkeys((*merged.warnings, *short))))
         receiver = merged.summaries[0].receiver if merged.summaries else None
         if receiver is None or not any(w == COUNTER_NOTE for w in merged.warnings):
             return merged

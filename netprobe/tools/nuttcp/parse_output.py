@@ -597,8 +597,17 @@ def side_summary(side: SideReport, retrans_ok: bool, with_cpu: bool = True) -> S
         packets=received,
         lost_packets=side.drop,
         lost_percent=side.loss_percent,
+        call_length_bytes=call_length(side),
         cpu=_process_cpu(side.cpu_percent, side.cpu_seconds) if with_cpu else None,
     )
+
+
+def call_length(side: SideReport | None) -> int | None:
+    """What the side's loop asked of each write() or read(): its own ``buflen`` (each end
+    prints its own; over UDP it is the datagram's length, which the spec says)."""
+    if side is None or side.mode != "tcp" or not side.buflen or side.buflen <= 0:
+        return None
+    return side.buflen
 
 
 def brief_summaries(
@@ -713,6 +722,7 @@ def _streams(
             bits_per_second=share * 8 / total.end_s, retransmits=retransmits,
             retransmits_scope="connection" if retransmits is not None else None,
             cwnd_bytes=None if cwnd_kb is None else cwnd_kb * KIB,
+            call_length_bytes=total.call_length_bytes,
         )
         found.append(StreamResult(index + 1, direction, sender=sender, socket=socket))
     return tuple(found)
