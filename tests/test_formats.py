@@ -187,6 +187,21 @@ def test_human_text_shows_table_warnings_and_status() -> None:
     assert text.rstrip().endswith("status: ok")
 
 
+def test_human_text_shows_each_ends_call_length() -> None:
+    result = sample_result()
+    flow = result.summaries[0]
+    assert flow.sender is not None and flow.receiver is not None
+    with_lengths = attrs.evolve(result, summaries=(attrs.evolve(
+        flow, sender=attrs.evolve(flow.sender, call_length_bytes=1024 * 1024),
+        receiver=attrs.evolve(flow.receiver, call_length_bytes=131072 + 100)),))
+    text = format_result(with_lengths, "human")
+    assert "Call len" in text
+    rows = {line.split()[1]: line for line in text.splitlines()
+            if line.split()[1:2] in (["sender"], ["receiver"])}
+    assert " 1M " in rows["sender"] and " 131172 B " in rows["receiver"]
+    assert "Call len" not in format_result(result, "human")  # nobody said: no column
+
+
 def test_human_text_udp_columns() -> None:
     text = format_result(sample_result(protocol="udp", status="failed"), "human")
     assert "3 (0.30%)" in text and "0.012 ms" in text

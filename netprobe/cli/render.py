@@ -20,7 +20,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from netprobe.cli.units import Units, format_bytes, format_ms_from_us, format_percent
+from netprobe.cli.units import (
+    Units,
+    format_bytes,
+    format_length,
+    format_ms_from_us,
+    format_percent,
+)
 from netprobe.schema import Interval, Latency, Result, SideSummary, TestSpec
 
 FILE_WIDTH = 120
@@ -335,8 +341,8 @@ def _title(result: Result) -> Text:
     return Text(" | ".join(parts) + f" | started {result.start_time or '-'}", style="bold")
 
 
-_COLUMNS = ("Dir", "Role", "Transfer", "Bitrate", "CPU", "Retr", "RTT mean/min", "Lost",
-            "Jitter", "OOO")
+_COLUMNS = ("Dir", "Role", "Transfer", "Bitrate", "Call len", "CPU", "Retr", "RTT mean/min",
+            "Lost", "Jitter", "OOO")
 
 
 def summary_table(result: Result, per_stream: bool = False, units: Units | None = None,
@@ -391,6 +397,7 @@ def _summary_row(label: str, side: SideSummary, units: Units | None = None,
         side.role,
         units.bytes(side.bytes),
         units.rate(side.bits_per_second),
+        format_length(side.call_length_bytes),  # what most often explains two tools' rates
         format_percent(cpu.total_percent if cpu else None) if compact else _cpu_cell(side),
         _retransmits_cell(side),
         format_ms_from_us(side.rtt_us) if compact else _rtt_cell(side),

@@ -87,6 +87,17 @@ def format_bytes(value: float | None) -> str:
     return f"{value:.2f} TBytes"
 
 
+def format_length(value: int | None) -> str:
+    """A call length as ``-l`` takes it: ``128K``, ``1M``, else ``1000 B``; ``-`` when
+    unknown."""
+    if value is None:
+        return "-"
+    for size, letter in ((1024 * 1024, "M"), (1024, "K")):
+        if value >= size and value % size == 0:
+            return f"{value // size}{letter}"
+    return f"{value} B"
+
+
 def format_rate(bits_per_second: float | None) -> str:
     """A rate for people, SI like iperf3: ``941 Mbit/s``, ``9.42 Gbit/s``; ``-`` when unknown."""
     if bits_per_second is None:
