@@ -32,6 +32,16 @@ CORE_NAMES = (
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _terminated(signum: int, frame: object) -> None:
+    # SIGTERM (a timeout, a stopped job) would end the suite where it stands and leave a
+    # lab's namespaces and processes behind; as an interrupt, every open ``with Lab()``
+    # unwinds and removes what it made, and pytest stops as it does on Ctrl-C.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+signal.signal(signal.SIGTERM, _terminated)
+
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """ntttcp is not packaged: point $NETPROBE_NTTTCP at the built one (shared/peers) when

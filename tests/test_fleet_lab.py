@@ -1,19 +1,21 @@
 """A real fleet: six namespaces on a bridge, each a ``netprobe server --allow-third-party``
 agent behind its own veth shaped to 100 Mbit/s both ways (tbf, overhead 24, as a wire).
 
-A mesh run must give every ordered pair 94.1 +/- 1 Mbit/s (100 x 1448/1538): were the
-schedule ever to put a host in two tests at once, those two would share its link and
-read about 47, so the figures themselves prove the schedule. Then one agent is stopped:
+A mesh run must start no two tests of one host within a test's span of each other, and
+give every ordered pair well over the 47 Mbit/s two tests sharing a link would read, and
+94.1 +/- 1 Mbit/s (100 x 1448/1538) at the median. Then one agent is stopped:
 its pairs come back unreachable, the others still run, the run ends on its own. Last the
 runner is killed (SIGKILL) mid-round: every test it saw end is in the archive, whole, and
 nothing half-written is there."""
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
 import os
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
@@ -82,9 +84,18 @@ def test_fleet_mesh_on_shaped_links(tmp_path: Path) -> None:
         assert first.status == "done" and first.rounds == 10 and first.pairs == 30
         mbit = _mbit(records)
         assert sorted(mbit) == sorted(itertools.permutations(NAMES, 2))
-        off = {pair: _detail(records, pair) for pair, v in mbit.items()
-               if abs(v - WIRE_MBIT) > 1.0}
-        assert not off, f"pairs off 94.1 Mbit/s (a host in two tests at once?): {off}"
+        # The schedule, from the runner's own clock: no host in two tests at once.
+        overlapping = _overlapping(records, span_s=5.0)
+        assert not overlapping, f"a host in two tests at once: {overlapping}"
+        # And from the figures: a shared link reads about 47. Each pair must be clear of
+        # that; a sender starved of CPU for a moment by other work on the machine leaves
+        # its link idle and reads 1-3 Mbit/s low (a CI run: all three pairs of rounds 9
+        # and 10 at 92.4-92.9), so the wire's 94.1 +/- 1 is asked of the median.
+        low = {pair: _detail(records, pair) for pair, v in mbit.items()
+               if not SHARED_MBIT * 1.9 < v < WIRE_MBIT + 1.0}
+        assert not low, f"pairs far off 94.1 Mbit/s (a host in two tests at once?): {low}"
+        middle = statistics.median(mbit.values())
+        assert abs(middle - WIRE_MBIT) <= 1.0, (middle, {p: _detail(records, p) for p in mbit})
         print(f"mesh of 6: 30 pairs in {mesh_s:.1f} s, "
               f"{min(mbit.values()):.2f}..{max(mbit.values()):.2f} Mbit/s")
 
@@ -117,6 +128,19 @@ def test_fleet_mesh_on_shaped_links(tmp_path: Path) -> None:
         os.killpg(runner.pid, signal.SIGKILL)
         runner.wait(10)
         _check_killed_archive(archive_path, seen)
+
+
+def _overlapping(records: list, span_s: float) -> list[tuple[str, str, str]]:
+    """(host, one test, another) for each two tests of a host that started less than
+    ``span_s`` (a test's warm-up and duration) apart."""
+    found = []
+    for host in NAMES:
+        mine = sorted((datetime.datetime.fromisoformat(r.time.replace("Z", "+00:00")),
+                       f"{r.source}->{r.target}") for r in records if host in (r.source, r.target))
+        for (start, one), (later, other) in zip(mine, mine[1:]):
+            if (later - start).total_seconds() < span_s:
+                found.append((host, one, other))
+    return found
 
 
 def _detail(records: list, pair: tuple[str, str]) -> str:
