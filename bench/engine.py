@@ -12,7 +12,9 @@ Sections (each can run alone with --only):
 - policy: native at its default against native at every sweep length, interleaved;
 - placement: -P 1 at defaults unpinned, both ends on one core, on different cores;
 - router: one TCP stream over a 100 Mbit/s tbf link (overhead 24) between two
-  namespaces, 10 s: CPU seconds of each end.
+  namespaces, 10 s: CPU seconds of each end;
+- pure: native on its pure-Python data path against the C core, TCP -P 1 at the default
+  length and at -l 1M.
 
 Runs are interleaved (every tool once, then again), medians of --reps. CPU: the client's
 whole process (rusage from wait4: start-up included, as a user pays it), the server's
@@ -28,6 +30,7 @@ A benchmark, not a test: it asserts nothing and reports what it measured.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -77,6 +80,7 @@ class Run:
     server_cpu_s: float = 0.0
     host_busy_s: float = 0.0
     seconds: float = 0.0
+    kept: Optional[str] = None  # native TCP: the call lengths its ends kept, "1M/256K"
 
     @property
     def gigabits(self) -> float:
@@ -246,10 +250,23 @@ def native(case: Case, where: Where, python: str = sys.executable,
     o = measure(where, [*np, "server", "-1", "-B", where.host, "-p", str(port)],
                 [*np, "run", where.host, "-p", str(port), *args], port, case,
                 env=env or NATIVE_ENV)
-    receiver = json.loads(o.client_out)["summaries"][0]["receiver"]
+    flow = json.loads(o.client_out)["summaries"][0]
+    receiver = flow["receiver"]
     span = receiver["end_s"] - receiver["start_s"]
     pps = receiver["packets"] / span if case.udp else None
-    return _run(o, receiver["bits_per_second"], pps, case)
+    run = _run(o, receiver["bits_per_second"], pps, case)
+    if not case.length:  # left to the probe (with -l the length is the case's)
+        run.kept = _kept(flow["sender"].get("call_length_bytes"),
+                         receiver.get("call_length_bytes"))
+    return run
+
+
+def _kept(sender: Optional[int], receiver: Optional[int]) -> Optional[str]:
+    # What the length probe chose on each end (a total says it where its streams agree),
+    # so that a median can be read with the verdicts it was made of.
+    if sender is None and receiver is None:
+        return None
+    return "/".join("?" if n is None else _k(n) for n in (sender, receiver))
 
 
 def _run(o: Outcome, bps: float, pps: Optional[float], case: Case) -> Run:
@@ -391,6 +408,15 @@ def _native_nogro(case: Case, where: Where) -> Run:
 TOOLS["native-nogro"] = (sys.executable, _native_nogro)
 
 
+def _native_pure(case: Case, where: Where) -> Run:
+    """native on its pure-Python data path at both ends (NETPROBE_PURE=1), as where no
+    wheel and no compiler exist: the C core's loops against Python's, in the same run."""
+    return native(case, where, env={**NATIVE_ENV, "NETPROBE_PURE": "1"})
+
+
+TOOLS["native-pure"] = (sys.executable, _native_pure)
+
+
 def _native_with(python: str) -> Callable[[Case, Where], Run]:
     def run(case: Case, where: Where) -> Run:
         return native(case, where, python)
@@ -429,6 +455,7 @@ SECTION_TOOLS = {
     "sweep": ("native", "iperf3-3.21", "nuttcp-8.2.2", "iperf-2.1.8", "ntttcp-1.4.3"),
     "placement": ("native", "iperf3-3.21", "iperf3-3.12", "nuttcp-8.2.2", "iperf-2.1.8"),
     "policy": POLICY_TOOLS,
+    "pure": ("native", "native-pure"),
 }
 # The native-l* variants are the defaults' own check of the length policy; the UDP and
 # router cases set their own lengths (or none), so they run native and every peer only.
@@ -459,12 +486,18 @@ def cases(seconds: float) -> dict[str, list[Case]]:
                         seconds=t) for n in (1, 4)],
         "router": [Case("router", "TCP -P 1 over 100 Mbit/s tbf (overhead 24), 10 s", 1,
                         seconds=10.0, router=True)],
+        # The pure-Python path against the C core: TCP at the default (the probe's) and
+        # with large writes, where the issue asks it to lose no more than 30%.
+        "pure": [Case("pure", f"TCP -P 1{label}, C core and pure Python", 1, length,
+                      seconds=t) for length, label in ((None, " defaults"), (1 << 20, " -l 1M"))],
     }
 
 
 def tools_for(case: Case, wanted: Sequence[str]) -> list[str]:
-    """The tools that can run a case (gsro and nogro are UDP-only variants)."""
+    """The tools that can run a case (gsro and nogro are UDP-only variants; the pure path
+    runs in its own section only)."""
     names = [t for t in wanted if case.udp or not t.endswith(("-gsro", "-nogro"))]
+    names = [t for t in names if t != "native-pure" or case.section == "pure"]
     return [t for t in names if t == "native" or os.path.exists(TOOLS[t][0])]
 
 
@@ -570,7 +603,17 @@ def report(case: Case, runs: dict[str, list[Run]], failures: dict[str, str]) -> 
               f"| {m.server_cpu_s:.2f} | {m.host_per_gbit:.4f} |")
     for tool, why in failures.items():
         print(f"| {tool} | failed at least once: {why} | | | | | |")
+    kept_lines(runs)
     ratios(case, med)
+
+
+def kept_lines(runs: dict[str, list[Run]]) -> None:
+    """For each netprobe row, the lengths its ends kept in each run (sender/receiver)."""
+    for tool, tool_runs in runs.items():
+        counts = collections.Counter(r.kept for r in tool_runs if r.kept)
+        if counts:
+            kept = ", ".join(f"{k} x{n}" for k, n in counts.most_common())
+            print(f"\n{tool} call lengths kept (sender/receiver): {kept}")
 
 
 def ratios(case: Case, med: dict[str, Median]) -> None:
@@ -581,6 +624,12 @@ def ratios(case: Case, med: dict[str, Median]) -> None:
         best = max(med, key=lambda t: med[t].bps)
         if base is not None:
             print(f"\nnative default / best length: {base.bps / med[best].bps:.2f}x ({best})")
+        return
+    if case.section == "pure":
+        pure = med.get("native-pure")
+        if base is not None and pure is not None:
+            print(f"\npure Python / C core: throughput {pure.bps / base.bps:.2f}x, CPU s/Gbit "
+                  f"{pure.cpu_per_gbit / base.cpu_per_gbit:.2f}x")
         return
     if base is None or not peers:
         return
@@ -649,7 +698,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5, help="runs per tool and case")
     parser.add_argument("--time", type=float, default=2.0,
                         help="seconds per run (the router case always takes 10)")
-    parser.add_argument("--only", default="defaults,udp,sweep,policy,placement,router",
+    parser.add_argument("--only", default="defaults,udp,sweep,policy,placement,router,pure",
                         help="sections, comma-separated")
     parser.add_argument("--tools", default="",
                         help="tools, comma-separated (default: all; fewer in sweep and placement)")
