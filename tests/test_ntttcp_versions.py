@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from netprobe.errors import TestFailed
 from netprobe.plugin import NullReporter
 from netprobe.schema import Result, TestSpec
 from netprobe.tools.ntttcp import NtttcpTool
@@ -113,7 +114,7 @@ needs_ntttcp = pytest.mark.parametrize("peer", peer_params("ntttcp"), indirect=T
 @pytest.mark.peers
 def test_a_four_thread_run_has_four_streams_and_its_cycles_per_byte(peer: PeerBinary) -> None:
     spec = TestSpec(tool="ntttcp", duration_s=2.0, streams=4)
-    result = NtttcpTool().run(spec, NullReporter())
+    result = _run_past_one_hung_sender(spec)
     flow = result.summaries[0]
     assert flow.sender is not None and flow.receiver is not None
     assert [s.stream_id for s in result.streams] == [0, 1, 2, 3]
@@ -123,3 +124,16 @@ def test_a_four_thread_run_has_four_streams_and_its_cycles_per_byte(peer: PeerBi
     printed = re.search(r"cycles/byte\s*:([\d.]+)", console)
     assert printed and flow.receiver.cpu is not None and flow.receiver.cpu.host is not None
     assert flow.receiver.cpu.host.cycles_per_byte == float(printed.group(1))
+
+
+def _run_past_one_hung_sender(spec: TestSpec) -> Result:
+    # ntttcp 1.4.3's sender with -m 4 once hung after its receiver had reported and exited
+    # (a CI-like run here: "did not finish within 17.4 s", the sender printed nothing).
+    # netprobe said so, as it should; that hang is ntttcp's, so one more run is allowed
+    # for it and for nothing else, and the figures are asked of the run that finished.
+    try:
+        return NtttcpTool().run(spec, NullReporter())
+    except TestFailed as exc:
+        if "did not finish within" not in str(exc) or "sender printed no report" not in str(exc):
+            raise
+    return NtttcpTool().run(spec, NullReporter())
