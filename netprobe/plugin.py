@@ -679,12 +679,14 @@ def _side_filled(mine: Optional[SideSummary], theirs: Optional[SideSummary]
     return mine
 
 
-def short_sender_totals(tool: str, flows: Iterable[FlowSummary]) -> list[str]:
+def short_sender_totals(tool: str, protocol: str, flows: Iterable[FlowSummary]) -> list[str]:
     """A warning for each TCP flow whose receiver total is above its sender's. TCP delivers
     no byte that was not sent, so the sender's figure was taken early (iperf3 3.16+ and
     ntttcp read their counters while a thread still finishes one more write). Both figures
-    stay the tool's; the warning says which one is short, and by how much. The caller
-    passes TCP flows only (over UDP a receiver may count what the sender did not report)."""
+    stay the tool's; the warning says which one is short, and by how much. None for UDP:
+    there a receiver may count what the sender did not report."""
+    if protocol != "tcp":
+        return []
     out = []
     for flow in flows:
         sent, received = flow.sender, flow.receiver

@@ -477,8 +477,8 @@ def parse_document(doc: dict[str, Any], source: str = "<input>") -> Parts:
     parts.warnings.extend(_fill_udp_receivers(found, flows, parts.intervals, ctx))
     parts.streams = found.streams
     parts.summaries = _attach_cpu(_with_stream_ooo(flows, found.streams), end, ctx)
-    if not ctx.udp:
-        parts.warnings.extend(short_sender_totals("iperf3", parts.summaries))
+    parts.warnings.extend(short_sender_totals("iperf3", "udp" if ctx.udp else "tcp",
+                                              parts.summaries))
     if not ctx.is_client or doc.get("error"):
         _drop_unreported_peer_sides(parts, ctx)
     parts.duration_s = _duration(parts.summaries)

@@ -633,12 +633,14 @@ def streams(sender: Totals | None, receiver: Totals | None, protocol: str,
     Per-thread figures are only printed with -V or in result files."""
     found: dict[int, dict[str, SideSummary]] = {}
     for role, totals in (("sender", sender), ("receiver", receiver)):
-        for thread in totals.threads if totals is not None else ():
+        if totals is None:
+            continue
+        length = totals.call_length_bytes if protocol == "tcp" else None
+        for thread in totals.threads:
             found.setdefault(thread.index, {})[role] = SideSummary(
                 role=role, start_s=warmup_s, end_s=round(warmup_s + thread.duration_s, 6),
                 bytes=thread.bytes, bits_per_second=thread.bits_per_second,
-                call_length_bytes=None if totals is None or protocol != "tcp"
-                else totals.call_length_bytes)
+                call_length_bytes=length)
     if len(found) < 2:
         return ()  # one thread: its figures are the summary's
     return tuple(StreamResult(stream_id=index, direction="client_to_server",

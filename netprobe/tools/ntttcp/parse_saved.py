@@ -108,8 +108,7 @@ def _parsed_result(
     summaries: tuple[FlowSummary, ...] = ()
     if sender is not None or receiver is not None:
         summaries = (FlowSummary("client_to_server", sender=sender, receiver=receiver),)
-    if spec.protocol == "tcp":
-        warnings.extend(short_sender_totals("ntttcp", summaries))
+    warnings.extend(short_sender_totals("ntttcp", spec.protocol, summaries))
     if any(slot.console and slot.console.realtime_count for slot in roles.values()):
         warnings.append("ntttcp's real-time throughput lines carry no timestamps: no intervals")
     first = receiver or sender

@@ -278,8 +278,7 @@ class NtttcpSession(DrivenSession):
             summaries = [FlowSummary("client_to_server", sender=sender, receiver=receiver)]
         measured = receiver or sender
         notes = [COUNTER_NOTE if self.sampler is not None else _INTERVAL_NOTE] if intervals else []
-        if self.spec.protocol == "tcp":
-            notes += short_sender_totals("ntttcp", summaries)
+        notes += short_sender_totals("ntttcp", self.spec.protocol, summaries)
         if intervals and self.live_role == "receiver" and totals["receiver"] is not None:
             notes.append(RECONCILED_NOTE)
         if self.plan.receive_only:

@@ -153,9 +153,9 @@ class NtttcpTool(DrivenTool):
         except NetprobeError:
             return super().merge_far_end(result, far_end)
         merged = fill_missing(result, theirs, far_end)
-        if merged.spec.protocol == "tcp":
-            short = short_sender_totals("ntttcp", merged.summaries)
-            merged = attrs.evolve(merged, warnings=tuple(dict.fromkeys((*merged.warnings, *short))))
+        # The far end's figures can change the sender's total: the check again, once.
+        short = short_sender_totals("ntttcp", merged.spec.protocol, merged.summaries)
+        merged = attrs.evolve(merged, warnings=tuple(dict.fromkeys((*merged.warnings, *short))))
         receiver = merged.summaries[0].receiver if merged.summaries else None
         if receiver is None or not any(w == COUNTER_NOTE for w in merged.warnings):
             return merged
