@@ -174,11 +174,12 @@ def measure(where: Where, server: list[str], client: list[str], port: int, case:
             wait_listening(where, port, udp_listen)
             server_start_cpu = proc_cpu_s(srv.pid)
             busy = host_busy_s()
-            cli = subprocess.Popen([*where.client_prefix, *client], stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, env=env, cwd=NEUTRAL_CWD)
-            assert cli.stdout is not None
-            out = cli.stdout.read().decode(errors="replace")
-            status, client_cpu = reap(cli, case.seconds + 60)
+            with tempfile.TemporaryFile() as client_out:
+                cli = subprocess.Popen([*where.client_prefix, *client], stdout=client_out,
+                                       stderr=subprocess.STDOUT, env=env, cwd=NEUTRAL_CWD)
+                status, client_cpu = reap_or_stop(cli, client[0], case.seconds + 60)
+                client_out.seek(0)
+                out = client_out.read().decode(errors="replace")
             host = host_busy_s() - busy
             if status != 0:
                 raise RuntimeError(f"{client[0]} exited {status}: {out.strip()[-300:]}")
@@ -188,6 +189,18 @@ def measure(where: Where, server: list[str], client: list[str], port: int, case:
                            server_cpu, host)
         finally:
             stop(srv)
+
+
+def reap_or_stop(proc: subprocess.Popen, name: str, timeout: float) -> tuple[int, float]:
+    """reap(), and a client that has not exited by then is stopped by its PID and the run
+    fails. The output goes to a file, not a pipe, for the same reason: a read of a pipe
+    waits for the end of the output however long that takes, and ntttcp 1.4.3's sender
+    now and then hangs after its receiver has reported (it held one run for 15 minutes)."""
+    try:
+        return reap(proc, timeout)
+    except RuntimeError:
+        stop(proc)
+        raise RuntimeError(f"{name} did not exit within {timeout:g} s; stopped") from None
 
 
 def _server_cpu(srv: subprocess.Popen, exits: bool, case: Case) -> float:
