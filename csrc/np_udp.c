@@ -71,19 +71,38 @@ struct udp_tx {
  * timestamps, packet info): a truncated control area could lose the segment size. */
 #define NP_RX_CONTROL (CMSG_SPACE(sizeof(int)) + 128)
 
-static void put_be64(unsigned char *b, uint64_t v)
+/* The big-endian form of v, to be stored with memcpy: a byte swap on little-endian hosts
+ * (one instruction), nothing on big-endian ones. A byte loop stayed a loop at -O2: perf
+ * put the two stamps of every datagram at 7.6% of a 512-byte UDP sender's samples, as
+ * much as all the rest of its user-space code and the system call entry together. */
+static uint64_t be64(uint64_t v)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return v;
+#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return __builtin_bswap64(v);
+#else
+    unsigned char b[8];
+
     for (int i = 7; i >= 0; i--, v >>= 8)
         b[i] = (unsigned char)v;
+    memcpy(&v, b, sizeof(v));
+    return v;
+#endif
+}
+
+static void put_be64(unsigned char *b, uint64_t v)
+{
+    v = be64(v);
+    memcpy(b, &v, sizeof(v));
 }
 
 static uint64_t get_be64(const unsigned char *b)
 {
-    uint64_t v = 0;
+    uint64_t v;
 
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | b[i];
-    return v;
+    memcpy(&v, b, sizeof(v));
+    return be64(v);
 }
 
 /* Soft errors: retry after a wait. ECONNREFUSED is an ICMP echo of an earlier datagram to
@@ -178,12 +197,15 @@ static unsigned tx_layout(struct udp_tx *t, unsigned n)
     return msgs;
 }
 
+/* Every datagram of a call carries the call's send time: swapped once, stored n times. */
 static void stamp(struct udp_tx *t, unsigned n, uint64_t seq, int64_t now_ns)
 {
+    uint64_t when = be64((uint64_t)now_ns);
+
     for (unsigned i = 0; i < n; i++) {
         unsigned char *h = t->data + (size_t)t->length * i;
         put_be64(h, seq + i);
-        put_be64(h + 8, (uint64_t)now_ns);
+        memcpy(h + 8, &when, sizeof(when));
     }
 }
 
