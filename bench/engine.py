@@ -360,7 +360,10 @@ def iperf2(case: Case, where: Where) -> Run:
     if case.udp:
         args += ["-u", "-b", "100000000000"]
     if case.length:
+        # Both ends: iperf 2's server does not learn the client's -l and reads with its
+        # own 128 KiB default, where every other tool's receiver uses the case's length.
         args += ["-l", str(case.length)]
+        server += ["-l", str(case.length)]
     o = measure(where, server, ["iperf", "-c", where.host, "-p", str(port), *args], port,
                 case, server_exits=False, udp_listen=case.udp)
     if case.udp:  # the receiver's figures are in the server's CSV rows
