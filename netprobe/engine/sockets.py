@@ -48,7 +48,7 @@ def apply_options(sock: socket.socket, spec: TestSpec) -> None:
 # and counted as loss that was the tester's own. The default (net.core.rmem_default,
 # 208 KiB on most hosts, charged with each packet's overhead) holds three 64 KiB GSO/GRO
 # messages: 46 us of a 36 Gbit/s loopback flow, less than one wake-up of a sleeping vCPU.
-# There 3-5% of the datagrams of an unlimited 512-byte test were lost at the receiver's
+# There 2-6% of the datagrams of an unlimited 512-byte test were lost at the receiver's
 # own socket; with 4 MiB asked for, 1-1.5%. So the receiver asks for what the host allows
 # (net.core.rmem_max: the administrator's bound, never passed: no SO_RCVBUFFORCE), up to
 # UDP_RECEIVE_BUFFER_BYTES, about a millisecond at 32 Gbit/s. TCP needs none of this: its
