@@ -29,6 +29,7 @@ if why_not:
     pytestmark.append(pytest.mark.skip(reason=why_not))
 
 NETPROBE = [sys.executable, "-m", "netprobe"]
+LINK_PAYLOAD_BPS = 100e6 * 1448 / 1538  # TCP payload of a 100 Mbit/s Ethernet (netlab.shape)
 RATE_MBIT = 20
 BURST_BYTES = 10 * 1024  # small, so the shallow queue is the latency asked for, not the burst
 
@@ -170,7 +171,13 @@ def test_probes_cost_under_two_percent_of_a_100_mbit_link() -> None:
             document = json.loads(proc.stdout)
             rates[probes].append(document["summaries"][0]["receiver"]["bits_per_second"])
             assert (document["latency"] is not None) == probes
-    assert max(rates[True]) >= 0.98 * max(rates[False])
+    # The reference is at most what the link carries (100 x 1448/1538 = 94.1 Mbit/s of
+    # TCP payload): the receiver's figure of these 2 s tests after a 0.5 s warm-up has
+    # been seen at 96-99 Mbit/s, above that, in runs without probes (the receiver counted
+    # 1-1.8 MB more than the sender sent after its warm-up; not yet explained, see the
+    # issue 13 note of 4 December), and one such run made the probes look 4% dear.
+    reference = min(max(rates[False]), LINK_PAYLOAD_BPS)
+    assert max(rates[True]) >= 0.98 * reference, rates
 
 
 @pytest.mark.skipif(not shutil.which("nft"), reason="nftables (nft) is not installed")
