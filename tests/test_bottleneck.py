@@ -88,10 +88,16 @@ def test_a_sender_held_by_its_own_calls_is_flagged() -> None:
     # of the run (84% of a core, 2% of it waiting for a CPU, with 30% of the host idle, in
     # about 1 run of 9 there and in one CI run), which the rule rightly does not call
     # CPU-bound.
+    # One more run when the first found the host busy and its sender short of a core: a
+    # CI run saw the sender at 36% of a core with the host under 5% idle (flagged rightly,
+    # by the host rule), the machine's time taken by something outside the test.
     if core.DATA_PATH != "c":
         pytest.skip("the compiled core is not built here")
-    result = NativeTool().run(TestSpec(duration_s=1.0, interval_s=None, length_bytes=4096),
-                              NullReporter())
+    for _ in range(2):
+        result = NativeTool().run(TestSpec(duration_s=1.0, interval_s=None,
+                                           length_bytes=4096), NullReporter())
+        if not _host_busy_and_sender_short(result):
+            break
     assert result.status == "ok"
     assert "sender (client_to_server, client)" in _bound_sides(result)
     assert any("CPU-bound" in w for w in result.warnings)
@@ -110,3 +116,13 @@ def test_paced_run_is_not_flagged(data_path: str) -> None:
     assert thread is not None and thread < BUSY_PERCENT
     assert cpu_warnings(result) == []
     assert not any("CPU-bound" in w for w in result.warnings)
+
+
+def _host_busy_and_sender_short(result: Result) -> bool:
+    sender = result.summaries[0].sender if result.summaries else None
+    cpu = sender.cpu if sender else None
+    if cpu is None or cpu.host is None or cpu.process is None:
+        return False
+    idle, thread = cpu.host.idle_percent, cpu.process.max_thread_percent
+    return (idle is not None and idle < IDLE_PERCENT
+            and thread is not None and thread < BUSY_PERCENT)
