@@ -90,9 +90,11 @@ def test_fleet_mesh_on_shaped_links(tmp_path: Path) -> None:
         # And from the figures: a shared link reads about 47. Each pair must be clear of
         # that; a sender starved of CPU for a moment by other work on the machine leaves
         # its link idle and reads 1-3 Mbit/s low (a CI run: all three pairs of rounds 9
-        # and 10 at 92.4-92.9), so the wire's 94.1 +/- 1 is asked of the median.
+        # and 10 at 92.4-92.9; another, all three of round 5 at 88.2-89.1, the machine
+        # stalled for a moment), so the wire's 94.1 +/- 1 is asked of the median, and of
+        # each pair only to be clear of a shared link's 47, as in the checks below.
         low = {pair: _detail(records, pair) for pair, v in mbit.items()
-               if not SHARED_MBIT * 1.9 < v < WIRE_MBIT + 1.0}
+               if not SHARED_MBIT * 1.7 < v < WIRE_MBIT + 1.0}
         assert not low, f"pairs far off 94.1 Mbit/s (a host in two tests at once?): {low}"
         middle = statistics.median(mbit.values())
         assert abs(middle - WIRE_MBIT) <= 1.0, (middle, {p: _detail(records, p) for p in mbit})
