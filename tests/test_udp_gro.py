@@ -191,15 +191,9 @@ def test_the_gso_sender_fills_whole_messages_and_every_datagram_is_its_own(
     if not wrapper.LOADED:
         pytest.skip("the native sender is the compiled core's")
     _gro_or_skip()
-    native = contract.DataPath(wrapper)
     count, length = 44 * 40 + 7, 1472
     with udp_pair() as (tx, rx):
-        tx_counters, rx_counters = wrapper.Counters(), core.Counters()
-        tx_counters.sequence_base = rx_counters.sequence_base = 1 << 40
-        got = receive(pool, rx, rx_counters, count, gro=True, batch=1)
-        sent = native.udp_send(tx.fileno(), tx_counters, length=length, max_packets=count,
-                               deadline=soon(5))
-        assert finish(got, 5) == sent == count * length
+        tx_counters, rx_counters = _native_send(pool, tx, rx, count, length, True, 1)
         whole = _gro_state(rx)
     assert rx_counters.packets == tx_counters.packets == count
     assert (rx_counters.lost, rx_counters.out_of_order, rx_counters.duplicates) == (0, 0, 0)
@@ -216,19 +210,13 @@ def test_a_path_with_longer_headers_gets_shorter_messages(
     # answers EMSGSIZE, and the sender halves its messages instead of failing.
     if not wrapper.LOADED:
         pytest.skip("the native sender is the compiled core's")
-    native = contract.DataPath(wrapper)
     count, length = 47 * 10, 1393
     with udp_pair() as (tx, rx):
         try:
             tx.setsockopt(socket.IPPROTO_IP, socket.IP_OPTIONS, b"\x01" * 39 + b"\x00")
         except OSError as exc:
             pytest.skip(f"IP options refused here: {exc}")
-        tx_counters, rx_counters = wrapper.Counters(), core.Counters()
-        tx_counters.sequence_base = rx_counters.sequence_base = 1 << 40
-        got = receive(pool, rx, rx_counters, count, gro=False, batch=32)
-        sent = native.udp_send(tx.fileno(), tx_counters, length=length, max_packets=count,
-                               deadline=soon(5))
-        assert finish(got, 5) == sent == count * length
+        tx_counters, rx_counters = _native_send(pool, tx, rx, count, length, False, 32)
     assert rx_counters.packets == tx_counters.packets == count
     assert (rx_counters.lost, rx_counters.duplicates) == (0, 0)
 
@@ -264,3 +252,16 @@ def test_other_control_messages_do_not_crowd_out_the_segment_size(data_path: str
         core.udp_recv(rx.fileno(), counters, length=2048, max_packets=10, deadline=soon(3),
                       batch=1)
     assert (counters.packets, counters.lost, counters.calls) == (10, 0, 1)
+
+
+def _native_send(pool: ThreadPoolExecutor, tx: socket.socket, rx: socket.socket, count: int,
+                 length: int, gro: bool, batch: int) -> tuple[Any, Any]:
+    """``count`` datagrams of ``length`` bytes by the compiled sender into the receiver
+    loop; both ends' counters, once every byte sent is counted received."""
+    tx_counters, rx_counters = wrapper.Counters(), core.Counters()
+    tx_counters.sequence_base = rx_counters.sequence_base = 1 << 40
+    got = receive(pool, rx, rx_counters, count, gro=gro, batch=batch)
+    sent = contract.DataPath(wrapper).udp_send(tx.fileno(), tx_counters, length=length,
+                                               max_packets=count, deadline=soon(5))
+    assert finish(got, 5) == sent == count * length
+    return tx_counters, rx_counters
