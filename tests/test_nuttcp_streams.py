@@ -172,14 +172,12 @@ def test_retransmits_add_up_on_a_lossy_link(options: list[str],
     assert NUTTCP8 is not None
     for name, value in NUTTCP8.env.items():
         monkeypatch.setenv(name, value)
-    with shaped_pair(100) as (lab, a, b):
-        lab.drop_percent(a, 1)
-        lab.drop_percent(b, 1)
-        lab.start(b, [NUTTCP8.path, "-1", "--nofork", "-P5000"], stdout=subprocess.DEVNULL)
-        wait_listening(lab, b, 5000)
-        argv = [sys.executable, "-m", "netprobe", "run", B_ADDR, "--tool", "nuttcp",
-                "-p", "5000", "-t", "2", "-i", "0.5", "--json", *options]
-        proc = lab.run(a, argv, timeout=60)
+    proc = _lossy_nuttcp_run(options)
+    if proc.returncode != 0 and "accept() timeout" in proc.stderr:
+        # nuttcp's own 5 s timer on its data connection (ACCEPT_TIMEOUT) fired: the
+        # connection's setup lost packets too (a CI run saw it once in -r mode). The figures
+        # under test come after it, so one more run on a fresh link.
+        proc = _lossy_nuttcp_run(options)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     sender = result["summaries"][0]["sender"]
@@ -189,6 +187,19 @@ def test_retransmits_add_up_on_a_lossy_link(options: list[str],
         assert len(per_stream) == 2 and sum(per_stream) == sender["retransmits"]
     else:
         assert sum(i["retransmits"] for i in result["intervals"]) == sender["retransmits"]
+
+
+def _lossy_nuttcp_run(options: list[str]) -> subprocess.CompletedProcess:
+    """One netprobe-driven nuttcp 8 run across a 100 Mbit/s link that drops 1 % of the data
+    (only where the data arrives: the lost segments are what is to be added up)."""
+    assert NUTTCP8 is not None
+    with shaped_pair(100) as (lab, a, b):
+        lab.drop_percent(a if options == ["-R"] else b, 1)
+        lab.start(b, [NUTTCP8.path, "-1", "--nofork", "-P5000"], stdout=subprocess.DEVNULL)
+        wait_listening(lab, b, 5000)
+        argv = [sys.executable, "-m", "netprobe", "run", B_ADDR, "--tool", "nuttcp",
+                "-p", "5000", "-t", "2", "-i", "0.5", "--json", *options]
+        return lab.run(a, argv, timeout=60)
 
 
 def test_no_retransmits_at_all_is_zero_on_every_stream() -> None:
