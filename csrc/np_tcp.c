@@ -143,26 +143,34 @@ int64_t np_tcp_send(int fd, struct np_counters *c, const struct np_params *p)
  * slower than the receiver (100 Mbit/s is ~8,000 segments a second) that is a wake-up, a
  * context switch and a 1448-byte copy each time, which is most of a receiver's CPU there.
  * With SO_RCVLOWAT the kernel wakes us once `lowat` bytes are in (or at EOF, or when the
- * 100 ms tick times the call out, which then returns what did arrive). Two bounds:
+ * 100 ms tick times the call out, which then returns what did arrive). Three bounds:
+ * - the read length: more would never be taken by one call;
  * - a quarter of SO_RCVBUF: within it tcp_set_rcvlowat() never has to grow the buffer or
  *   clamp the window, and the window stays open while we sleep;
  * - what the flow brings in NP_RCV_LAG_NS: the counter moves only when a call returns, so
  *   it lags what has arrived by up to `lowat` bytes, and a sample (an interval, the
  *   warm-up's base) must not be off by more than 1% of a 1 s interval. A threshold of a
  *   whole read (256 KiB) was 21 ms at 100 Mbit/s and raised a 6 s figure by 0.3%.
- * Both change while the flow runs (the kernel grows an autotuned buffer from 128 KiB to
- * ~1.7 MiB across a 100 Mbit/s link with a 50 ms queue; the rate is known only once data
- * comes), so once a tick the threshold is set again from the buffer as it is then and the
- * rate since the first byte: a threshold fixed at the start stayed at 32 KiB there, ~300
- * wake-ups a second where ~100 keep within the lag. Best effort: where the option is
- * missing or refused the loop runs as before (it changes when we wake, never what we count). */
+ * The last is unknown until data comes, so the threshold is left at the caller's value
+ * until it is: a threshold set at the start from the first two alone (256 KiB to 1 MiB)
+ * held up to 84 ms of a 100 Mbit/s flow uncounted at the start of every loop, and a
+ * warm-up base taken then made a 100 Mbit/s link read 98-99. The rate is timed from the
+ * first call that leaves the queue empty (it returned less than it asked for), so bytes
+ * that were queued before the loop began are not taken for the flow's pace, and judged
+ * NP_RCV_LAG_NS later, then once a tick, as the buffer (the kernel grows an autotuned
+ * one from 128 KiB to ~1.7 MiB across a 100 Mbit/s link with a 50 ms queue) and the rate
+ * change. A receiver that never empties the queue never sleeps, and keeps the caller's
+ * value. Best effort: where the option is missing or refused the loop runs as before (it
+ * changes when we wake, never what we count). */
 #define NP_RCV_LAG_NS (10LL * 1000 * 1000)
 
 struct rcv_wake {
-    int set;
+    int usable;             /* SO_RCVLOWAT can be read, so the caller's value is known */
+    int set;                /* we changed it: put `saved` back at the end */
     int saved;
     int lowat;
-    int64_t first_ns;       /* when the first byte came (0: not yet) */
+    int64_t first_ns;       /* when a call first left the queue empty (0: not yet) */
+    uint64_t first_total;   /* bytes counted by then */
     int64_t next_check_ns;
 };
 
@@ -175,58 +183,60 @@ static int wake_threshold(int fd, int64_t length, double bytes_per_ns)
     if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, &len) < 0 || size < 4)
         return -1;
     lowat = np_minu64((uint64_t)length, (uint64_t)size / 4);
-    if (bytes_per_ns > 0)
-        lowat = np_minu64(lowat, (uint64_t)(bytes_per_ns * (double)NP_RCV_LAG_NS));
+    lowat = np_minu64(lowat, (uint64_t)(bytes_per_ns * (double)NP_RCV_LAG_NS));
     return lowat > 0 ? (int)lowat : 1;
 }
 
-static void fewer_wakeups(int fd, int64_t length, struct rcv_wake *w)
+static void fewer_wakeups(int fd, struct rcv_wake *w)
 {
+    w->usable = 0;
     w->set = 0;
     w->first_ns = 0;
 #ifdef SO_RCVLOWAT
     socklen_t len = sizeof(w->saved);
 
-    if (getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &w->saved, &len) < 0)
-        return;
-    w->lowat = wake_threshold(fd, length, 0.0);
-    if (w->lowat > w->saved
-        && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &w->lowat, sizeof(w->lowat)) == 0)
-        w->set = 1;
+    if (getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &w->saved, &len) == 0) {
+        w->usable = 1;
+        w->lowat = w->saved;
+    }
 #else
     (void)fd;
-    (void)length;
 #endif
 }
 
-/* After every successful recv, with the bytes received so far: a clock read (vDSO), and
- * once a tick two system calls at most. */
-static void follow_flow(int fd, int64_t length, struct rcv_wake *w, uint64_t total)
+/* After every successful recv (`drained`: it returned less than it asked for), with the
+ * bytes received so far: a clock read (vDSO), and once a tick two system calls at most. */
+static void follow_flow(int fd, int64_t length, struct rcv_wake *w, uint64_t total, int drained)
 {
 #ifdef SO_RCVLOWAT
     int64_t now;
     int lowat;
 
-    if (!w->set)
+    if (!w->usable || (w->first_ns == 0 && !drained))
         return;
     now = np_now_ns();
     if (w->first_ns == 0) {
         w->first_ns = now;
-        w->next_check_ns = now + NP_TICK_NS;
+        w->first_total = total;
+        w->next_check_ns = now + NP_RCV_LAG_NS;
         return;
     }
     if (now < w->next_check_ns)
         return;
     w->next_check_ns = now + NP_TICK_NS;
-    lowat = wake_threshold(fd, length, (double)total / (double)(now - w->first_ns));
+    lowat = wake_threshold(fd, length,
+                           (double)(total - w->first_total) / (double)(now - w->first_ns));
     if (lowat > 0 && lowat != w->lowat
-        && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)) == 0)
+        && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)) == 0) {
         w->lowat = lowat;
+        w->set = 1;
+    }
 #else
     (void)fd;
     (void)length;
     (void)w;
     (void)total;
+    (void)drained;
 #endif
 }
 
@@ -248,11 +258,12 @@ static int64_t tcp_recv_loop(struct np_loop *lp, const struct np_params *p, unsi
     uint64_t base = np_get(&c->bytes), calls = np_get(&c->calls), total = 0;
     int flags = p->skip_copy ? MSG_TRUNC : 0;
     int64_t now, rc;
+    size_t ask;
     ssize_t r;
 
     while (!np_loop_done(lp, &now) && total < p->max_bytes) {
-        r = recv(lp->fd, buf, (size_t)np_minu64((uint64_t)p->length, p->max_bytes - total),
-                 flags);
+        ask = (size_t)np_minu64((uint64_t)p->length, p->max_bytes - total);
+        r = recv(lp->fd, buf, ask, flags);
         np_put(&c->calls, ++calls);
         if (r == 0)
             break; /* peer closed or shut down its write side */
@@ -264,7 +275,7 @@ static int64_t tcp_recv_loop(struct np_loop *lp, const struct np_params *p, unsi
         }
         total += (uint64_t)r;
         np_put(&c->bytes, base + total);
-        follow_flow(lp->fd, p->length, wake, total);
+        follow_flow(lp->fd, p->length, wake, total, (size_t)r < ask);
     }
     return (int64_t)total;
 }
@@ -280,7 +291,7 @@ int64_t np_tcp_recv(int fd, struct np_counters *c, const struct np_params *p)
         return np_fail(c, "malloc", ENOMEM);
     rc = np_loop_begin(&lp, fd, c, p, SO_RCVTIMEO, 0.0);
     if (rc == 0) {
-        fewer_wakeups(fd, p->length, &wake);
+        fewer_wakeups(fd, &wake);
         rc = tcp_recv_loop(&lp, p, buf, &wake);
         restore_wakeups(fd, &wake);
         np_loop_end(&lp);

@@ -271,46 +271,47 @@ _RCV_LAG_S = 0.010  # NP_RCV_LAG_NS in np_tcp.c
 
 class _WakeThreshold:
     """Wake the receive loop once min(length, SO_RCVBUF / 4, what the flow brings in 10 ms)
-    bytes are in (SO_RCVLOWAT), set again once a tick as the buffer and the rate change:
-    the same rule and reasons as fewer_wakeups() and follow_flow() in np_tcp.c. Best effort
-    throughout: it changes when the loop wakes, never what it counts."""
+    bytes are in (SO_RCVLOWAT), left at the caller's value until the flow's rate is known
+    (timed from the first receive that left the queue empty, judged 10 ms later) and then
+    set again once a tick as the buffer and the rate change: the same rule and reasons as
+    fewer_wakeups() and follow_flow() in np_tcp.c. Best effort throughout: it changes when
+    the loop wakes, never what it counts."""
 
     def __init__(self, sock: socket.socket, length: int) -> None:
         self.sock, self.length = sock, length
-        self.saved = self.lowat = 0
+        self.saved = self.lowat = self.first_total = 0
         self.first = self.next_check = 0.0
-        self.set = False
+        self.usable = self.set = False
         try:
-            self.saved = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
-            self.lowat = self._threshold(0.0)
-            if self.lowat > self.saved:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, self.lowat)
-                self.set = True
+            self.saved = self.lowat = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+            self.usable = True
         except (OSError, AttributeError):
             pass
 
     def _threshold(self, bytes_per_s: float) -> int:
-        lowat = min(self.length, self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4)
-        if bytes_per_s > 0:
-            lowat = min(lowat, int(bytes_per_s * _RCV_LAG_S))
+        lowat = min(self.length, self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4,
+                    int(bytes_per_s * _RCV_LAG_S))
         return max(1, lowat)
 
-    def follow(self, total: int) -> None:
-        """After a receive: once a tick, the threshold from the buffer and the rate now."""
-        if not self.set:
+    def follow(self, total: int, drained: bool) -> None:
+        """After a receive (``drained``: it returned less than it asked for): the rate's
+        clock starts at the first that emptied the queue; then once a tick, the threshold
+        from the buffer and the rate now."""
+        if not self.usable or not (self.first or drained):
             return
         now = time.monotonic()
         if not self.first:
-            self.first, self.next_check = now, now + _TICK_NS / 1e9
+            self.first, self.first_total = now, total
+            self.next_check = now + _RCV_LAG_S
             return
         if now < self.next_check:
             return
         self.next_check = now + _TICK_NS / 1e9
         with contextlib.suppress(OSError):  # a failure keeps the threshold it has
-            lowat = self._threshold(total / (now - self.first))
+            lowat = self._threshold((total - self.first_total) / (now - self.first))
             if lowat != self.lowat:
                 self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
-                self.lowat = lowat
+                self.lowat, self.set = lowat, True
 
     def restore(self) -> None:
         """Put the caller's SO_RCVLOWAT back."""
@@ -332,7 +333,8 @@ def tcp_recv(fd: int, counters: BaseCounters, args: LoopArgs) -> int:
             while not loop.done() and total < limit:
                 c._calls += 1
                 try:
-                    n = sock.recv_into(buf, min(args.length, limit - total), flags)
+                    ask = min(args.length, limit - total)
+                    n = sock.recv_into(buf, ask, flags)
                 except OSError as exc:
                     if _soft(exc, loop, select.POLLIN, udp=False):
                         continue
@@ -341,7 +343,7 @@ def tcp_recv(fd: int, counters: BaseCounters, args: LoopArgs) -> int:
                     break  # peer closed or shut down its write side
                 total += n
                 c._bytes += n
-                wake.follow(total)
+                wake.follow(total, n < ask)
         finally:
             wake.restore()
     return total
