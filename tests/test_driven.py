@@ -26,7 +26,7 @@ def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             state = f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
+    except (OSError, IndexError):  # gone, or reaped between the open and the read (ESRCH)
         return False
     return state != "Z"
 
