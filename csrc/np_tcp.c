@@ -166,8 +166,7 @@ int64_t np_tcp_send(int fd, struct np_counters *c, const struct np_params *p)
 
 struct rcv_wake {
     int usable;             /* SO_RCVLOWAT can be read, so the caller's value is known */
-    int set;                /* we changed it: put `saved` back at the end */
-    int saved;
+    int saved;              /* the caller's value, put back at the end if lowat differs */
     int lowat;
     int64_t first_ns;       /* when a call first left the queue empty (0: not yet) */
     uint64_t first_total;   /* bytes counted by then */
@@ -190,7 +189,6 @@ static int wake_threshold(int fd, int64_t length, double bytes_per_ns)
 static void fewer_wakeups(int fd, struct rcv_wake *w)
 {
     w->usable = 0;
-    w->set = 0;
     w->first_ns = 0;
 #ifdef SO_RCVLOWAT
     socklen_t len = sizeof(w->saved);
@@ -227,10 +225,8 @@ static void follow_flow(int fd, int64_t length, struct rcv_wake *w, uint64_t tot
     lowat = wake_threshold(fd, length,
                            (double)(total - w->first_total) / (double)(now - w->first_ns));
     if (lowat > 0 && lowat != w->lowat
-        && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)) == 0) {
+        && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)) == 0)
         w->lowat = lowat;
-        w->set = 1;
-    }
 #else
     (void)fd;
     (void)length;
@@ -243,7 +239,7 @@ static void follow_flow(int fd, int64_t length, struct rcv_wake *w, uint64_t tot
 static void restore_wakeups(int fd, const struct rcv_wake *w)
 {
 #ifdef SO_RCVLOWAT
-    if (w->set)
+    if (w->usable && w->lowat != w->saved)
         (void)setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &w->saved, sizeof(w->saved));
 #else
     (void)fd;

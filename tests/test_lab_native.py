@@ -85,7 +85,6 @@ def test_reverse_goodput_on_a_100_mbit_link(link) -> None:  # type: ignore[no-un
     assert flow["direction"] == "server_to_client"
 
 
-@pytest.mark.skipif(not shutil.which("nft"), reason="nftables (nft) is not installed")
 def test_short_runs_after_a_warm_up_never_read_above_the_wire(link) -> None:  # type: ignore[no-untyped-def]
     lab, a, b = link
     start_server(lab, b)
@@ -103,6 +102,7 @@ def test_short_runs_after_a_warm_up_never_read_above_the_wire(link) -> None:  # 
     assert max(figures) <= wire / 1e6, (figures, lab.qdisc_report())
 
 
+@pytest.mark.skipif(not shutil.which("nft"), reason="nftables (nft) is not installed")
 def test_retransmits_match_the_kernel_under_loss(link) -> None:  # type: ignore[no-untyped-def]
     lab, a, b = link
     lab.drop_percent(b, 1)

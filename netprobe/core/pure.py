@@ -281,7 +281,7 @@ class _WakeThreshold:
         self.sock, self.length = sock, length
         self.saved = self.lowat = self.first_total = 0
         self.first = self.next_check = 0.0
-        self.usable = self.set = False
+        self.usable = False
         try:
             self.saved = self.lowat = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
             self.usable = True
@@ -311,11 +311,11 @@ class _WakeThreshold:
             lowat = self._threshold((total - self.first_total) / (now - self.first))
             if lowat != self.lowat:
                 self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
-                self.lowat, self.set = lowat, True
+                self.lowat = lowat
 
     def restore(self) -> None:
         """Put the caller's SO_RCVLOWAT back."""
-        if self.set:
+        if self.usable and self.lowat != self.saved:
             with contextlib.suppress(OSError):
                 self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, self.saved)
 
