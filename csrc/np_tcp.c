@@ -115,7 +115,7 @@ static int pattern_file(const unsigned char *buf, size_t len, const char **call)
 int64_t np_tcp_send(int fd, struct np_counters *c, const struct np_params *p)
 {
     struct tcp_tx tx;
-    unsigned char *buf = malloc((size_t)p->length);
+    unsigned char *buf = np_alloc_data((size_t)p->length);
     const char *call = "malloc";
     int64_t rc;
 
@@ -280,7 +280,7 @@ int64_t np_tcp_recv(int fd, struct np_counters *c, const struct np_params *p)
 {
     struct np_loop lp;
     struct rcv_wake wake;
-    unsigned char *buf = malloc((size_t)p->length);
+    unsigned char *buf = np_alloc_data((size_t)p->length);
     int64_t rc;
 
     if (buf == NULL)

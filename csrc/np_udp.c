@@ -183,7 +183,7 @@ static int tx_alloc(struct udp_tx *t, int batch, unsigned length)
     /* A call never has more than `batch` messages, before or after a fall-back. */
     t->msgs = calloc((size_t)batch, sizeof(*t->msgs));
     t->iov = calloc((size_t)batch, sizeof(*t->iov));
-    t->data = malloc(n * length);
+    t->data = np_alloc_data(n * length);
     t->control = calloc((size_t)batch, CMSG_SPACE(sizeof(uint16_t)));
     if (!t->msgs || !t->iov || !t->data || !t->control) {
         tx_free(t);
@@ -347,7 +347,7 @@ static int rx_alloc(struct udp_rx *b, int n, size_t length, int gro)
     b->slot = gro && length < NP_GRO_SLOT_BYTES ? NP_GRO_SLOT_BYTES : length;
     b->msgs = calloc((size_t)n, sizeof(*b->msgs));
     b->iov = calloc((size_t)n, sizeof(*b->iov));
-    b->data = malloc(b->slot * (size_t)n);
+    b->data = np_alloc_data(b->slot * (size_t)n);
     b->control = calloc((size_t)n, NP_RX_CONTROL);
     if (b->msgs == NULL || b->iov == NULL || b->data == NULL || b->control == NULL) {
         rx_free(b);

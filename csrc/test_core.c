@@ -343,10 +343,29 @@ static void test_allocator_arenas(void)
     CHECK(rc == 0 || rc == 1);
 }
 
+/* Data buffers start on a page whatever their size: the block sizes glibc serves from its
+ * heap and from mappings of their own (128 KiB and up, 16 bytes into the page) alike. */
+static void test_data_buffers_are_page_aligned(void)
+{
+    static const size_t sizes[] = { 1, 100, 12000, 65536, 196608, 1 << 20 };
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        unsigned char *p = np_alloc_data(sizes[i]);
+
+        CHECK(p != NULL && (uintptr_t)p % page == 0);
+        if (p != NULL) {
+            memset(p, 0xa5, sizes[i]); /* all of it is usable */
+            free(p);
+        }
+    }
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* sendfile() cannot say MSG_NOSIGNAL; Python ignores it too */
     test_allocator_arenas();
+    test_data_buffers_are_page_aligned();
     test_tcp_exact(0);
     test_tcp_exact(1);
     test_stop_unblocks();
