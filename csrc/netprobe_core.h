@@ -51,6 +51,7 @@ struct np_params {
     int zerocopy;               /* TCP send: sendfile from a memfd */
     int skip_copy;              /* TCP recv: recv(MSG_TRUNC), data discarded in the kernel */
     int udp_gro;                /* UDP recv: ask for coalesced datagrams (UDP_GRO) */
+    int64_t wake_bytes;         /* TCP recv: bytes let queue before a wake-up; 0: 1 MiB */
 };
 
 /* TCP_INFO figures; -1 where the kernel's struct does not reach the field. */

@@ -3,6 +3,7 @@
 
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -143,8 +144,20 @@ int64_t np_tcp_send(int fd, struct np_counters *c, const struct np_params *p)
  * slower than the receiver (100 Mbit/s is ~8,000 segments a second) that is a wake-up, a
  * context switch and a 1448-byte copy each time, which is most of a receiver's CPU there.
  * With SO_RCVLOWAT the kernel wakes us once `lowat` bytes are in (or at EOF, or when the
- * 100 ms tick times the call out, which then returns what did arrive). Three bounds:
- * - the read length: more would never be taken by one call;
+ * 100 ms tick times the call out, which then returns what did arrive).
+ *
+ * What the threshold starts from: the caller's wake_bytes (NP_WAKE_BYTES, 1 MiB, when it
+ * gives none), or the read length where that is longer. Not the read length alone: the
+ * kernel wakes a sleeping reader once `lowat` bytes are queued whatever the call asked for
+ * (the woken call returns at most its own length and the next ones find the rest queued),
+ * so short calls need not mean frequent wake-ups. A loop of 16 KiB reads on loopback woke
+ * ~30,000 times a second at its read length, and waking per 1 MiB took -P 1 -l 16K from
+ * 21.9 to 26.2 Gbit/s and -l 32K from 27.9 to 34.8 (iperf3 3.21 26.8 and 27.2, same run).
+ * But what waits in the queue is read later, from further out in the cache: with 4
+ * streams on 2 cores 1 MiB each lost to the read length at 128K and 256K (66.6 and 59.2
+ * against 74.6 and 73.8). So the engine shares 1 MiB between the side's receiving streams
+ * (wake_bytes() in netprobe/engine/side.py): one stream wakes per 1 MiB, four per 256 KiB.
+ * Below it, two bounds:
  * - a quarter of SO_RCVBUF: within it tcp_set_rcvlowat() never has to grow the buffer or
  *   clamp the window, and the window stays open while we sleep;
  * - what the flow brings in NP_RCV_LAG_NS: the counter moves only when a call returns, so
@@ -155,25 +168,30 @@ int64_t np_tcp_send(int fd, struct np_counters *c, const struct np_params *p)
  * until it is: a threshold set at the start from the first two alone (256 KiB to 1 MiB)
  * held up to 84 ms of a 100 Mbit/s flow uncounted at the start of every loop, and a
  * warm-up base taken then made a 100 Mbit/s link read 98-99. The rate is timed from the
- * first call that leaves the queue empty (it returned less than it asked for), so bytes
- * that were queued before the loop began are not taken for the flow's pace, and judged
- * NP_RCV_LAG_NS later, then once a tick, as the buffer (the kernel grows an autotuned
- * one from 128 KiB to ~1.7 MiB across a 100 Mbit/s link with a 50 ms queue) and the rate
- * change. A receiver that never empties the queue never sleeps, and keeps the caller's
- * value. Best effort: where the option is missing or refused the loop runs as before (it
- * changes when we wake, never what we count). */
+ * first call that ends past the bytes queued when the loop began (FIONREAD), so those are
+ * not taken for the flow's pace, and judged NP_RCV_LAG_NS later, then once a tick, as the
+ * buffer (the kernel grows an autotuned one from 128 KiB to ~1.7 MiB across a 100 Mbit/s
+ * link with a 50 ms queue) and the rate change. (It was timed from the first call that
+ * returned less than it asked for, the queue then empty; but calls that divide the
+ * sender's writes exactly, 16 KiB reads of 64 KiB writes, never return less, and such a
+ * loop kept waking per segment for the whole test.) Best effort: where the option is
+ * missing or refused the loop runs as before (it changes when we wake, never what we
+ * count). */
 #define NP_RCV_LAG_NS (10LL * 1000 * 1000)
+#define NP_WAKE_BYTES (1 << 20) /* records.WAKE_BYTES in Python */
 
 struct rcv_wake {
     int usable;             /* SO_RCVLOWAT can be read, so the caller's value is known */
     int saved;              /* the caller's value, put back at the end if lowat differs */
     int lowat;
-    int64_t first_ns;       /* when a call first left the queue empty (0: not yet) */
+    int64_t wanted;         /* the threshold before its bounds: wake_bytes or the length */
+    uint64_t backlog;       /* bytes queued when the loop began */
+    int64_t first_ns;       /* when a call first ended past them (0: not yet) */
     uint64_t first_total;   /* bytes counted by then */
     int64_t next_check_ns;
 };
 
-static int wake_threshold(int fd, int64_t length, double bytes_per_ns)
+static int wake_threshold(int fd, int64_t wanted, double bytes_per_ns)
 {
     int size = 0;
     socklen_t len = sizeof(size);
@@ -181,15 +199,20 @@ static int wake_threshold(int fd, int64_t length, double bytes_per_ns)
 
     if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, &len) < 0 || size < 4)
         return -1;
-    lowat = np_minu64((uint64_t)length, (uint64_t)size / 4);
+    lowat = np_minu64((uint64_t)wanted, (uint64_t)size / 4);
     lowat = np_minu64(lowat, (uint64_t)(bytes_per_ns * (double)NP_RCV_LAG_NS));
     return lowat > 0 ? (int)lowat : 1;
 }
 
-static void fewer_wakeups(int fd, struct rcv_wake *w)
+static void fewer_wakeups(int fd, const struct np_params *p, struct rcv_wake *w)
 {
+    int64_t wake = p->wake_bytes > 0 ? p->wake_bytes : NP_WAKE_BYTES;
+    int queued = 0;
+
     w->usable = 0;
     w->first_ns = 0;
+    w->wanted = p->length > wake ? p->length : wake;
+    w->backlog = ioctl(fd, FIONREAD, &queued) == 0 && queued > 0 ? (uint64_t)queued : 0;
 #ifdef SO_RCVLOWAT
     socklen_t len = sizeof(w->saved);
 
@@ -202,15 +225,15 @@ static void fewer_wakeups(int fd, struct rcv_wake *w)
 #endif
 }
 
-/* After every successful recv (`drained`: it returned less than it asked for), with the
- * bytes received so far: a clock read (vDSO), and once a tick two system calls at most. */
-static void follow_flow(int fd, int64_t length, struct rcv_wake *w, uint64_t total, int drained)
+/* After every successful recv, with the bytes received so far: a clock read (vDSO), and
+ * once a tick two system calls at most. */
+static void follow_flow(int fd, struct rcv_wake *w, uint64_t total)
 {
 #ifdef SO_RCVLOWAT
     int64_t now;
     int lowat;
 
-    if (!w->usable || (w->first_ns == 0 && !drained))
+    if (!w->usable || (w->first_ns == 0 && total <= w->backlog))
         return;
     now = np_now_ns();
     if (w->first_ns == 0) {
@@ -222,17 +245,15 @@ static void follow_flow(int fd, int64_t length, struct rcv_wake *w, uint64_t tot
     if (now < w->next_check_ns)
         return;
     w->next_check_ns = now + NP_TICK_NS;
-    lowat = wake_threshold(fd, length,
+    lowat = wake_threshold(fd, w->wanted,
                            (double)(total - w->first_total) / (double)(now - w->first_ns));
     if (lowat > 0 && lowat != w->lowat
         && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)) == 0)
         w->lowat = lowat;
 #else
     (void)fd;
-    (void)length;
     (void)w;
     (void)total;
-    (void)drained;
 #endif
 }
 
@@ -271,7 +292,7 @@ static int64_t tcp_recv_loop(struct np_loop *lp, const struct np_params *p, unsi
         }
         total += (uint64_t)r;
         np_put(&c->bytes, base + total);
-        follow_flow(lp->fd, p->length, wake, total, (size_t)r < ask);
+        follow_flow(lp->fd, wake, total);
     }
     return (int64_t)total;
 }
@@ -287,7 +308,7 @@ int64_t np_tcp_recv(int fd, struct np_counters *c, const struct np_params *p)
         return np_fail(c, "malloc", ENOMEM);
     rc = np_loop_begin(&lp, fd, c, p, SO_RCVTIMEO, 0.0);
     if (rc == 0) {
-        fewer_wakeups(fd, &wake);
+        fewer_wakeups(fd, p, &wake);
         rc = tcp_recv_loop(&lp, p, buf, &wake);
         restore_wakeups(fd, &wake);
         np_loop_end(&lp);

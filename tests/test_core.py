@@ -266,6 +266,13 @@ def _lowat(sock: socket.socket) -> int:
     return sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
 
 
+def _threshold(length: int, sock: socket.socket, wake_bytes: int | None = None) -> int:
+    """The wake threshold of a fast flow (np_tcp.c): the read length or ``wake_bytes`` (1
+    MiB when not given), whichever is longer, within a quarter of the receive buffer."""
+    return min(max(length, wake_bytes or MIB),
+               sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4)
+
+
 def _until(check: Any, within: float) -> Any:
     """Poll ``check()`` until it is truthy or ``within`` seconds pass; its last value."""
     end = time.monotonic() + within
@@ -284,20 +291,25 @@ def _flowing(impl: Any, pool: ThreadPoolExecutor, client: socket.socket,
                                deadline=soon(seconds), rate_bps=400e6)
 
 
-@pytest.mark.parametrize("length", [1 << 20, 4096])
+@pytest.mark.parametrize(("length", "wake_bytes"),
+                         [(1 << 20, None), (4096, None), (4096, 32 << 10), (64 << 10, 32 << 10)])
 def test_tcp_recv_wakes_once_per_quarter_buffer(impl: Any, pool: ThreadPoolExecutor,
-                                                 length: int) -> None:
+                                                 length: int, wake_bytes: Any) -> None:
     # A receiver faster than its link must not wake for every segment: once data flows the
-    # loop asks the kernel (SO_RCVLOWAT) to wake it once min(length, SO_RCVBUF / 4) bytes
-    # are queued (this flow brings far more in 10 ms), not before (the flow's rate
-    # is not known yet), and puts the caller's setting back afterwards.
+    # loop asks the kernel (SO_RCVLOWAT) to wake it once wake_bytes (1 MiB unless the
+    # caller says) or its read length, whichever is longer, are queued, within a quarter of
+    # SO_RCVBUF (this flow brings far more in 10 ms); not before (the flow's rate is not
+    # known yet); and puts the caller's setting back afterwards. Short calls do not lower
+    # it: the kernel wakes a sleeping reader by the threshold, not by the call's length,
+    # and a reader of 4 KiB calls woken per call would wake 64 times as often as one of
+    # 256 KiB. The engine shares 1 MiB between a side's receivers (side.wake_bytes).
     with tcp_pair() as (client, server):
         server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 << 10)  # no autotuning
         before = _lowat(server)
-        wanted = min(length, server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4)
+        wanted = _threshold(length, server, wake_bytes)
         counters = impl.Counters()
         running = pool.submit(impl.tcp_recv, server.fileno(), counters, length=length,
-                              deadline=soon(5))
+                              deadline=soon(5), wake_bytes=wake_bytes)
         time.sleep(0.15)  # more than a tick with the loop waiting and nothing come
         idle = _lowat(server)
         sender, sending = _flowing(impl, pool, client, 1.0)
@@ -308,6 +320,29 @@ def test_tcp_recv_wakes_once_per_quarter_buffer(impl: Any, pool: ThreadPoolExecu
         assert idle == before
         assert seen == wanted
         assert _lowat(server) == before
+
+
+def test_tcp_recv_raises_its_threshold_when_its_calls_divide_the_writes(
+        impl: Any, pool: ThreadPoolExecutor) -> None:
+    # 16 KiB reads of 64 KiB writes never return less than they ask: the rate's clock once
+    # started only at such a short read (the queue then empty), so this loop kept waking
+    # per segment for the whole test. It starts once the bytes queued when the loop began
+    # (FIONREAD) are read, here the 256 KiB written before it.
+    with tcp_pair() as (client, server):
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 << 10)  # no autotuning
+        client.sendall(pattern(256 << 10))
+        counters, sender = impl.Counters(), impl.Counters()
+        running = pool.submit(impl.tcp_recv, server.fileno(), counters, length=16 << 10,
+                              deadline=soon(5))
+        # 1 Gbit/s is over 64 KiB a millisecond, so the paced writes are whole 64 KiB ones.
+        sending = pool.submit(impl.tcp_send, client.fileno(), sender, length=64 << 10,
+                              deadline=soon(0.6), rate_bps=1e9)
+        wanted = _threshold(16 << 10, server)  # a quarter of the buffer: 10 ms is 1.25 MB
+        seen = _until(lambda: _lowat(server) == wanted, 0.5)
+        finish(sending, 5)
+        client.shutdown(socket.SHUT_WR)
+        assert finish(running, 5) == sender.bytes + (256 << 10)
+    assert seen, f"the threshold never rose to {wanted}"
 
 
 def test_tcp_recv_counts_a_trickle_below_the_wake_threshold(impl: Any,
@@ -350,7 +385,7 @@ def test_tcp_recv_wake_threshold_follows_the_buffer_as_it_grows(impl: Any,
             first = _lowat(server)
         assert first == server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4
         server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)  # rmem_max caps it
-        grown = min(length, server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4)
+        grown = _threshold(length, server)
         assert grown > first
         end = time.monotonic() + 3
         while _lowat(server) != grown and time.monotonic() < end:  # a tick or two of data

@@ -130,14 +130,15 @@ class DataPath:
 
     def tcp_recv(self, fd: int, counters: BaseCounters, *, length: int,
                  deadline: float | None = None, max_bytes: int | None = None,
-                 skip_copy: bool = False) -> int:
+                 skip_copy: bool = False, wake_bytes: int | None = None) -> int:
         """Receive until the peer closes, the deadline, ``max_bytes`` (exact) or stop.
 
         Returns the bytes this call received. ``skip_copy`` uses recv(MSG_TRUNC): the kernel
-        discards the data instead of copying it out.
+        discards the data instead of copying it out. ``wake_bytes``: how much a sleeping
+        loop lets queue before it is woken (see :class:`~netprobe.core.records.LoopArgs`).
         """
         args = LoopArgs(length=length, deadline=deadline, max_bytes=max_bytes,
-                        skip_copy=skip_copy)
+                        skip_copy=skip_copy, wake_bytes=wake_bytes)
         return int(self._path.tcp_recv(check_fd(fd), counters, args))
 
     def udp_send(self, fd: int, counters: BaseCounters, *, length: int,

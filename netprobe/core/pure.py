@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import mmap
 import os
 import resource
@@ -18,6 +19,7 @@ import socket
 import struct
 import sys
 import tempfile
+import termios
 import time
 from collections.abc import Iterator
 from typing import Callable
@@ -25,6 +27,7 @@ from typing import Callable
 from netprobe.core.contract import SEQUENCE_MASK, BaseCounters
 from netprobe.core.records import (
     UDP_HEADER_BYTES,
+    WAKE_BYTES,
     HostCpu,
     LoopArgs,
     Rusage,
@@ -280,16 +283,26 @@ def tcp_send(fd: int, counters: BaseCounters, args: LoopArgs) -> int:
 _RCV_LAG_S = 0.010  # NP_RCV_LAG_NS in np_tcp.c
 
 
-class _WakeThreshold:
-    """Wake the receive loop once min(length, SO_RCVBUF / 4, what the flow brings in 10 ms)
-    bytes are in (SO_RCVLOWAT), left at the caller's value until the flow's rate is known
-    (timed from the first receive that left the queue empty, judged 10 ms later) and then
-    set again once a tick as the buffer and the rate change: the same rule and reasons as
-    fewer_wakeups() and follow_flow() in np_tcp.c. Best effort throughout: it changes when
-    the loop wakes, never what it counts."""
+def _queued(sock: socket.socket) -> int:
+    """Bytes in the socket's receive queue (FIONREAD), 0 where that cannot be read."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+    except (OSError, struct.error):
+        return 0
 
-    def __init__(self, sock: socket.socket, length: int) -> None:
-        self.sock, self.length = sock, length
+
+class _WakeThreshold:
+    """Wake the receive loop once min(max(length, wake_bytes), SO_RCVBUF / 4, what the flow
+    brings in 10 ms) bytes are in (SO_RCVLOWAT), left at the caller's value until the
+    flow's rate is known (timed from the first receive past the bytes queued when the loop
+    began, judged 10 ms later) and then set again once a tick as the buffer and the rate
+    change: the same rule and reasons as fewer_wakeups() and follow_flow() in np_tcp.c.
+    Best effort throughout: it changes when the loop wakes, never what it counts."""
+
+    def __init__(self, sock: socket.socket, length: int, wake_bytes: int | None) -> None:
+        self.sock = sock
+        self.wanted = max(length, wake_bytes or WAKE_BYTES)
+        self.backlog = _queued(sock)
         self.saved = self.lowat = self.first_total = 0
         self.first = self.next_check = 0.0
         self.usable = False
@@ -300,15 +313,15 @@ class _WakeThreshold:
             pass
 
     def _threshold(self, bytes_per_s: float) -> int:
-        lowat = min(self.length, self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4,
+        lowat = min(self.wanted, self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4,
                     int(bytes_per_s * _RCV_LAG_S))
         return max(1, lowat)
 
-    def follow(self, total: int, drained: bool) -> None:
-        """After a receive (``drained``: it returned less than it asked for): the rate's
-        clock starts at the first that emptied the queue; then once a tick, the threshold
+    def follow(self, total: int) -> None:
+        """After a receive, with the bytes received so far: the rate's clock starts at the
+        first past the bytes queued when the loop began; then once a tick, the threshold
         from the buffer and the rate now."""
-        if not self.usable or not (self.first or drained):
+        if not self.usable or not (self.first or total > self.backlog):
             return
         now = time.monotonic()
         if not self.first:
@@ -338,7 +351,7 @@ def tcp_recv(fd: int, counters: BaseCounters, args: LoopArgs) -> int:
     flags = socket.MSG_TRUNC if args.skip_copy else 0
     total = 0
     with _loop_socket(fd, send=False) as sock:
-        wake = _WakeThreshold(sock, args.length)
+        wake = _WakeThreshold(sock, args.length, args.wake_bytes)
         try:
             loop = _Loop(sock, c, args, 0.0)
             while not loop.done() and total < limit:
@@ -354,7 +367,7 @@ def tcp_recv(fd: int, counters: BaseCounters, args: LoopArgs) -> int:
                     break  # peer closed or shut down its write side
                 total += n
                 c._bytes += n
-                wake.follow(total, n < ask)
+                wake.follow(total)
         finally:
             wake.restore()
     return total

@@ -22,6 +22,9 @@ UDP_SEND_CALL_BYTES = 256 * 1024
 MAX_LENGTH = 1 << 30
 #: Most datagrams per sendmmsg/recvmmsg call (the kernel's UIO_MAXIOV).
 MAX_BATCH = 1024
+#: What a TCP receive loop lets queue before it is woken when the caller does not say
+#: (csrc NP_WAKE_BYTES; np_tcp.c says why): a default-length reader's longest call.
+WAKE_BYTES = 1 << 20
 
 
 @attrs.frozen(repr=False, eq=False)
@@ -147,6 +150,10 @@ class LoopArgs(Record):
     """TCP receiver: recv(MSG_TRUNC), the kernel discards the data instead of copying it."""
     udp_gro: bool = True
     """UDP receiver: ask the kernel for coalesced datagrams (UDP_GRO), walked one by one."""
+    wake_bytes: int | None = attrs.field(default=None, validator=_optional(_int_at_least(1)))
+    """TCP receiver: bytes let queue before a sleeping loop is woken (SO_RCVLOWAT; the read
+    length where that is longer), within a quarter of the buffer and 10 ms of the flow;
+    None: :data:`WAKE_BYTES`."""
 
     def __attrs_post_init__(self) -> None:
         if self.rate_bps is not None and self.rate_pps is not None:

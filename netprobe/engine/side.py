@@ -21,7 +21,12 @@ from typing import Callable, Optional
 import attrs
 
 from netprobe import core
-from netprobe.core.records import UDP_HEADER_BYTES, UDP_MAX_PAYLOAD, UDP_SEND_CALL_BYTES
+from netprobe.core.records import (
+    UDP_HEADER_BYTES,
+    UDP_MAX_PAYLOAD,
+    UDP_SEND_CALL_BYTES,
+    WAKE_BYTES,
+)
 from netprobe.engine import kernel, lengthprobe, summary
 from netprobe.engine.sockets import datagram_waiting, socket_drops, socket_info
 from netprobe.errors import CoreError
@@ -65,6 +70,21 @@ def udp_datagrams(total: int, length: int) -> tuple[int, tuple[int, ...]]:
     if merged <= UDP_MAX_PAYLOAD:
         return full - 1, (merged,)
     return full - 1, (merged // 2, merged - merged // 2)
+
+
+def wake_bytes(receivers: int) -> int:
+    """What each of a side's ``receivers`` TCP receive loops lets queue before it is woken:
+    :data:`~netprobe.core.records.WAKE_BYTES` shared between them.
+
+    Why shared: fewer wake-ups spare the sender's thread (on loopback and virtual NICs it
+    pays for waking the reader), but what waits in a queue is read later, from further out
+    in the cache, and the waiting bytes add up over the side's streams. One stream waking
+    per 1 MiB moved more than one waking per call at every length from 16K to 1M; four
+    streams on 2 cores waking per 1 MiB each lost to waking per call at 128K and 256K (66.6
+    and 59.2 Gbit/s against 74.6 and 73.8). Shared, the side holds about 1 MiB waiting at
+    most, however many streams it has (np_tcp.c says more).
+    """
+    return max(1, WAKE_BYTES // max(1, receivers))
 
 
 def data_nice(streams: int, cpus: int) -> int:
@@ -305,13 +325,15 @@ class Side:
             return
         limit = None if deadline is None else deadline + RECEIVER_GRACE_S
         skip = spec.skip_rx_copy
+        wake = wake_bytes(sum(s.role == "receiver" and s.is_tcp for s in self.streams))
         if stream.is_tcp and lengthprobe.probed(spec):
             stream.call_length_bytes = lengthprobe.run(
-                lambda n, until: core.tcp_recv(fd, c, length=n, deadline=until, skip_copy=skip),
+                lambda n, until: core.tcp_recv(fd, c, length=n, deadline=until, skip_copy=skip,
+                                               wake_bytes=wake),
                 c, limit, receiver=True, schedule=self._probe(stream.role))
         elif stream.is_tcp:
             stream.call_length_bytes = length
-            core.tcp_recv(fd, c, length=length, deadline=limit, skip_copy=skip)
+            core.tcp_recv(fd, c, length=length, deadline=limit, skip_copy=skip, wake_bytes=wake)
         else:
             core.udp_recv(fd, c, length=UDP_RECV_LENGTH, deadline=limit, batch=UDP_BATCH,
                           gro=UDP_GRO)
