@@ -71,12 +71,13 @@ static inline void np_fill_pattern(unsigned char *buf, size_t len, size_t phase)
  * Why: the kernel's copy to the caller's buffer runs up to 3x slower when the buffer starts a
  * few bytes past a page boundary. glibc hands out a large malloc() 16 bytes into its own
  * mapping, and there 4 TCP streams on loopback moved 21-25 Gbit/s where the same loops with
- * the buffer at page offset 0 moved 65-72 (AMD EPYC; offsets 8 and 16 slow, 0, 32, 48, 64
- * and 80 fast; the receive copy was 61% of all CPU samples in the slow case). The likely
- * cause is 4K aliasing: the payload pages start page-aligned, and a destination a few bytes
- * ahead of the source modulo 4096 makes each load wait on the store just before it, which
- * x86 cores take for a possible dependency. A page-aligned buffer is also cache-line
- * aligned on every CPU, so the rule costs nothing where the effect is absent. */
+ * the buffer at page offset 0 moved 49-73 in three sets of three runs (AMD EPYC; offsets 8
+ * and 16 slow, 32 to 80 fast; the receive copy was 61% of all CPU samples in the slow
+ * case; the sender's buffer made no difference). The likely cause, not proven here, is 4K
+ * aliasing: x86 cores hold a load back behind a recent store to the same offset within a
+ * 4 KiB page, and a destination a few bytes off the source's offset makes that every
+ * load's lot. A page-aligned buffer is also cache-line aligned on every CPU, so the rule
+ * costs nothing where the effect is absent. */
 static inline void *np_alloc_data(size_t len)
 {
     long page = sysconf(_SC_PAGESIZE);
