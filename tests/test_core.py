@@ -240,7 +240,7 @@ def test_tcp_loops_copy_to_and_from_page_aligned_buffers(impl: Any, length: int,
                                                          tmp_path: Path) -> None:
     # The kernel's copy into a receive buffer a few bytes past a page boundary ran up to 3x
     # slower (np_alloc_data in csrc/np_common.h): 4 loopback streams moved 21-25 Gbit/s with
-    # glibc's malloc, whose large blocks start 16 bytes into a page, and 65-72 aligned. The
+    # glibc's malloc, whose large blocks start 16 bytes into a page, and 49-73 aligned. The
     # buffer each data call passes is read off the system calls themselves (strace, raw).
     if not shutil.which("strace"):
         pytest.skip("strace is not installed")

@@ -238,6 +238,7 @@ class Side:
         self._rcvbuf_base: Optional[int] = None
         self._lock = threading.Lock()
         self._nice = 0
+        self._wake_bytes = WAKE_BYTES
         self._probes: dict[str, lengthprobe.Schedule] = {}
         self.reporter_errors: list[str] = []
         self.on_change: Optional[Callable[[], None]] = None
@@ -257,6 +258,7 @@ class Side:
             self._rcvbuf_base = kernel.udp_receive_buffer_errors()
         self._cpu_start = (core.rusage("process"), core.host_cpu())
         self._nice = data_nice(len(self.streams), _cpus())
+        self._wake_bytes = wake_bytes(sum(s.role == "receiver" and s.is_tcp for s in self.streams))
         for stream in self.streams:
             stream.socket_info = socket_info(stream.sock)
             stream.thread = threading.Thread(
@@ -326,7 +328,7 @@ class Side:
             return
         limit = None if deadline is None else deadline + RECEIVER_GRACE_S
         skip = spec.skip_rx_copy
-        wake = wake_bytes(sum(s.role == "receiver" and s.is_tcp for s in self.streams))
+        wake = self._wake_bytes
         if stream.is_tcp and lengthprobe.probed(spec):
             stream.call_length_bytes = lengthprobe.run(
                 lambda n, until: core.tcp_recv(fd, c, length=n, deadline=until, skip_copy=skip,
