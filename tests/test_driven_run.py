@@ -3,8 +3,6 @@ reporter is called from, a failing reporter, readiness, deadlines, Ctrl-C, stopp
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import threading
 import time
@@ -16,6 +14,7 @@ from netprobe.errors import ToolNotFound
 from netprobe.plugin import load_registry
 from netprobe.schema import Interval, TestSpec
 
+from .interrupts import ctrl_c_after
 from .test_driven import _alive
 
 PY = sys.executable
@@ -97,13 +96,12 @@ def test_deadline_stops_the_client() -> None:
 
 
 def test_ctrl_c_sets_interrupted_and_stops_every_process() -> None:
-    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-    with DrivenRun(Recorder(), tool="demo") as run:
+    both = threading.Event()
+    with ctrl_c_after(0.5, started=both), DrivenRun(Recorder(), tool="demo") as run:
         server = run.start("server", [PY, "-c", "import time; time.sleep(60)"])
         client = run.start("client", [PY, "-c", "import time; time.sleep(60)"])
-        timer.start()
+        both.set()
         run.wait_exit(client, 30.0)
-    timer.join()
     assert run.interrupted and not run.timed_out
     assert not _alive(server.pid) and not _alive(client.pid)
     assert [raw.name for raw in run.raw()] == ["server", "client"]

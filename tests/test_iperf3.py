@@ -5,11 +5,8 @@ real runs of Debian's iperf3 on loopback."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import signal
-import threading
 from pathlib import Path
 
 import attrs
@@ -21,6 +18,7 @@ from netprobe.plugin import fill_missing
 from netprobe.schema import Result, TestSpec
 from netprobe.testing import RecordingReporter
 from netprobe.tools.iperf3 import Iperf3Tool
+from tests.interrupts import Measuring, ctrl_c_after
 from tests.peers import PEER_FIXTURES, PeerBinary, peer_params, read_fixture, run_recorded
 
 PEERS = PEER_FIXTURES
@@ -683,13 +681,9 @@ def test_run_without_a_server_fails_clearly() -> None:
 @pytest.mark.peers
 @needs_iperf3
 def test_ctrl_c_stops_the_tools_and_keeps_the_partial_result() -> None:
-    timer = threading.Timer(2.3, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    try:
-        with pytest.raises(TestInterrupted) as info:
-            run(TestSpec(tool="iperf3", duration_s=20))
-    finally:
-        timer.cancel()
+    reporter = Measuring()
+    with ctrl_c_after(1.3, started=reporter.measuring), pytest.raises(TestInterrupted) as info:
+        Iperf3Tool().run(TestSpec(tool="iperf3", duration_s=20), reporter)
     partial = info.value.partial
     assert partial.status == "interrupted"
     assert len([i for i in partial.intervals if i.stream_id == 1]) >= 1

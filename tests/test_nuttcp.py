@@ -3,10 +3,8 @@ on loopback (the Debian nuttcp 6.1.2 binary)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
 import threading
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from netprobe.schema import Interval, Result, TestSpec
 from netprobe.tools.nuttcp import parse_output as p
 from netprobe.tools.nuttcp.command import client_args
 from netprobe.tools.nuttcp.tool import NuttcpTool
+from tests.interrupts import Measuring, ctrl_c_after
 from tests.peers import (
     PEER_FIXTURES,
     PeerBinary,
@@ -485,13 +484,9 @@ def test_no_server_is_a_clear_failure() -> None:
 @pytest.mark.peers
 def test_ctrl_c_stops_both_processes() -> None:
     spec = TestSpec(tool="nuttcp", duration_s=5.0, interval_s=0.5)
-    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    try:
-        with pytest.raises(TestInterrupted) as info:
-            NuttcpTool().run(spec, NullReporter())
-    finally:
-        timer.cancel()
+    reporter = Measuring()
+    with ctrl_c_after(0.5, started=reporter.measuring), pytest.raises(TestInterrupted) as info:
+        NuttcpTool().run(spec, reporter)
     partial = info.value.partial
     assert isinstance(partial, Result) and partial.status == "interrupted"
     _no_process_left(partial)
