@@ -81,6 +81,7 @@ class Run:
     host_busy_s: float = 0.0
     seconds: float = 0.0
     kept: Optional[str] = None  # native TCP: the call lengths its ends kept, "1M/256K"
+    rep: int = 0  # which round of the interleaved runs it was in (run_case)
 
     @property
     def gigabits(self) -> float:
@@ -568,10 +569,15 @@ def run_case(case: Case, tools: Sequence[str], reps: int) -> tuple[dict, dict]:
     runs: dict[str, list[Run]] = {t: [] for t in tools}
     failures: dict[str, str] = {}
     with place(case) as where:
-        for _ in range(reps):
-            for tool in tools:  # A B C ... A B C ...: drift hits every tool alike
+        for rep in range(reps):
+            # A B C, B C A, C A B ...: drift hits every tool alike, and no tool always
+            # runs first (on a warm machine) or last
+            shift = rep % len(tools) if tools else 0
+            for tool in [*tools[shift:], *tools[:shift]]:
                 try:
-                    runs[tool].append(TOOLS[tool][1](case, where))
+                    run = TOOLS[tool][1](case, where)
+                    run.rep = rep
+                    runs[tool].append(run)
                 except (RuntimeError, KeyError, ValueError, IndexError, ZeroDivisionError,
                         json.JSONDecodeError) as exc:
                     failures[tool] = str(exc)[:200]
@@ -620,7 +626,7 @@ def report(case: Case, runs: dict[str, list[Run]], failures: dict[str, str]) -> 
     for tool, why in failures.items():
         print(f"| {tool} | failed at least once: {why} | | | | | |")
     kept_lines(runs)
-    ratios(case, med)
+    ratios(case, med, runs)
 
 
 def kept_lines(runs: dict[str, list[Run]]) -> None:
@@ -632,7 +638,24 @@ def kept_lines(runs: dict[str, list[Run]]) -> None:
             print(f"\n{tool} call lengths kept (sender/receiver): {kept}")
 
 
-def ratios(case: Case, med: dict[str, Median]) -> None:
+def paired_ratios(runs: dict[str, list[Run]]) -> list[float]:
+    """In each round where native ran, its throughput over the best fixed length's of the
+    same round. A machine whose figures drift by a third within minutes (the policy
+    section's rounds take over a minute each) moves each median; a round's runs are
+    seconds apart."""
+    rounds: dict[int, dict[str, float]] = collections.defaultdict(dict)
+    for tool, tool_runs in runs.items():
+        for run in tool_runs:
+            rounds[run.rep][tool] = run.bits_per_second
+    found = []
+    for rates in rounds.values():
+        fixed = [bps for tool, bps in rates.items() if tool != "native"]
+        if "native" in rates and fixed and max(fixed) > 0:
+            found.append(rates["native"] / max(fixed))
+    return found
+
+
+def ratios(case: Case, med: dict[str, Median], runs: dict[str, list[Run]]) -> None:
     """native / best peer: throughput (or pps), CPU per gigabit, CPU of each end."""
     base = med.get("native")
     peers = {t: m for t, m in med.items() if not t.startswith(RATIO_TOOLS_EXCLUDED)}
@@ -640,6 +663,11 @@ def ratios(case: Case, med: dict[str, Median]) -> None:
         best = max(med, key=lambda t: med[t].bps)
         if base is not None:
             print(f"\nnative default / best length: {base.bps / med[best].bps:.2f}x ({best})")
+            paired = paired_ratios(runs)
+            if paired:
+                print("native default / best length of the same round, per round: "
+                      f"{', '.join(f'{r:.2f}' for r in paired)}; median "
+                      f"{statistics.median(paired):.2f}x")
         return
     if case.section == "pure":
         pure = med.get("native-pure")
