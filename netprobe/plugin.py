@@ -488,11 +488,17 @@ class _OwnExtension(Record):
     plugin: Any
 
 
+DISTRIBUTION = "netprobe-meter"
+"""netprobe's name on the package index (``pip install netprobe-meter``); the command and
+the import package are ``netprobe``. The plain name there is an unrelated project."""
+_METADATA_NAME = DISTRIBUTION.replace("-", "_")  # how wheels and egg-info spell it on disk
+
+
 def own_entry_points(group: str = ENTRY_POINT_GROUP) -> dict[str, str]:
     """The entry points netprobe's own distribution publishes in ``group`` (name -> value).
 
     Read straight from its ``entry_points.txt``: the first netprobe metadata directory on
-    ``sys.path`` (the one ``importlib.metadata.distribution("netprobe")`` would pick), and
+    ``sys.path`` (the one ``importlib.metadata.distribution(DISTRIBUTION)`` would pick), and
     only when its version is this netprobe's, so stale metadata of another copy is never
     trusted. Empty when there is none (a bare source tree): callers then scan with stevedore.
     This skips importing importlib.metadata and stevedore, and stevedore's read of every
@@ -520,7 +526,7 @@ def _own_metadata_dir() -> Optional[str]:
         for name in names:
             low = name.lower()
             if low.endswith((".dist-info", ".egg-info")) and low.split("-")[0].split(".")[0] \
-                    == "netprobe":
+                    == _METADATA_NAME:
                 path = os.path.join(entry or ".", name)
                 return path if _metadata_version(path) == version else None
     return None

@@ -37,7 +37,7 @@ def why_not() -> Optional[str]:
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        return "psycopg is not installed (pip install 'netprobe[postgres]')"
+        return "psycopg is not installed (pip install 'netprobe-meter[postgres]')"
     return None
 
 

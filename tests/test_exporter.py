@@ -23,7 +23,7 @@ from netprobe.archives import Record, Run, open_archive
 from .servers import NETPROBE, free_port, netprobe_server, wait_listening
 
 prometheus_client = pytest.importorskip("prometheus_client",
-                                        reason="pip install 'netprobe[exporter]'")
+                                        reason="pip install 'netprobe-meter[exporter]'")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 FIGURES = ["netprobe_receiver_bits_per_second", "netprobe_sender_bits_per_second",

@@ -28,7 +28,7 @@ from tests.test_report import run_main
 BROWSER_TIMEOUT = 90
 needs_charts = pytest.mark.skipif(
     importlib.util.find_spec("matplotlib") is None,
-    reason="matplotlib not installed (pip install 'netprobe[charts]')")
+    reason="matplotlib not installed (pip install 'netprobe-meter[charts]')")
 
 
 def results(direction: str = "normal") -> list[Result]:
@@ -144,7 +144,7 @@ def test_html_without_matplotlib_says_how_to_get_it(tmp_path: Path) -> None:
                           timeout=60, env=child_env())
     assert done.returncode == 4
     assert_one_error_line(done.stderr)
-    assert "pip install 'netprobe[charts]'" in done.stderr
+    assert "pip install 'netprobe-meter[charts]'" in done.stderr
     assert done.stdout == "" and not out_html.exists()
 
 

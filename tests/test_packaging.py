@@ -103,7 +103,7 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def sdist_of(tmp: Path) -> Path:
-    (sdist,) = (tmp / "dist").glob("netprobe-*.tar.gz")
+    (sdist,) = (tmp / "dist").glob("netprobe_meter-*.tar.gz")
     return sdist
 
 
@@ -111,7 +111,7 @@ def wheel_from_sdist(tmp: Path, out: str, **env: str) -> Path:
     """``pip wheel`` the sdist into ``tmp/out``, as ``pip install`` would build it."""
     run(tmp / "venv/bin/python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / out,
         sdist_of(tmp), cwd=tmp, env=clean_env(**env))
-    (wheel,) = (tmp / out).glob("netprobe-*.whl")
+    (wheel,) = (tmp / out).glob("netprobe_meter-*.whl")
     return wheel
 
 

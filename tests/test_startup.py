@@ -99,9 +99,9 @@ def test_a_third_party_plugin_named_on_the_command_line_is_still_found(tmp_path:
 def test_metadata_of_another_netprobe_version_is_not_trusted(tmp_path: Path) -> None:
     # Stale metadata of another version first on sys.path: not read as this netprobe's own;
     # the registry falls back to stevedore's scan (which decides as importlib.metadata does).
-    info = tmp_path / "netprobe-0.0.1.dist-info"
+    info = tmp_path / "netprobe_meter-0.0.1.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: netprobe\nVersion: 0.0.1\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: netprobe-meter\nVersion: 0.0.1\n")
     (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nnative = gone:Tool\n")
     code = (f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\n"
             "from netprobe.plugin import load_registry, own_entry_points\n"

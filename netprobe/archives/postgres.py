@@ -1,4 +1,4 @@
-"""The PostgreSQL archive (psycopg 3: ``pip install 'netprobe[postgres]'``).
+"""The PostgreSQL archive (psycopg 3: ``pip install 'netprobe-meter[postgres]'``).
 
 ``postgresql://user:password@host:5432/dbname`` or any libpq connection string
 (``postgresql:///netprobe?host=/run/postgresql`` for a unix socket). The tables are the
@@ -20,7 +20,7 @@ def _psycopg() -> Any:
         import psycopg
     except ImportError:
         raise ArchiveError("the PostgreSQL archive needs psycopg 3: "
-                           "pip install 'netprobe[postgres]'") from None
+                           "pip install 'netprobe-meter[postgres]'") from None
     return psycopg
 
 

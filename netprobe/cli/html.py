@@ -3,7 +3,7 @@ network needed to view it) with the statistics table and charts drawn by matplot
 inline SVG: throughput over time per tool (and per stream, for tests with several),
 retransmits and RTT over time.
 
-matplotlib is the optional extra ``netprobe[charts]``: routers that only run tests never
+matplotlib is the optional extra ``netprobe-meter[charts]``: routers that only run tests never
 install it. Charts are drawn through ``matplotlib.figure.Figure`` directly, never pyplot,
 so no GUI backend or global figure state is involved. Each plotted series is an SVG group
 with an id (``series-<chart>-<n>``), which is what the browser test counts.
@@ -37,7 +37,7 @@ from netprobe.results.analysis import (
 )
 from netprobe.schema import Result
 
-CHARTS_HINT = "pip install 'netprobe[charts]'"
+CHARTS_HINT = "pip install 'netprobe-meter[charts]'"
 """How to get the charting library (matplotlib)."""
 
 _DIRECTION_IDS = {"client_to_server": "c2s", "server_to_client": "s2c"}

@@ -45,7 +45,7 @@ def validate_result(
 
 
 def _schema_problems(result: Result) -> list[str]:
-    import jsonschema  # netprobe[test]
+    import jsonschema  # netprobe-meter[test]
 
     try:
         text = convert.to_json(result)

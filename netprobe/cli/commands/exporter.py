@@ -1,5 +1,5 @@
 """``netprobe exporter``: /probe runs one test for Prometheus, /metrics serves a fleet
-archive's latest figures (netprobe.exporter; needs ``pip install 'netprobe[exporter]'``)."""
+archive's latest figures (netprobe.exporter; needs ``pip install 'netprobe-meter[exporter]'``)."""
 from __future__ import annotations
 
 import argparse
@@ -32,7 +32,7 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
         import prometheus_client  # noqa: F401
     except ImportError:
         raise ToolUnavailable("the exporter needs prometheus_client: "
-                              "pip install 'netprobe[exporter]'") from None
+                              "pip install 'netprobe-meter[exporter]'") from None
     from netprobe.cli.render import print_note
     from netprobe.exporter import DEFAULT_PORT, Exporter
 

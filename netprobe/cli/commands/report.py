@@ -43,7 +43,7 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                         help="only the statistics table, no line per result")
     parser.add_argument("--html", metavar="OUT.html",
                         help="also write a self-contained page with the table and charts "
-                             "(needs matplotlib: pip install 'netprobe[charts]')")
+                             "(needs matplotlib: pip install 'netprobe-meter[charts]')")
     parser.add_argument("-q", "--quiet", action="store_true", help="nothing on stdout")
 
 
