@@ -4,6 +4,7 @@ into a scratch root) with the systemd unit of deploy/systemd."""
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from netprobe.fleet import config
+from tests.servers import free_port, wait_listening
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -59,30 +61,108 @@ def test_manifests_say_what_a_fleet_needs() -> None:
     assert [g.kind for g in parsed.groups] == ["mesh"] and len(parsed.agents) == 3
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not shutil.which("ansible-playbook", path=str(Path(sys.executable).parent))
-                    and not shutil.which("ansible-playbook"),
-                    reason="ansible-core is not installed")
-def test_ansible_role_runs_in_check_mode(tmp_path: Path) -> None:
-    playbook = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent)) \
+def _ansible_playbook() -> str | None:
+    return shutil.which("ansible-playbook", path=str(Path(sys.executable).parent)) \
         or shutil.which("ansible-playbook")
-    assert playbook
+
+
+needs_ansible = pytest.mark.skipif(_ansible_playbook() is None,
+                                   reason="ansible-core is not installed")
+
+
+def _play(tmp_path: Path, *args: str, **extra: object) -> subprocess.CompletedProcess:
+    """ansible-playbook on deploy/ansible into a scratch root, this host as the one agent."""
     inventory = tmp_path / "inventory.ini"
     inventory.write_text(f"localhost ansible_connection=local "
                          f"ansible_python_interpreter={sys.executable}\n"
                          "[netprobe_agents]\nlocalhost\n")
+    variables = {"netprobe_root": str(tmp_path / "root"), "netprobe_manage_service": False,
+                 **extra}
+    return subprocess.run(
+        [str(_ansible_playbook()), "-i", str(inventory),
+         str(DEPLOY / "ansible" / "playbook.yml"), *args, "-e", json.dumps(variables)],
+        capture_output=True, text=True, timeout=600,
+        env={"ANSIBLE_NOCOLOR": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+             "ANSIBLE_LOCAL_TEMP": str(tmp_path), "PIP_FIND_LINKS": "/opt/wheels",
+             "PIP_CONSTRAINT": ""})
+
+
+@pytest.mark.slow
+@needs_ansible
+def test_ansible_role_runs_in_check_mode(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    base = [playbook, "-i", str(inventory), str(DEPLOY / "ansible" / "playbook.yml")]
     # Check mode parses the whole playbook (what --syntax-check does) and runs every task.
-    run = subprocess.run([*base, "--check", "--diff", "-e",
-                          f'{{"netprobe_root": "{root}", "netprobe_manage_service": false, '
-                          '"netprobe_secret": "fleet-secret"}'],
-                         capture_output=True, text=True, timeout=300,
-                         env={"ANSIBLE_NOCOLOR": "1", "PATH": "/usr/bin:/bin",
-                              "HOME": str(tmp_path), "ANSIBLE_LOCAL_TEMP": str(tmp_path)})
+    run = _play(tmp_path, "--check", "--diff", netprobe_secret="fleet-secret")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "failed=0" in run.stdout
     assert f"LoadCredential=secret:{root}/etc/netprobe/secret" in run.stdout
-    assert "--allow-third-party --secret-file=%d/secret" in run.stdout
+    assert "server --secret-file=%d/secret --allow " in run.stdout
     assert "fleet-secret" not in run.stdout  # no_log keeps it out of the output
     assert not root.exists()  # check mode changed nothing
+
+
+@pytest.mark.slow
+@needs_ansible
+def test_ansible_defaults_deploy_no_open_relay(tmp_path: Path) -> None:
+    # The role's defaults once deployed --allow-third-party with no secret and no --allow:
+    # any address could make every agent send anywhere. Now: third-party off, a secret
+    # generated for the fleet, the fleet's own addresses as --allow.
+    run = _play(tmp_path, "--check", "--diff")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    # the drop-in's line (the unit's own ExecStart, with $NETPROBE_SERVER_ARGS, is in the diff too)
+    (line,) = [x for x in run.stdout.splitlines()
+               if x.startswith("+ExecStart=/usr/bin/netprobe server -")]
+    assert "--allow-third-party" not in line
+    assert "--secret-file=%d/secret" in line and " --allow " in line
+    secret = (tmp_path / "netprobe-fleet.secret").read_text().strip()
+    assert len(secret) >= 32 and secret not in run.stdout
+    again = _play(tmp_path, "--check")  # one secret per fleet: kept, not drawn anew
+    assert again.returncode == 0 and (tmp_path / "netprobe-fleet.secret").read_text().strip() \
+        == secret
+    assert _play(tmp_path, "--check", netprobe_allow_third_party=True).returncode == 0
+
+
+@pytest.mark.slow
+@needs_ansible
+def test_ansible_role_refuses_an_allow_list_that_is_not_addresses(tmp_path: Path) -> None:
+    run = _play(tmp_path, "--check", netprobe_allow=["not-an-address"])
+    assert run.returncode != 0
+    assert "netprobe_allow must name the fleet's addresses" in run.stdout
+
+
+@pytest.mark.slow
+@needs_ansible
+def test_the_deployed_agent_runs_with_the_roles_options(tmp_path: Path) -> None:
+    # The role for real into a scratch root (netprobe installed from this checkout into its
+    # venv), then the server started from the drop-in's own ExecStart, as systemd would.
+    root = tmp_path / "root"
+    run = _play(tmp_path, netprobe_package=str(ROOT), netprobe_allow_extra=["127.0.0.1"])
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    dropin = (root / "etc/systemd/system/netprobe-server.service.d/agent.conf").read_text()
+    (start,) = [x.split("=", 1)[1] for x in dropin.splitlines()
+                if x.startswith("ExecStart=/")]
+    credentials = root / "etc/netprobe"  # what LoadCredential hands the service as %d
+    assert oct((credentials / "secret").stat().st_mode & 0o777) == "0o600"
+    argv = start.replace("%d", str(credentials)).split()
+    argv[0] = str(root / "usr/bin/netprobe")
+    port = free_port()
+    server = subprocess.Popen([*argv, "-B", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_listening(port)
+        client = [sys.executable, "-m", "netprobe", "run", "127.0.0.1", "-p", str(port),
+                  "-t", "0.5", "--json"]
+        ok = subprocess.run([*client, "--secret-file", str(credentials / "secret")],
+                            capture_output=True, text=True, timeout=60)
+        assert ok.returncode == 0, ok.stderr
+        assert json.loads(ok.stdout)["status"] == "ok"
+        without = subprocess.run(client, capture_output=True, text=True, timeout=60)
+        assert without.returncode != 0 and "secret" in without.stderr
+        third = subprocess.run([sys.executable, "-m", "netprobe", "run", "--from", "127.0.0.1",
+                                "--to", "127.0.0.1", "--agent-port", str(port), "-t", "0.5",
+                                "--secret-file", str(credentials / "secret")],
+                               capture_output=True, text=True, timeout=60)
+        assert third.returncode != 0 and "third" in third.stderr.lower()
+    finally:
+        server.terminate()
+        server.wait(10)
