@@ -70,3 +70,29 @@ def test_logfile_takes_stdout(capsys: pytest.CaptureFixture[str], tmp_path: Path
         code, out, _ = run_main(capsys, "run", "--tool", "replay", "--logfile", str(log))
         assert code == 0 and out == ""
     assert log.read_text().count("status: ok") == 2  # appended, as iperf3 does
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["server", "--daemon"], "docs/service.md"),
+    (["server", "-D"], "docs/service.md"),
+    (["run", "--tool", "replay", "-S", "184"], "--dscp"),
+    (["run", "--tool", "replay", "--tos", "184"], "--dscp"),
+    (["run", "--tool", "replay", "--fq-rate", "1M"], "-b RATE"),
+    (["run", "--tool", "replay", "--rcv-timeout", "5"], "--idle-timeout"),
+    (["run", "--tool", "replay", "--cport", "5000"], "server's port"),
+    (["run", "--tool", "replay", "-A", "1"], "taskset"),
+])
+def test_iperf3_and_nuttcp_options_are_answered_from_a_table(
+        capsys: pytest.CaptureFixture[str], argv: list[str], said: str) -> None:
+    # String similarity answered `server --daemon` with --max-memory.
+    code, _, err = run_main(capsys, *argv)
+    assert code == 2
+    assert said in err and "--max-memory" not in err
+    # The command's own usage, not the top level's (which lists no option of the command).
+    assert f"usage: netprobe {argv[0]} " in err
+
+
+def test_a_far_typo_names_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_main(capsys, "server", "--dameon-mode")
+    assert code == 2 and "did you mean" not in err
+    assert "usage: netprobe server " in err

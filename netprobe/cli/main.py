@@ -225,8 +225,15 @@ class _Parser(argparse.ArgumentParser):
     unknown option answered with the nearest known one."""
 
     def error(self, message: str) -> NoReturn:
-        """Usage and the one-line error, with ``did you mean --time?`` when one is near."""
-        super().error(message + _nearest_hint(self, message))
+        """Usage and the one-line error, with ``did you mean --time?`` when one is near (or
+        what an iperf3 or nuttcp option is called here). An unknown option of a command is
+        reported under that command's usage, not the top level's."""
+        message += _nearest_hint(self, message)
+        command = _subparser(self) if message.startswith("unrecognized arguments:") else None
+        if command is None:
+            super().error(message)
+        command.print_usage(sys.stderr)
+        command.exit(ExitCode.USAGE, f"{command.prog}: error: {message}\n")
 
     def print_help(self, file: Any = None) -> None:
         from netprobe.cli.render import print_help
@@ -248,25 +255,28 @@ def _nearest_hint(parser: argparse.ArgumentParser, message: str) -> str:
         return ""
     unknown = [w.split("=", 1)[0] for w in message.split(":", 1)[1].split()
                if w.startswith("-")]
-    import difflib
+    from netprobe.cli.habits import hint_for
 
-    known = _option_strings(parser, getattr(parser, "words", []))
-    hints = []
-    for word in unknown:
-        near = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
-        if near:
-            hints.append(f"{word}: did you mean {near[0]}?")
+    known = _option_strings(parser)
+    hints = [f"{word}: {hint}" for word in unknown
+             if (hint := hint_for(word, known)) is not None]
     return f" ({'; '.join(hints)})" if hints else ""
 
 
-def _option_strings(parser: argparse.ArgumentParser, words: Sequence[str]) -> list[str]:
-    """The options of the command the words name (the top level's without one)."""
-    found = list(parser._option_string_actions)
-    chosen = _chosen(words)
+def _subparser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser | None:
+    """The parser of the command the words name, if the words name one."""
+    chosen = _chosen(getattr(parser, "words", []))
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction) and chosen in action.choices:
-            found += list(action.choices[chosen]._option_string_actions)
-    return found
+            return action.choices[chosen]
+    return None
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """The options of the command the words name (the top level's without one)."""
+    command = _subparser(parser)
+    return [*parser._option_string_actions,
+            *(command._option_string_actions if command is not None else ())]
 
 
 def _chosen(words: Sequence[str]) -> str | None:
