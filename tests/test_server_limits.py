@@ -88,12 +88,16 @@ def test_a_test_within_max_rate_runs_and_stays_under_it(pair) -> None:  # type: 
 
 def test_two_concurrent_tests_share_max_rate(pair) -> None:  # type: ignore[no-untyped-def]
     lab, ns, host = pair
+    seconds = 4
     first = lab.start(ns, [*NETPROBE, "run", host, "-u", "-R", "-P", "2", "-b", "15M",
-                           "-t", "3"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(1.0)  # the first test is running (its set-up takes well under a second)
+                           "-t", str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 15
+    while _wire_bytes(lab, ns) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)  # until the first test's data flows (a loaded host starts slowly)
+    assert first.poll() is None, "the first test ended before the second was asked"
     second = _run(lab, ns, host, "-P", "2", "-b", "15M", "-t", "1")
     assert second.returncode != 0 and "busy" in second.stderr, second.stderr
     assert "--max-rate" in second.stderr
     _out, err = first.communicate(timeout=30)
     assert first.returncode == 0, err
-    assert _wire_bytes(lab, ns) <= LIMIT_BPS / 8 * 3 * SLACK
+    assert _wire_bytes(lab, ns) <= LIMIT_BPS / 8 * seconds * SLACK
