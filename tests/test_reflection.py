@@ -10,12 +10,14 @@ victim; the probe echo answered the spoofed hello and every spoofed probe. After
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,17 +64,31 @@ def _counted(lab: Lab, ns: str) -> tuple[int, int]:
     return int(found.group(1)), int(found.group(2))
 
 
-@pytest.fixture
-def trio():  # type: ignore[no-untyped-def]
+@contextlib.contextmanager
+def _three_hosts(*server_args: str) -> Iterator[tuple[Lab, dict, subprocess.Popen]]:
     """(lab, hosts, server process) with the victim's counter installed."""
     with switched_hosts(["srv", "att", "vic"], subnet=SUBNET, prefix="nu") as (lab, hosts):
         srv_ns, srv_addr = hosts["srv"]
-        server = lab.start(srv_ns, [*NETPROBE, "server", "-B", srv_addr],
+        server = lab.start(srv_ns, [*NETPROBE, "server", "-B", srv_addr, *server_args],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         wait_listening(lab, srv_ns, 5301)
         wait_listening(lab, srv_ns, 5301, udp=True)
         _count_from(lab, hosts["vic"][0], srv_addr)
         yield lab, hosts, server
+
+
+@pytest.fixture
+def trio():  # type: ignore[no-untyped-def]
+    """The three hosts, the server with its defaults."""
+    with _three_hosts() as made:
+        yield made
+
+
+@pytest.fixture
+def trio_open():  # type: ignore[no-untyped-def]
+    """The three hosts, the server with --allow-other-data-addresses."""
+    with _three_hosts("--allow-other-data-addresses") as made:
+        yield made
 
 
 def _attack(lab: Lab, hosts: dict, mode: str) -> dict:
@@ -90,6 +106,17 @@ def test_spoofed_udp_hello_sends_nothing_at_the_victim(trio, mode: str) -> None:
     packets, nbytes = _counted(lab, hosts["vic"][0])
     assert (packets, nbytes) == (0, 0), f"the victim got {packets} datagrams, {nbytes} bytes"
     assert "start" not in said["said"]  # no test ran on the spoofed stream
+
+
+@_lab
+def test_other_addresses_allowed_still_need_the_proof(trio_open) -> None:  # type: ignore[no-untyped-def]
+    # The owner lifted the address rule: the spoofed hellos reach the server's check, and
+    # the victim gets only their challenges (one each, no larger), never the test's data.
+    lab, hosts, _server = trio_open
+    said = _attack(lab, hosts, "reverse")
+    packets, nbytes = _counted(lab, hosts["vic"][0])
+    assert packets <= 10 and nbytes <= 10 * (20 + 8 + protocol.DATA_HELLO_BYTES), (packets, nbytes)
+    assert "start" not in said["said"]
 
 
 @_lab
@@ -221,3 +248,20 @@ def test_tcp_data_connection_from_another_address_is_refused(loopback_server) ->
     finally:
         data.close()
         channel.close()
+
+
+def test_other_address_opens_a_stream_with_the_option_and_the_proof() -> None:
+    server = Server(ServerConfig(bind_address="127.0.0.1", port=0,
+                                 allow_other_data_addresses=True, handshake_timeout_s=2.0))
+    port = server.start()
+    channel, reply = _control(port, _udp_test("reverse", ["udp_proof"]))
+    hello = DataHello(bytes.fromhex(reply["cookie"]), 1, "server_to_client")
+    other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    other.bind(("127.0.0.2", 0))
+    other.connect(("127.0.0.1", port))
+    try:
+        assert protocol.udp_handshake(other, hello, tries=5, wait_s=0.2)
+    finally:
+        other.close()
+        channel.close()
+        server.close()
