@@ -165,7 +165,7 @@ class Client:
     def _request_test(self) -> bytes:
         assert self.channel is not None
         self.channel.send({"type": "test", "spec": convert.unstructure(self.spec),
-                           "features": ["sequence_base"]})
+                           "features": ["sequence_base", protocol.UDP_PROOF_FEATURE]})
         try:
             reply = self.channel.expect("accept", timeout=10.0)
             base = reply.get("sequence_base", 0)
@@ -214,24 +214,13 @@ class Client:
                 sock.bind((self.spec.bind_address, 0))
             apply_options(sock, self.spec)
             sock.connect(self.address)
-            self._udp_handshake(sock, protocol.pack_data_hello(protocol.KIND_UDP, hello))
+            if not protocol.udp_handshake(sock, hello, UDP_HELLO_TRIES, UDP_HELLO_WAIT_S):
+                raise OSError(0, "no answer to the UDP stream hello (is UDP blocked?)")
         except (OSError, NetprobeError):
             close_quietly(sock)
             raise
         sock.settimeout(None)
         return sock
-
-    def _udp_handshake(self, sock: socket.socket, hello: bytes) -> None:
-        # Datagrams can be lost: repeat the hello until the server's stream socket echoes it.
-        sock.settimeout(UDP_HELLO_WAIT_S)
-        for _ in range(UDP_HELLO_TRIES):
-            sock.send(hello)
-            try:
-                if sock.recv(len(hello) + 1) == hello:
-                    return
-            except socket.timeout:
-                continue
-        raise OSError(0, "no answer to the UDP stream hello (is UDP blocked?)")
 
     # -- results ---------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ from netprobe import core
 from netprobe.engine import protocol
 from netprobe.engine.latency import Phase, ProbeLog, ProbeSample
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
+from netprobe.engine.sockets import udp_answer
 from netprobe.errors import NetprobeError, ProtocolError, TestFailed
 
 if TYPE_CHECKING:
@@ -215,6 +216,8 @@ class Echo:
         self.key = cookie
         self.family = session.channel.sock.family
         self.local_address = session.local_address
+        self.control_peer = session.peer
+        self.udp_key = secrets.token_bytes(16)
         self.port = session.server.port
         self.received = _Bitmap(max_probes)
         self.bad: Counter[str] = Counter()
@@ -234,21 +237,16 @@ class Echo:
         return True
 
     def attach_udp(self, hello: DataHello, peer: tuple, datagram: bytes) -> None:
-        """Open the session's UDP socket (connected to the client) and echo the hello."""
+        """Open the session's UDP socket, connected to the client that proved it receives
+        at ``peer`` (the only address it then hears and answers), and echo the hello."""
         if hello.stream_id != 0:
             return
         with self._lock:
             if self._transport is not None:
                 return  # a retried hello: the client sees our answer on the session socket
-        sock = socket.socket(self.family, socket.SOCK_DGRAM)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            sock.bind((self.local_address, self.port))
-            sock.connect(peer)
-            sock.send(datagram)
+            sock = udp_answer(self.family, self.local_address, self.port, peer, datagram)
         except OSError:
-            close_quietly(sock)
             return
         if not self._claim(sock):
             close_quietly(sock)
@@ -356,6 +354,7 @@ def _checked_request(session: Session, request: dict) -> tuple[float, float]:
         session.refuse("latency probe duration must be a positive number of seconds")
     if duration > limit:
         session.refuse(f"duration {duration:g} s exceeds this server's limit of {limit:g} s")
+    session.require_udp_proof(request)
     return float(rate), float(duration)
 
 
@@ -427,7 +426,8 @@ class Prober:
         start probing in ``phase``."""
         self._channel = channel
         try:
-            channel.send({"type": REQUEST, "rate_hz": self.rate_hz, "duration_s": duration_s})
+            channel.send({"type": REQUEST, "rate_hz": self.rate_hz, "duration_s": duration_s,
+                          "features": [protocol.UDP_PROOF_FEATURE]})
             reply = channel.expect("latency_accept", timeout=10.0)
             self._key = bytes.fromhex(protocol.field(reply, "cookie", str))
             self._max_probes = int(protocol.field(reply, "max_probes", int))
@@ -441,12 +441,12 @@ class Prober:
         self._thread.start()
 
     def _open(self, address: tuple) -> Transport:
-        hello = protocol.pack_data_hello(
-            protocol.KIND_UDP, DataHello(self._key, 0, "client_to_server"))
+        hello = DataHello(self._key, 0, "client_to_server")
         if self.want in ("auto", "udp"):
             sock = socket.socket(address_family(address), socket.SOCK_DGRAM)
             sock.connect(address)
-            if _udp_handshake(sock, hello):
+            if protocol.udp_handshake(sock, hello, HELLO_TRIES, HELLO_WAIT_S):
+                sock.setblocking(False)
                 return Transport(sock)
             close_quietly(sock)
             if self.want == "udp":
@@ -600,20 +600,3 @@ class Prober:
 def address_family(address: tuple) -> int:
     """AF_INET6 for a 4-tuple socket address, AF_INET for a pair."""
     return socket.AF_INET6 if len(address) == 4 else socket.AF_INET
-
-
-def _udp_handshake(sock: socket.socket, hello: bytes) -> bool:
-    # Datagrams can be lost: repeat the hello until the session socket echoes it.
-    sock.settimeout(HELLO_WAIT_S)
-    for _ in range(HELLO_TRIES):
-        with contextlib.suppress(OSError):
-            sock.send(hello)
-        try:
-            if sock.recv(len(hello) + 1) == hello:
-                sock.setblocking(False)
-                return True
-        except socket.timeout:
-            continue
-        except OSError:
-            time.sleep(HELLO_WAIT_S)  # e.g. ICMP port unreachable: try again
-    return False

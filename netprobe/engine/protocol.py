@@ -6,8 +6,16 @@ Wire format (all integers big-endian):
   protocol version (1 byte), the connection kind (1 byte: control or data), 2 reserved
   bytes. A data hello goes on with the test's 16-byte cookie, the stream id (2 bytes) and
   the flow direction (1 byte), 1 reserved byte.
-* UDP streams open with a datagram carrying the same 28-byte data hello (kind ``udp``);
-  the server answers from a socket connected to the client, on the same port number.
+* UDP streams open with a return-routability check, so that the server never sends a
+  stream (or its answers) to an address that did not ask: the client sends the 28-byte
+  data hello (kind ``udp``); the server answers a 28-byte challenge (kind ``udp
+  challenge``: a 16-byte nonce in the cookie's place, keyed to the session and to the
+  hello's source address and port) to that address only, and only when the address is the
+  control connection's (unless the owner allows others); the client sends the 44-byte
+  proof (kind ``udp proof``: its data hello plus the nonce); then the server answers the
+  data hello from a socket connected to the client, on the same port number, and only
+  then may data flow. No answer is larger than what it answers. A client offers this as
+  the feature ``udp_proof``; a server refuses a UDP test or probe session without it.
 * On a control connection, after the hello, messages are JSON objects framed by a 4-byte
   length. A frame longer than the limit is refused before it is read, so a peer can never
   make the other side allocate more than ``max_size`` bytes.
@@ -20,6 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
+import hmac
 import json
 import math
 import select
@@ -45,6 +55,11 @@ MAX_MESSAGE_BYTES = 64 * 1024
 KIND_CONTROL = 1
 KIND_DATA = 2
 KIND_UDP = 3
+KIND_UDP_CHALLENGE = 4
+KIND_UDP_PROOF = 5
+UDP_PROOF_FEATURE = "udp_proof"
+"""What a client offers in its request when it makes the UDP return-routability check."""
+NONCE_BYTES = 16
 
 DIRECTION_CODES = {"client_to_server": 0, "server_to_client": 1}
 DIRECTION_NAMES = {code: name for name, code in DIRECTION_CODES.items()}
@@ -53,6 +68,8 @@ _HELLO = struct.Struct("!4sBBH")
 _DATA = struct.Struct("!16sHBx")
 HELLO_BYTES = _HELLO.size
 DATA_HELLO_BYTES = _HELLO.size + _DATA.size
+PROOF_BYTES = DATA_HELLO_BYTES + NONCE_BYTES
+_KINDS = (KIND_CONTROL, KIND_DATA, KIND_UDP, KIND_UDP_CHALLENGE, KIND_UDP_PROOF)
 _LENGTH = struct.Struct("!I")
 
 
@@ -81,7 +98,7 @@ def unpack_hello(data: bytes) -> int:
         raise ProtocolError(
             f"protocol version {version} not supported (this side speaks {VERSION})"
         )
-    if kind not in (KIND_CONTROL, KIND_DATA, KIND_UDP):
+    if kind not in _KINDS:
         raise ProtocolError(f"unknown connection kind {kind}")
     return int(kind)
 
@@ -100,6 +117,79 @@ def unpack_data_hello(data: bytes) -> DataHello:
     if code not in DIRECTION_NAMES:
         raise ProtocolError(f"unknown direction code {code}")
     return DataHello(cookie, stream_id, DIRECTION_NAMES[code])
+
+
+def udp_nonce(key: bytes, hello: DataHello, peer: tuple) -> bytes:
+    """The challenge a server sends for ``hello`` from ``peer``: a MAC under the session's
+    secret ``key`` of the stream and the address and port, so the server keeps no state
+    for hellos (a flood of them costs it nothing) and only who receives at ``peer`` learns
+    it."""
+    what = f"{hello.stream_id}|{hello.direction}|{peer[0]}|{peer[1]}".encode()
+    return hmac.new(key, hello.cookie + what, hashlib.sha256).digest()[:NONCE_BYTES]
+
+
+def pack_challenge(hello: DataHello, nonce: bytes) -> bytes:
+    """The server's 28-byte answer to a UDP hello: the nonce in the cookie's place."""
+    return pack_data_hello(KIND_UDP_CHALLENGE, attrs.evolve(hello, cookie=nonce))
+
+
+def pack_proof(hello: DataHello, nonce: bytes) -> bytes:
+    """The client's 44-byte proof that it received the challenge: its hello, the nonce."""
+    return pack_data_hello(KIND_UDP_PROOF, hello) + nonce
+
+
+def unpack_udp(data: bytes) -> tuple[int, DataHello, bytes]:
+    """A datagram at the server's port: (kind, hello, nonce: empty but in a proof);
+    ProtocolError if it is neither a UDP hello nor a proof."""
+    kind = unpack_hello(data[:HELLO_BYTES])
+    size = {KIND_UDP: DATA_HELLO_BYTES, KIND_UDP_PROOF: PROOF_BYTES}.get(kind)
+    if size is None or len(data) != size:
+        raise ProtocolError("not a UDP hello or proof")
+    return kind, unpack_data_hello(data[HELLO_BYTES:DATA_HELLO_BYTES]), data[DATA_HELLO_BYTES:]
+
+
+def udp_handshake(sock: socket.socket, hello: DataHello, tries: int, wait_s: float) -> bool:
+    """The client's side of a UDP stream's opening, on ``sock`` (connected to the server):
+    send the hello, answer the challenge with the proof, until the server echoes the hello
+    (True) or ``tries`` waits of ``wait_s`` pass (False). Datagrams can be lost: what is
+    unanswered is sent again."""
+    opening = pack_data_hello(KIND_UDP, hello)
+    sending = opening
+    sock.settimeout(wait_s)
+    for _ in range(tries):
+        with contextlib.suppress(OSError):
+            sock.send(sending)
+        deadline = time.monotonic() + wait_s
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            try:
+                answer = sock.recv(PROOF_BYTES + 1)
+            except socket.timeout:
+                break
+            except OSError:  # e.g. ICMP port unreachable: wait out the step, send again
+                time.sleep(max(0.0, left))
+                break
+            if answer == opening:
+                return True
+            nonce = _challenge_nonce(answer, hello)
+            if nonce is not None:
+                sending = pack_proof(hello, nonce)
+                with contextlib.suppress(OSError):
+                    sock.send(sending)
+    return False
+
+
+def _challenge_nonce(answer: bytes, hello: DataHello) -> Optional[bytes]:
+    # The nonce of a challenge to this very hello, or None for anything else.
+    if len(answer) != DATA_HELLO_BYTES or answer[:HELLO_BYTES] != pack_hello(KIND_UDP_CHALLENGE):
+        return None
+    try:
+        said = unpack_data_hello(answer[HELLO_BYTES:])
+    except ProtocolError:
+        return None
+    if (said.stream_id, said.direction) != (hello.stream_id, hello.direction):
+        return None
+    return said.cookie
 
 
 def encode(message: dict[str, Any], max_size: int = MAX_MESSAGE_BYTES) -> bytes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hmac
 import ipaddress
 import math
 import os
@@ -31,7 +32,7 @@ from netprobe.engine.conduct import REPORT_WAIT_S, Conductor, Reader, system_nam
 from netprobe.engine.log import Log, client, escape, null_log
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side, buffer_bytes
-from netprobe.engine.sockets import apply_options
+from netprobe.engine.sockets import apply_options, udp_answer
 from netprobe.errors import NetprobeError, ProtocolError, SpecError, listen_error
 from netprobe.plugin import utc_now_iso
 from netprobe.schema import Interval, TestSpec
@@ -61,11 +62,18 @@ class ServerConfig:
     max_duration_s: float = 3600.0
     """Longest test accepted."""
     max_streams: int = 128
-    """Most parallel streams per direction accepted."""
+    """Most parallel streams (per direction) of one test, and of all running tests
+    together: a test that does not fit beside the others is told the server is busy."""
     max_pending: int = 256
     """Connections allowed to be in their handshake at once."""
     max_rate_bps: Optional[float] = None
-    """Highest rate per stream accepted (bits/s); with it set, unlimited tests are refused."""
+    """Highest total rate (bits/s) of one test, every stream and direction together, and
+    of all running tests together (a test that alone asks more is refused; one that does
+    not fit beside the others is told the server is busy). With it set, unlimited tests
+    are refused: the limit binds before the bytes leave."""
+    max_stream_rate_bps: Optional[float] = None
+    """Highest rate of one stream (bits/s), only when asked for; with it set, unlimited
+    tests are refused."""
     max_message_bytes: int = protocol.MAX_MESSAGE_BYTES
     """Largest control message read from a client."""
     max_connections_per_address: int = 32
@@ -79,6 +87,10 @@ class ServerConfig:
     """Buffer memory all running tests may take together (a test that alone needs more is
     refused, one that does not fit beside the others is told the server is busy); None:
     a quarter of this host's memory."""
+    allow_other_data_addresses: bool = False
+    """Take a test's data connections and UDP streams (and probe sessions) from addresses
+    other than its control connection's (off: a client could otherwise point a reverse
+    test at a third host). UDP still needs the return-routability proof."""
     secret: Optional[bytes] = attrs.field(default=None, repr=False)
     """Shared secret clients must prove they know (HMAC challenge); None: no authentication."""
 
@@ -87,11 +99,19 @@ class Attachable(Protocol):
     """What data connections and UDP hellos are handed to, by cookie: a test's session, or
     a latency probe session's echo."""
 
+    control_peer: tuple
+    """The control connection's peer: data may come only from its address."""
+    local_address: str
+    """The control connection's local address: UDP answers leave from it."""
+    udp_key: bytes
+    """The session's secret for the UDP return-routability nonces."""
+
     def attach(self, hello: DataHello, sock: socket.socket) -> bool:
         """Take a TCP data connection; False if it does not belong."""
 
     def attach_udp(self, hello: DataHello, peer: tuple, datagram: bytes) -> None:
-        """Take a UDP stream's hello."""
+        """Take a UDP stream whose ``peer`` has proved it receives there, and answer it
+        ``datagram`` (the hello) from the stream's own socket."""
 
 
 # Timeouts a server can keep (poll() takes milliseconds in a C int; a day is plenty).
@@ -109,9 +129,10 @@ def check_config(config: ServerConfig) -> None:
     if not (math.isfinite(config.max_duration_s) and config.max_duration_s > 0):
         raise SpecError(f"--max-duration must be a finite number of seconds, "
                         f"got {config.max_duration_s:g}")
-    rate = config.max_rate_bps
-    if rate is not None and not (math.isfinite(rate) and rate > 0):
-        raise SpecError(f"--max-rate must be a finite rate, got {rate:g}")
+    for rate, flag in ((config.max_rate_bps, "--max-rate"),
+                       (config.max_stream_rate_bps, "--max-stream-rate")):
+        if rate is not None and not (math.isfinite(rate) and rate > 0):
+            raise SpecError(f"{flag} must be a finite rate, got {rate:g}")
 
 
 class Server:
@@ -146,6 +167,9 @@ class Server:
         self._running: dict[int, dict] = {}  # what each held slot is doing (status request)
         self.max_memory = config.max_memory_bytes or _quarter_of_memory()
         self._memory = 0
+        self._rate = 0.0  # bits/s the running tests asked for together (--max-rate)
+        self._streams = 0  # their streams together (--max-streams)
+        self._charges: dict[int, tuple[int, float, int]] = {}  # per slot: memory, rate, streams
 
     # -- listening --------------------------------------------------------------------
 
@@ -280,7 +304,7 @@ class Server:
                 data = protocol.unpack_data_hello(bytes(hello.data[protocol.HELLO_BYTES:]))
                 self._forget_hello(hello)
                 hello.conn.setblocking(True)
-                if not self._attach(data, hello.conn):
+                if not self._attach(data, hello.conn, hello.peer):
                     close_quietly(hello.conn)
                 self._count_out(hello.peer[0])
                 self._pending.release()
@@ -351,27 +375,44 @@ class Server:
             else:
                 self._per_address.pop(address, None)
 
-    def _attach(self, hello: DataHello, sock: socket.socket) -> bool:
+    def data_peer_ok(self, control_peer: tuple, peer: tuple) -> bool:
+        """Whether a test's data may come from (and go to) ``peer``: the control
+        connection's own address, or any with --allow-other-data-addresses."""
+        if self.config.allow_other_data_addresses:
+            return True
+        return _same_address(control_peer[0], peer[0])
+
+    def _attach(self, hello: DataHello, sock: socket.socket, peer: tuple) -> bool:
         with self._lock:
             session = self._sessions.get(hello.cookie)
-        return session is not None and session.attach(hello, sock)
+        if session is None or not self.data_peer_ok(session.control_peer, peer):
+            return False
+        return session.attach(hello, sock)
 
     def _udp_hello(self, listener: socket.socket) -> None:
+        # A UDP hello gets a challenge of its own size, sent to its source only when that
+        # is the control connection's address; a stream is opened (and anything sent on
+        # it) only for a proof that carries the challenge back: whoever forged the source
+        # never saw the challenge (a return-routability check, like a TCP handshake).
         try:
-            data, peer = listener.recvfrom(protocol.DATA_HELLO_BYTES + 1)
-            if len(data) != protocol.DATA_HELLO_BYTES:
-                return
-            if protocol.unpack_hello(data[: protocol.HELLO_BYTES]) != protocol.KIND_UDP:
-                return
-            hello = protocol.unpack_data_hello(data[protocol.HELLO_BYTES :])
+            data, peer = listener.recvfrom(protocol.PROOF_BYTES + 1)
+            kind, hello, nonce = protocol.unpack_udp(data)
         except (OSError, NetprobeError):
             return
         if not self._allowed(peer[0]):
             return
         with self._lock:
             session = self._sessions.get(hello.cookie)
-        if session is not None:
-            session.attach_udp(hello, peer, data)
+        if session is None or not self.data_peer_ok(session.control_peer, peer):
+            return
+        expected = protocol.udp_nonce(session.udp_key, hello, peer)
+        if kind == protocol.KIND_UDP:
+            challenge = protocol.pack_challenge(hello, expected)
+            with contextlib.suppress(OSError):
+                close_quietly(udp_answer(listener.family, session.local_address, self.port,
+                                         peer, challenge))
+        elif hmac.compare_digest(nonce, expected):
+            session.attach_udp(hello, peer, protocol.pack_data_hello(protocol.KIND_UDP, hello))
 
     # -- sessions ---------------------------------------------------------------------
 
@@ -400,23 +441,40 @@ class Server:
         if idle:
             core.trim_allocator()
 
-    def _take_slot(self, key: int, doing: dict, memory: int) -> Optional[str]:
-        """Take a slot and ``memory`` bytes of the budget; the reason if there is none."""
+    def _take_slot(self, key: int, doing: dict, memory: int, rate: float = 0.0,
+                   streams: int = 0) -> Optional[str]:
+        """Take a slot, ``memory`` bytes of the budget, ``rate`` bits/s of --max-rate and
+        ``streams`` of --max-streams (all running tests share them); the reason if short."""
+        cfg = self.config
         with self._lock:
-            if self._active >= self.config.max_tests or self._closed.is_set():
-                return f"{self.config.max_tests} test(s) running"
+            if self._active >= cfg.max_tests or self._closed.is_set():
+                return f"{cfg.max_tests} test(s) running"
             if self._memory + memory > self.max_memory:
                 return (f"the running tests' buffers leave {_mib(self.max_memory - self._memory)}"
                         f" of the memory limit, this test needs {_mib(memory)}")
+            if cfg.max_rate_bps and self._rate + rate > cfg.max_rate_bps:
+                return (f"the running tests use {_mbits(self._rate)} of the "
+                        f"{_mbits(cfg.max_rate_bps)} this server allows in all (--max-rate), "
+                        f"this test asks {_mbits(rate)}")
+            if self._streams + streams > cfg.max_streams:
+                return (f"the running tests have {self._streams} of the {cfg.max_streams} "
+                        f"streams this server allows in all (--max-streams), this test asks "
+                        f"{streams}")
             self._active += 1
             self._memory += memory
+            self._rate += rate
+            self._streams += streams
+            self._charges[key] = (memory, rate, streams)
             self._running[key] = doing
             return None
 
-    def _free_slot(self, key: int, memory: int) -> None:
+    def _free_slot(self, key: int) -> None:
         with self._lock:
+            memory, rate, streams = self._charges.pop(key, (0, 0.0, 0))
             self._active -= 1
             self._memory -= memory
+            self._rate -= rate
+            self._streams -= streams
             self._running.pop(key, None)
             self._served += 1
             if self.config.one_off:
@@ -490,6 +548,8 @@ class Session:
         self.server = server
         self.channel = channel
         self.peer = peer
+        self.control_peer = peer
+        self.udp_key = secrets.token_bytes(16)
         self.spec: Optional[TestSpec] = None
         self.local_address = channel.sock.getsockname()[0]
         self._streams: dict[tuple[int, str], socket.socket] = {}
@@ -523,9 +583,22 @@ class Session:
             self.refuse(f"unknown request {request['type']!r}", code="unknown")
         spec = self.checked_spec(request)
         features = request.get("features")
+        if spec.protocol == "udp":
+            self.require_udp_proof(request)
         keyed = isinstance(features, list) and "sequence_base" in features
         with self.slot(spec, memory=test_memory(spec)):
             self._serve(spec, secrets.randbits(64) if keyed else 0)
+
+    def require_udp_proof(self, request: dict) -> None:
+        """Refuse, naming this server's version, a client that does not make the UDP
+        return-routability check (an older netprobe): its hellos would go unanswered, and
+        it would wait for nothing."""
+        features = request.get("features")
+        if not isinstance(features, list) or protocol.UDP_PROOF_FEATURE not in features:
+            self.refuse(f"this server ({_version()}) opens UDP streams only for clients that "
+                        f"prove they receive at their address (feature "
+                        f"'{protocol.UDP_PROOF_FEATURE}', which this client's request lacks): "
+                        "use a netprobe client as new as the server", "version")
 
     def handshake_over(self) -> None:
         """The request is in (or the session ended): it no longer counts as a handshake."""
@@ -543,13 +616,15 @@ class Session:
 
         A slot is taken only by a valid test, and held until its connection ends; a
         refused, idle or unauthenticated client never holds one."""
-        short = self.server._take_slot(id(self), _doing(kind, self.peer, spec), memory)
+        rate, streams = (test_rate(spec) or 0.0, spec.streams) if spec else (0.0, 0)
+        short = self.server._take_slot(id(self), _doing(kind, self.peer, spec), memory, rate,
+                                       streams)
         if short is not None:
             self.refuse(f"server busy: {short}", "busy")
         try:
             yield
         finally:
-            self.server._free_slot(id(self), memory)
+            self.server._free_slot(id(self))
 
     def _serve(self, spec: TestSpec, sequence_base: int) -> None:
         self.spec = spec
@@ -611,11 +686,26 @@ class Session:
             )
         if spec.streams > cfg.max_streams:
             self.refuse(f"{spec.streams} streams exceed this server's limit of {cfg.max_streams}")
-        rate = spec.rate_bits_per_second
-        if cfg.max_rate_bps and (rate is None or rate > cfg.max_rate_bps):
-            shown = "unlimited" if rate is None else f"{rate:g} bit/s"
-            self.refuse(f"rate {shown} exceeds this server's limit of {cfg.max_rate_bps:g} bit/s")
+        self._check_rate(spec)
         return spec
+
+    def _check_rate(self, spec: TestSpec) -> None:
+        # The limits bind before any byte leaves: a test whose streams together ask more
+        # than --max-rate (or one unlimited stream) is refused, never started and cut.
+        cfg = self.server.config
+        rate, total = spec.rate_bits_per_second, test_rate(spec)
+        limit = cfg.max_stream_rate_bps
+        if limit and (rate is None or rate > limit):
+            shown = "unlimited" if rate is None else _mbits(rate)
+            self.refuse(f"rate {shown} a stream exceeds this server's limit of "
+                        f"{_mbits(limit)} a stream (--max-stream-rate)")
+        limit = cfg.max_rate_bps
+        if limit and (total is None or total > limit):
+            count = spec.streams * len(spec.flow_directions())
+            shown = "unlimited" if total is None else f"{_mbits(total)} in all"
+            self.refuse(f"rate {shown} ({count} stream(s) and directions together) exceeds "
+                        f"this server's limit of {_mbits(limit)} for all its tests together "
+                        f"(--max-rate): ask for at most {_mbits(limit / count)} a stream")
 
     def refuse(self, message: str, code: str = "refused") -> NoReturn:
         """Tell the client why not, log it, then end the session (SpecError)."""
@@ -642,15 +732,10 @@ class Session:
             known = (hello.stream_id, hello.direction) in self._streams
         if known:
             return  # a retried hello: the client will see our ack on the stream socket
-        sock = socket.socket(self.channel.sock.family, socket.SOCK_DGRAM)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            sock.bind((self.local_address, self.server.port))
-            sock.connect(peer)
-            sock.send(datagram)
+            sock = udp_answer(self.channel.sock.family, self.local_address, self.server.port,
+                              peer, datagram)
         except OSError:
-            close_quietly(sock)
             return
         if not self._add(hello, sock):
             close_quietly(sock)
@@ -743,6 +828,23 @@ class Session:
         return streams
 
 
+def test_rate(spec: TestSpec) -> Optional[float]:
+    """What a test asks of the network, every stream and direction together (bits/s);
+    None if unlimited."""
+    if not spec.rate_bits_per_second:
+        return None
+    return spec.rate_bits_per_second * spec.streams * len(spec.flow_directions())
+
+
+def _same_address(a: str, b: str) -> bool:
+    """Whether two socket addresses name one host (a v4-mapped IPv6 one as its IPv4)."""
+    try:
+        return bool(_plain_address(ipaddress.ip_address(a.split("%", 1)[0]))
+                    == _plain_address(ipaddress.ip_address(b.split("%", 1)[0])))
+    except ValueError:
+        return False
+
+
 def _paced_seconds(spec: TestSpec) -> float:
     """How long a byte-count test at a fixed rate must take, warm-up included (0: not
     paced): -n 128k at -b 8 would hold a slot for days before --max-duration stopped it."""
@@ -815,6 +917,10 @@ def _quarter_of_memory() -> int:
     # A server shares its host (often a small router): a quarter of the memory for test
     # buffers leaves the rest to the system, whatever its size.
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+
+
+def _mbits(rate: float) -> str:
+    return f"{rate / 1e6:.4g} Mbit/s"
 
 
 def _mib(count: int) -> str:

@@ -72,6 +72,23 @@ def grow_udp_receive_buffer(sock: socket.socket) -> None:
         pass
 
 
+def udp_answer(family: int, local_address: str, port: int, peer: tuple,
+               datagram: bytes) -> socket.socket:
+    """A UDP socket on the server's port and ``local_address`` (so the answer leaves from
+    the address the client spoke to), connected to ``peer``, that has sent ``datagram``."""
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((local_address, port))
+        sock.connect(peer)
+        sock.send(datagram)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def _set(sock: socket.socket, level: int, option: int, value: int | bytes, flag: str) -> None:
     try:
         sock.setsockopt(level, option, value)

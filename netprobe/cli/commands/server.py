@@ -53,6 +53,11 @@ def _add_server_limits(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--allow", action="append", metavar="CIDR",
                        help="client network allowed to connect (repeatable; default: any); "
                             "checked before anything else")
+    group.add_argument("--allow-other-data-addresses", action="store_true",
+                       help="take a test's data connections and UDP streams from addresses "
+                            "other than its control connection's (off by default: a client "
+                            "could point a reverse test at a third host); UDP streams still "
+                            "must prove they receive at their address")
     group.add_argument("--secret-file", metavar="FILE",
                        help="require clients to prove they know the shared secret in FILE "
                             "(HMAC challenge); or set $NETPROBE_SECRET. Never on the command "
@@ -67,9 +72,17 @@ _LIMITS = (
     ("--max-duration", "max_duration_s", opts.LIMIT_SECONDS, "SECONDS",
      "longest test accepted (default: {server:max_duration_s})"),
     ("--max-streams", "max_streams", opts.COUNT, "N",
-     "most parallel streams per test (default: {server:max_streams})"),
+     "most parallel streams (per direction) of one test and of all running tests together; "
+     "a test that does not fit beside the others is told the server is busy "
+     "(default: {server:max_streams})"),
     ("--max-rate", "max_rate_bps", opts.RATE, "RATE",
-     "highest rate per stream accepted; unlimited tests are then refused (default: no limit)"),
+     "highest total rate of one test (every stream and direction together) and of all "
+     "running tests together: a test asking more alone is refused, one that does not fit "
+     "beside the others is told the server is busy, and unlimited (-b 0) tests are refused; "
+     "so -P 4 at --max-rate 50M may ask -b 12.5M (default: no limit)"),
+    ("--max-stream-rate", "max_stream_rate_bps", opts.RATE, "RATE",
+     "highest rate of one stream, besides --max-rate; unlimited tests are then refused "
+     "(default: no limit)"),
     ("--max-connections-per-address", "max_connections_per_address", opts.COUNT, "N",
      "control connections and handshakes at once from one address "
      "(default: {server:max_connections_per_address})"),
@@ -94,6 +107,7 @@ def _server_options(args: argparse.Namespace) -> dict[str, Any]:
 
     options: dict[str, Any] = {"bind_address": args.bind, "one_off": args.one_off,
                                "allow_third_party": args.allow_third_party,
+                               "allow_other_data_addresses": args.allow_other_data_addresses,
                                "allow": tuple(args.allow or ()),
                                "secret": load_secret(args.secret_file)}
     for field in _CONFIG_FIELDS:
