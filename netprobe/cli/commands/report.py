@@ -161,10 +161,12 @@ def _print_report(fmt: str, results: Sequence[Result], stats: Sequence[GroupStat
 def _records_csv(records: list[dict[str, Any]], stats_names: Sequence[str]) -> str:
     import csv
 
+    from netprobe.cli.textsafe import for_csv
+
     columns = ["group", "results", "ok", "direction", "figure", *stats_names, "ratio"]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, columns, lineterminator="\n")
     writer.writeheader()
     for record in records:
-        writer.writerow({k: "" if v is None else v for k, v in record.items()})
+        writer.writerow({k: "" if v is None else for_csv(v) for k, v in record.items()})
     return buffer.getvalue()
