@@ -23,6 +23,7 @@ from netprobe.cli.htmlparts import _RC, _e, _label, _scoped
 from netprobe.cli.outfile import write_text
 from netprobe.cli.tabulate import DIRECTION_LABELS, scale, stats_header, stats_rows
 from netprobe.cli.textsafe import for_terminal
+from netprobe.redact import redact
 from netprobe.results.analysis import (
     Group,
     GroupStats,
@@ -63,7 +64,7 @@ def write_page(path: str, results: Sequence[Result], groups: Sequence[Group],
     page = render_page(results, groups, stats, sources=sources, keys=keys, sections=sections)
     # The chart labels matplotlib wrote into the SVG are foreign text too: no control
     # character of a name reaches the file (the page's own text has only newlines).
-    write_text(path, for_terminal(page))
+    write_text(path, redact(for_terminal(page)))  # and no password of an archive URL
 
 
 def render_page(results: Sequence[Result], groups: Sequence[Group],

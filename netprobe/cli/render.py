@@ -29,6 +29,7 @@ from netprobe.cli.units import (
     format_ms_from_us,
     format_percent,
 )
+from netprobe.redact import redact
 from netprobe.schema import Interval, Latency, Result, SideSummary, TestSpec
 
 FILE_WIDTH = 120
@@ -91,13 +92,14 @@ def print_error(message: str) -> None:
     """One line on stderr: ``netprobe: error: message`` (never wrapped, never markup)."""
     line = Text("netprobe: ")
     line.append("error: ", style="bold red")
-    line.append(plain(" ".join(message.split())))  # a multi-line message makes one line
+    line.append(plain(redact(" ".join(message.split()))))  # one line, no password
     stderr_console().print(line, soft_wrap=True)
 
 
 def print_warning(message: str) -> None:
     """``warning: message`` on stderr, one line."""
-    stderr_console().print(Text.assemble(("warning: ", "bold yellow"), plain(message)),
+    stderr_console().print(Text.assemble(("warning: ", "bold yellow"),
+                                         plain(redact(message))),
                            soft_wrap=True)
 
 
