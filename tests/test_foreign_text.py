@@ -190,3 +190,21 @@ def test_fleet_status_shows_a_hostile_status_as_data(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     _assert_inert(done.stdout + done.stderr)
     assert "[/]" in done.stdout
+
+
+def test_fleet_run_progress_line_shows_a_far_end_error_as_data(
+        capsys: Any) -> None:
+    """``fleet run`` prints each pair's line as it ends; the error is the far end's."""
+    from netprobe.archives import Record
+    from netprobe.cli.commands.fleet import _Bar
+
+    bar = _Bar()
+    try:
+        bar.pair_done(Record("run-1", "g[/]", 1, "a", "b", "2026-12-01T10:00:01.000+00:00",
+                             "failed", HOSTILE))
+        bar.note(HOSTILE)
+    finally:
+        bar.stop()
+    err = capsys.readouterr().err
+    _assert_inert(err)
+    assert "g[/] 1: a -> b" in err and "failed: =HYPERLINK" in err
