@@ -45,8 +45,7 @@ def _saved(tmp_path: Path) -> Path:
     base = sample_result()
     hostile = attrs.evolve(base, tool=ToolInfo(HOSTILE, version=HOSTILE),
                            warnings=(HOSTILE,), errors=(HOSTILE,),
-                           spec=attrs.evolve(base.spec, notes=HOSTILE)
-                           if hasattr(base.spec, "notes") else base.spec)
+                           remote=attrs.evolve(base.remote, host=HOSTILE, address=HOSTILE))
     path = tmp_path / "hostile.json"
     path.write_text(to_json(hostile))
     return path

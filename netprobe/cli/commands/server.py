@@ -43,7 +43,8 @@ def _add_service_options(parser: argparse.ArgumentParser) -> None:
                             "shippers (default: text)")
     group.add_argument("--pidfile", metavar="FILE",
                        help="write the server's process id to FILE once it listens, and "
-                            "remove it on exit (refused if FILE names a running process)")
+                            "remove it on exit (refused if FILE names a running process "
+                            "or is a symbolic link; a stale FILE is replaced)")
 
 
 def _add_server_limits(parser: argparse.ArgumentParser) -> None:
