@@ -207,3 +207,15 @@ def test_fleet_run_progress_line_shows_a_far_end_error_as_data(
     err = capsys.readouterr().err
     _assert_inert(err)
     assert "g[/] 1: a -> b" in err and "failed: =HYPERLINK" in err
+
+
+def test_the_consoles_escape_whatever_they_draw(capsys: Any) -> None:
+    """The net under every view: a plain string printed on the CLI's consoles is neither
+    markup nor a terminal escape (guards the hook into rich's rendering, too)."""
+    from netprobe.cli.render import stderr_console, stdout_console
+
+    stdout_console().print("a[/][bold]b\x1b[2J\u202ec")
+    stderr_console().print("d\x9b31m:smile:")
+    out, err = capsys.readouterr()
+    _assert_inert(out + err)
+    assert out == "a[/][bold]b\\x1b[2J\\u202ec\n" and err == "d\\x9b31m:smile:\n"
