@@ -18,6 +18,7 @@ from typing import Any, Callable, ClassVar, Optional
 import attrs
 
 from netprobe.errors import NetprobeError, SpecError
+from netprobe.redact import redact
 from netprobe.schema import Result
 
 GROUP = "netprobe.archives"
@@ -193,12 +194,12 @@ def open_archive(url: str, manager: Callable[[str], Any] = make_manager, *,
         cls = manager(name).driver
     except Exception as exc:  # NoMatches, or the plugin failed to import
         known = ", ".join(installed()) or "none"
-        raise SpecError(f"no archive plugin for {name!r} in {url!r} (installed: {known}): "
+        raise SpecError(f"no archive plugin for {name!r} in {redact(url)!r} (installed: {known}): "
                         f"{exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, Archive)):
         raise SpecError(f"archive plugin {name!r} is not a netprobe Archive: {cls!r}")
     if not create and not cls.exists(url):
-        raise ArchiveMissing(f"archive {url}: there is none (`netprobe fleet run` makes "
+        raise ArchiveMissing(f"archive {redact(url)}: there is none (`netprobe fleet run` makes "
                              "one; a report or a matrix only reads)")
     return cls(url)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from netprobe.archives import ArchiveError
 from netprobe.archives.sql import Dialect, SqlArchive
+from netprobe.redact import redact
 
 
 def _psycopg() -> Any:
@@ -41,12 +42,10 @@ class PostgresArchive(SqlArchive):
             connection.execute("SET TIME ZONE 'UTC'")
             connection.commit()
         except psycopg.Error as exc:
-            raise ArchiveError(f"archive {_safe(url)}: {' '.join(str(exc).split())}") from None
+            # the driver may quote the connection string, password and all
+            message = redact(" ".join(str(exc).split()), url)
+            raise ArchiveError(f"archive {redact(url)}: {message}") from None
         return connection
-
-    def shown(self, url: str) -> str:
-        """The URL without its password."""
-        return _safe(url)
 
     def errors(self) -> tuple[type[BaseException], ...]:
         """psycopg's errors."""
@@ -68,11 +67,3 @@ class PostgresArchive(SqlArchive):
             return value.astimezone(datetime.timezone.utc).isoformat(timespec="milliseconds")
         return str(value)
 
-
-def _safe(url: str) -> str:
-    """The URL without its password, for error messages."""
-    head, at, tail = url.rpartition("@")
-    if not at or ":" not in head.split("//", 1)[-1]:
-        return url
-    scheme, _, user_password = head.partition("//")
-    return f"{scheme}//{user_password.split(':', 1)[0]}:***@{tail}"

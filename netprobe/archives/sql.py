@@ -18,6 +18,7 @@ import attrs
 from netprobe import convert
 from netprobe.archives import FIGURES, Archive, ArchiveError, Record, Run, figures
 from netprobe.errors import NetprobeError
+from netprobe.redact import redact
 from netprobe.schema import Result
 
 
@@ -90,8 +91,8 @@ class SqlArchive(Archive):
         raise NotImplementedError
 
     def shown(self, url: str) -> str:
-        """``url`` fit for messages (a subclass hides what must not be shown)."""
-        return url
+        """``url`` fit for messages: its password, if any, replaced by ``***``."""
+        return redact(url)
 
     def errors(self) -> tuple[type[BaseException], ...]:
         """The driver's exceptions that mean the database refused or failed."""
@@ -187,7 +188,8 @@ class SqlArchive(Archive):
             cursor.execute(self._sql(statement), tuple(params))
             return cursor
         except self.errors() as exc:
-            raise ArchiveError(f"archive {self.url}: {' '.join(str(exc).split())}") from None
+            raise ArchiveError(f"archive {self.url}: {redact(' '.join(str(exc).split()))}"
+                               ) from None
 
     def _write(self, statement: str, params: Sequence[Any]) -> None:
         with self._lock:

@@ -14,6 +14,7 @@ from typing import Any
 
 from netprobe.archives import ArchiveError
 from netprobe.archives.sql import Dialect, SqlArchive
+from netprobe.redact import redact
 
 BUSY_TIMEOUT_S = 10.0  # a reader holding the file briefly must not fail the runner's write
 
@@ -26,7 +27,7 @@ def path_of(url: str) -> str:
     if rest.startswith("//"):
         rest = rest[2:]  # sqlite:///abs -> /abs ; sqlite://rel -> rel
     if not rest:
-        raise ArchiveError(f"archive {url}: names no file")
+        raise ArchiveError(f"archive {redact(url)}: names no file")
     return rest
 
 
@@ -47,14 +48,14 @@ class SqliteArchive(SqlArchive):
         path = path_of(url)
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
-            raise ArchiveError(f"archive {url}: no such directory {folder}")
+            raise ArchiveError(f"archive {redact(url)}: no such directory {folder}")
         try:
             connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=FULL")
             connection.execute("PRAGMA foreign_keys=ON")
         except sqlite3.Error as exc:
-            raise ArchiveError(f"archive {url}: {exc}") from None
+            raise ArchiveError(f"archive {redact(url)}: {exc}") from None
         return connection
 
     def errors(self) -> tuple[type[BaseException], ...]:

@@ -31,7 +31,9 @@ def error(message: str) -> None:
     try:
         from netprobe.cli.render import print_error
     except Exception:  # rich missing or broken: the error must still reach the user
-        sys.stderr.write(f"netprobe: error: {' '.join(message.split())}\n")
+        from netprobe.cli.textsafe import for_terminal
+
+        sys.stderr.write(f"netprobe: error: {for_terminal(' '.join(message.split()))}\n")
         return
     print_error(message)
 

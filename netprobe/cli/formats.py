@@ -24,6 +24,7 @@ from netprobe.cli.outfile import (
     write_stdout,
     write_text,
 )
+from netprobe.cli.textsafe import for_csv
 from netprobe.convert import to_json
 from netprobe.plugin import NullReporter, Reporter
 from netprobe.schema import FlowSummary, Result, SideSummary
@@ -119,7 +120,8 @@ def _csv_row(result: Result, direction: str, flow: FlowSummary | None) -> list[s
         _get(receiver, "lost_percent"), _get(receiver, "jitter_ms"),
         _get(receiver, "out_of_order_packets"),
     ]
-    return ["" if value is None else str(value) for value in values]
+    # for_csv: a tool name or version from a far end or a saved file could be a formula
+    return ["" if value is None else str(for_csv(value)) for value in values]
 
 
 def _get(side: SideSummary | None, name: str) -> Any:

@@ -19,9 +19,11 @@ from typing import Any, Optional
 
 from netprobe import __version__
 from netprobe.cli.htmldist import HEADROOM
-from netprobe.cli.htmlparts import _RC, _e, _scoped
+from netprobe.cli.htmlparts import _RC, _e, _label, _scoped
 from netprobe.cli.outfile import write_text
 from netprobe.cli.tabulate import DIRECTION_LABELS, scale, stats_header, stats_rows
+from netprobe.cli.textsafe import for_terminal
+from netprobe.redact import redact
 from netprobe.results.analysis import (
     Group,
     GroupStats,
@@ -59,8 +61,10 @@ def write_page(path: str, results: Sequence[Result], groups: Sequence[Group],
                keys: Sequence[str] = ("tool",),
                sections: Sequence[tuple[str, str]] = ()) -> None:
     """Write the report page to ``path`` (OutputError if it cannot be)."""
-    write_text(path, render_page(results, groups, stats, sources=sources, keys=keys,
-                                 sections=sections))
+    page = render_page(results, groups, stats, sources=sources, keys=keys, sections=sections)
+    # The chart labels matplotlib wrote into the SVG are foreign text too: no control
+    # character of a name reaches the file (the page's own text has only newlines).
+    write_text(path, redact(for_terminal(page)))  # and no password of an archive URL
 
 
 def render_page(results: Sequence[Result], groups: Sequence[Group],
@@ -228,13 +232,14 @@ def _chart(chart_id: str, title: str, kind: str, lines: Sequence[Line], thin: bo
 def _plot(axes: Any, points: list[Point], divisor: float, gid: str, color: str,
           label: Optional[str], width: float, alpha: float) -> None:
     (line,) = axes.plot([t for t, _ in points], [v / divisor for _, v in points],
-                        color=color, linewidth=width, alpha=alpha, label=label,
+                        color=color, linewidth=width, alpha=alpha,
+                        label=None if label is None else _label(label),
                         marker="." if len(points) < 30 else None)
     line.set_gid(gid)
 
 
 def _decorate(axes: Any, title: str, unit: str, kind: str, top: float) -> None:
-    axes.set_title(title, loc="left")
+    axes.set_title(_label(title), loc="left")
     axes.set_xlabel("seconds since the test started")
     names = {"rate": "throughput", "count": "segments", "us": "RTT", "percent": "lost",
              "ms": "jitter"}

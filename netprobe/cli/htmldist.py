@@ -12,7 +12,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-from netprobe.cli.htmlparts import _RC, _scoped
+from netprobe.cli.htmlparts import _RC, _label, _scoped
 from netprobe.cli.tabulate import DIRECTION_LABELS, scale
 from netprobe.results.analysis import Group, throughput_series
 from netprobe.results.stats import mean_interval
@@ -58,7 +58,7 @@ def _figure(chart_id: str, draw: Any, title: str, values: Sequence[Sequence[floa
         figure = Figure(figsize=(9, 3.2), layout="constrained")
         axes = figure.subplots()
         draw(axes, divisor)
-        axes.set_title(title, loc="left")
+        axes.set_title(_label(title), loc="left")
         if chart_id.startswith("box"):
             axes.set_ylabel(f"throughput ({unit})")
             # the CI bars may reach above the highest result: room for both
@@ -78,7 +78,7 @@ def _figure(chart_id: str, draw: Any, title: str, values: Sequence[Sequence[floa
 
 def _boxes(axes: Any, chart_id: str, groups: Sequence[Group],
            values: Sequence[Sequence[float]], divisor: float) -> None:
-    shown = [(g.label, [v / divisor for v in vs]) for g, vs in zip(groups, values) if vs]
+    shown = [(_label(g.label), [v / divisor for v in vs]) for g, vs in zip(groups, values) if vs]
     parts = axes.boxplot([vs for _, vs in shown], tick_labels=[label for label, _ in shown],
                          patch_artist=True, widths=0.5)
     for k, (box, (_, vs)) in enumerate(zip(parts["boxes"], shown)):
@@ -100,7 +100,7 @@ def _cdf(axes: Any, chart_id: str, groups: Sequence[Group],
         xs = [v / divisor for v in vs]
         ys = [(i + 1) / len(xs) for i in range(len(xs))]
         (line,) = axes.step(xs, ys, where="post", color=f"C{k % 10}", linewidth=2,
-                            label=group.label)
+                            label=_label(group.label))
         line.set_gid(f"series-{chart_id}-{k + 1}")
 
 

@@ -11,7 +11,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-from netprobe.cli.htmlparts import _RC, _e, _scoped
+from netprobe.cli.htmlparts import _RC, _e, _label, _scoped
 from netprobe.cli.latencyview import loss_words
 from netprobe.schema import Latency, Result
 
@@ -93,7 +93,7 @@ def _cdf(axes: Any, latency: Latency, n: int) -> None:
             continue
         fractions = [(i + 1) / len(rtts) for i in range(len(rtts))]
         (line,) = axes.step([v / 1000 for v in rtts], fractions, where="post",
-                            color=_LINE_COLOURS[k % len(_LINE_COLOURS)], label=phase.name)
+                            color=_LINE_COLOURS[k % len(_LINE_COLOURS)], label=_label(phase.name))
         line.set_gid(f"series-lat{n}-cdf-{k + 1}")
     axes.set_title("Round trip per phase (CDF)", loc="left")
     axes.set_xscale("log")

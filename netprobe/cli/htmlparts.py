@@ -8,12 +8,24 @@ import html
 import re
 from typing import Any
 
+from netprobe.cli.textsafe import for_terminal
+
+# text.parse_math off (and TeX off): a `$` in a tool's name or a group's label is a dollar
+# sign, not mathtext (a name like "$\\foo{$" from a saved result crashed report --html).
 _RC = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
-       "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3}
+       "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
+       "text.parse_math": False, "text.usetex": False}
 
 
 def _e(text: Any) -> str:
-    return html.escape(str(text))
+    """Foreign text in HTML: escaped, and its control characters shown as escapes."""
+    return html.escape(for_terminal(str(text), one_line=True))
+
+
+def _label(text: str) -> str:
+    """Foreign text for a matplotlib label: its control characters shown as escapes (a
+    `$` stays a dollar sign: mathtext is off in :data:`_RC`)."""
+    return for_terminal(text, one_line=True)
 
 
 _ID = re.compile(r'\bid="([^"]+)"')
@@ -33,4 +45,4 @@ def _scoped(svg: str, scope: str) -> str:
     return _REFERENCE.sub(lambda m: m.group(1) + rename(m.group(2)), svg)
 
 
-__all__ = ["_RC", "_e", "_scoped"]
+__all__ = ["_RC", "_e", "_label", "_scoped"]

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from netprobe.cli.tabulate import BLOCKS
+from netprobe.cli.textsafe import for_terminal
 from netprobe.cli.units import format_ms_from_us, format_rate
 from netprobe.engine.latency import PROBLEM_QUEUE_US, bloated_direction
 from netprobe.schema import Latency, LatencyPhase, LatencySample, Result
@@ -82,7 +83,8 @@ def phase_table(phases: Sequence[LatencyPhase]) -> Table:
         rtt = phase.rtt or Latency(count=0)
         sent = rtt.count + (rtt.lost or 0)
         lost = "-" if rtt.lost is None else f"{rtt.lost}/{sent}"
-        table.add_row(phase.name, lost, _num(rtt.p50_us), _num(rtt.mean_us), _num(rtt.p99_us),
+        shown = Text(for_terminal(phase.name, one_line=True))  # a saved file's: data
+        table.add_row(shown, lost, _num(rtt.p50_us), _num(rtt.mean_us), _num(rtt.p99_us),
                       _num(rtt.max_us), _one_way(phase.client_to_server),
                       _one_way(phase.server_to_client), _plus(phase.bloat_us),
                       phase.grade or "-")
@@ -105,7 +107,8 @@ def rate_table(phases: Sequence[LatencyPhase]) -> Optional[Table]:
     table.add_column("Down (s->c)", justify="right", no_wrap=True)
     table.add_column("Up (c->s)", justify="right", no_wrap=True)
     for phase in rows:
-        table.add_row(phase.name, _rate(phase.server_to_client_bits_per_second),
+        table.add_row(Text(for_terminal(phase.name, one_line=True)),
+                      _rate(phase.server_to_client_bits_per_second),
                       _rate(phase.client_to_server_bits_per_second))
     return table
 

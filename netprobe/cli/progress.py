@@ -22,7 +22,11 @@ class TrialProgress:
 
     def __init__(self, planned_s: Optional[float], console: Optional[Console] = None) -> None:
         self._planned = planned_s
-        self._console = console or Console(stderr=True)
+        if console is None:  # the CLI's stderr console: markup off, every text escaped
+            from netprobe.cli.render import stderr_console
+
+            console = stderr_console()
+        self._console = console
         self._progress: Optional[Progress] = None
         self._task: Optional[TaskID] = None
         self._lock = threading.Lock()
@@ -31,8 +35,10 @@ class TrialProgress:
         """A trial begins: a new bar named ``label`` (the last one stays on the screen)."""
         self.stop()
         with self._lock:
-            self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                      TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
+            self._progress = Progress(TextColumn("{task.description}", markup=False),
+                                      BarColumn(),
+                                      TextColumn("{task.fields[rate]}", markup=False),
+                                      TimeElapsedColumn(),
                                       console=self._console, redirect_stdout=False,
                                       redirect_stderr=False)
             self._progress.start()

@@ -17,9 +17,11 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from netprobe.cli.textsafe import for_terminal
 from netprobe.cli.units import (
     Units,
     format_bytes,
@@ -27,6 +29,7 @@ from netprobe.cli.units import (
     format_ms_from_us,
     format_percent,
 )
+from netprobe.redact import redact
 from netprobe.schema import Interval, Latency, Result, SideSummary, TestSpec
 
 FILE_WIDTH = 120
@@ -38,7 +41,21 @@ _STATUS_STYLES = {"ok": "bold green", "failed": "bold red", "interrupted": "bold
 
 class _Console(Console):
     """A rich Console that lets a closed pipe reach the CLI as BrokenPipeError (exit code 6),
-    where rich would raise SystemExit(1) by itself."""
+    where rich would raise SystemExit(1) by itself, and that treats every text as data:
+    markup and emoji codes are not parsed, and whatever it draws passes through
+    :func:`for_terminal` (a tool name or an agent's reply once cleared the screen)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("markup", False)  # "[/]" from a far end crashed `tools HOST`
+        kwargs.setdefault("emoji", False)
+        super().__init__(*args, **kwargs)
+
+    def _render_buffer(self, buffer: Any) -> str:
+        # The last step before the terminal: the text of every segment, whichever view
+        # made it; rich's own control segments (cursor moves of a progress bar) stay.
+        return super()._render_buffer(
+            Segment(for_terminal(text), style, control) if control is None else
+            Segment(text, style, control) for text, style, control in buffer)
 
     def on_broken_pipe(self) -> None:
         """Stop writing and report the closed pipe."""
@@ -65,28 +82,35 @@ def _width(stream: Any) -> int | None:
     return FILE_WIDTH
 
 
+def plain(text: Any, style: str = "", one_line: bool = True) -> Text:
+    """Foreign text (a far end's, a saved file's) as a rich Text: never markup, every
+    control character shown as its escape (see :mod:`netprobe.cli.textsafe`)."""
+    return Text(for_terminal(str(text), one_line=one_line), style=style)
+
+
 def print_error(message: str) -> None:
     """One line on stderr: ``netprobe: error: message`` (never wrapped, never markup)."""
     line = Text("netprobe: ")
     line.append("error: ", style="bold red")
-    line.append(" ".join(message.split()))  # a multi-line message still makes one line
+    line.append(plain(redact(" ".join(message.split()))))  # one line, no password
     stderr_console().print(line, soft_wrap=True)
 
 
 def print_warning(message: str) -> None:
     """``warning: message`` on stderr, one line."""
-    stderr_console().print(Text.assemble(("warning: ", "bold yellow"), message),
+    stderr_console().print(Text.assemble(("warning: ", "bold yellow"),
+                                         plain(redact(message))),
                            soft_wrap=True)
 
 
 def print_note(message: str) -> None:
     """A progress or status line on stderr, dimmed."""
-    stderr_console().print(Text(message, style="dim"), soft_wrap=True)
+    stderr_console().print(plain(message, "dim"), soft_wrap=True)
 
 
 def print_line(message: str) -> None:
     """A plain line on stdout (server log lines)."""
-    stdout_console().print(Text(message), soft_wrap=True)
+    stdout_console().print(plain(message), soft_wrap=True)
 
 
 # --- interval lines ----------------------------------------------------------------------
@@ -282,9 +306,10 @@ def print_result(console: Console, result: Result, *, intervals: bool = False,
         console.print(latency_text(own, f"{own.measured_by or result.tool.name}'s own latency"),
                       soft_wrap=True)
     for warning in result.warnings:
-        console.print(Text.assemble(("warning: ", "bold yellow"), warning), soft_wrap=True)
+        console.print(Text.assemble(("warning: ", "bold yellow"), plain(warning)),
+                      soft_wrap=True)
     for error in result.errors:
-        console.print(Text.assemble(("error: ", "bold red"), error), soft_wrap=True)
+        console.print(Text.assemble(("error: ", "bold red"), plain(error)), soft_wrap=True)
     console.print(Text.assemble("status: ", (result.status, _STATUS_STYLES[result.status])))
 
 
@@ -322,8 +347,8 @@ def _print_sparkline(console: Console, result: Result) -> None:
 def human_text(result: Result, per_stream: bool = False, units: Units | None = None) -> str:
     """The human rendering of a result, with its intervals, as plain text (for files)."""
     buffer = io.StringIO()
-    console = Console(file=buffer, width=FILE_WIDTH, color_system=None, highlight=False,
-                      force_terminal=False)
+    console = _Console(file=buffer, width=FILE_WIDTH, color_system=None, highlight=False,
+                       force_terminal=False)
     print_result(console, result, intervals=True, per_stream=per_stream, units=units)
     return buffer.getvalue()
 
@@ -338,7 +363,7 @@ def _title(result: Result) -> Text:
     port = f":{result.remote.port}" if result.remote.port else ""
     took = f"{result.duration_s:.2f} s" if result.duration_s is not None else "-"
     parts = [tool, spec.protocol, spec.direction, streams, f"server {far}{port}", took]
-    return Text(" | ".join(parts) + f" | started {result.start_time or '-'}", style="bold")
+    return plain(" | ".join(parts) + f" | started {result.start_time or '-'}", "bold")
 
 
 _COLUMNS = ("Dir", "Role", "Transfer", "Bitrate", "Call len", "CPU", "Retr", "RTT mean/min",
@@ -452,8 +477,9 @@ def tools_table(rows: Sequence[dict[str, Any]]) -> Table:
     for row in rows:
         details = "; ".join(x for x in [row.get("path") or "", *row.get("details", ())] if x)
         why = row.get("error") or "; ".join(row.get("reasons", ()))
-        table.add_row(row["name"], Text(row["status"], style=styles[row["status"]]),
-                      row.get("version") or "-", details or "-", why or "")
+        status = row["status"] if row["status"] in styles else "failed"
+        table.add_row(plain(row["name"]), Text(row["status"], style=styles[status]),
+                      plain(row.get("version") or "-"), plain(details or "-"), plain(why or ""))
     return table
 
 

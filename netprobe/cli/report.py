@@ -22,6 +22,7 @@ from netprobe.cli.tabulate import (
     stats_header,
     stats_rows,
 )
+from netprobe.cli.textsafe import for_terminal
 from netprobe.cli.units import format_rate
 from netprobe.results.analysis import GroupStats, throughput_series
 from netprobe.results.trials import Skipped
@@ -51,7 +52,7 @@ def trial_line(result: Result, top: Optional[float] = None, total: Optional[int]
     ``started``, the start time). ``top`` is the sparklines' full scale (default: each
     trial its own)."""
     line = Text(_trial_label(result, total), style="bold")
-    line.append(f" {result.tool.name:<8}")
+    line.append(f" {for_terminal(result.tool.name, one_line=True):<8}")
     for direction in _directions(result):
         line.append(f"  {DIRECTION_LABELS[direction]} ")
         line.append(f"{format_rate(_throughput(result, direction)):>12} ", style="bold")
@@ -128,9 +129,14 @@ def stats_table(stats: Sequence[GroupStats], group_title: str = "Group",
     blocks = stats_rows(stats)
     for k, block in enumerate(blocks):
         for j, row in enumerate(block):
-            table.add_row(*row, end_section=(j == len(block) - 1 and k < len(blocks) - 1
+            table.add_row(*_cells(row), end_section=(j == len(block) - 1 and k < len(blocks) - 1
                                              and len(block) > 1))
     return table
+
+
+def _cells(row: Sequence[str]) -> list[Text]:
+    # A group's label is a tool's name or a spec's field from a saved file: data, no markup.
+    return [Text(for_terminal(cell, one_line=True)) for cell in row]
 
 
 def print_stats(console: Console, stats: Sequence[GroupStats], group_title: str = "Group",
@@ -164,9 +170,9 @@ def _figure_table(stats: Sequence[GroupStats], group_title: str,
             name = "rel"  # named in the caption: a narrow table has no room for more
         table.add_column(name, justify="left" if i < several else "right", no_wrap=True)
     for row in block:
-        table.add_row(*row[1:])
+        table.add_row(*_cells(row[1:]))
     if several:
-        table.caption = f"rel: ratio to {stats[0].label}"
+        table.caption = Text(f"rel: ratio to {for_terminal(stats[0].label, one_line=True)}")
         table.caption_justify = "left"
     return table
 

@@ -100,14 +100,16 @@ def handle_plan(args: argparse.Namespace, _load_registry: RegistryLoader) -> int
         return ExitCode.OK
     from rich.table import Table
 
-    from netprobe.cli.render import stdout_console
+    from netprobe.cli.render import plain, stdout_console
 
-    table = Table(title=f"{fleet.path}: {len(rounds)} rounds, "
-                        f"{sum(len(r.pairs) for r in rounds)} tests", title_justify="left")
+    table = Table(title=plain(f"{fleet.path}: {len(rounds)} rounds, "
+                              f"{sum(len(r.pairs) for r in rounds)} tests"),
+                  title_justify="left")
     for column in ("group", "round", "pairs (source -> target)"):
         table.add_column(column)
     for r in rounds:
-        table.add_row(r.group, f"{r.index}/{r.of}", "  ".join(f"{a}->{b}" for a, b in r.pairs))
+        table.add_row(plain(r.group), f"{r.index}/{r.of}",
+                      plain("  ".join(f"{a}->{b}" for a, b in r.pairs)))
     stdout_console().print(table)
     return ExitCode.OK
 
@@ -156,7 +158,9 @@ class _Bar:
 
         from netprobe.cli.render import stderr_console
 
-        self.progress: Progress = Progress(TextColumn("{task.description}"), BarColumn(),
+        # markup off: a group's name is the fleet file's text, not rich's
+        self.progress: Progress = Progress(TextColumn("{task.description}", markup=False),
+                                           BarColumn(),
                                            MofNCompleteColumn(), TextColumn("pairs"),
                                            console=stderr_console(), transient=True)
         self.task = self.progress.add_task("starting", total=None)
@@ -175,7 +179,9 @@ class _Bar:
 
     def note(self, message: str) -> None:
         """A dimmed line."""
-        self.progress.console.print(message, style="dim", soft_wrap=True, highlight=False)
+        from netprobe.cli.render import plain
+
+        self.progress.console.print(plain(message, "dim"), soft_wrap=True, highlight=False)
 
     def stop(self) -> None:
         """Remove the bar."""
@@ -189,13 +195,15 @@ def _mbit(record: Record) -> Optional[float]:
     return None if bps is None else bps / 1e6
 
 
-def _record_line(record: Record) -> str:
+def _record_line(record: Record) -> Any:
+    from netprobe.cli.render import plain
     from netprobe.cli.units import format_rate
 
     mbit = _mbit(record)
     figure = format_rate(mbit * 1e6) if mbit is not None else "-"
     tail = "" if record.outcome == "ok" else f"  {record.outcome}: {record.error}"
-    return f"{record.group} {record.round}: {record.source} -> {record.target}  {figure}{tail}"
+    return plain(f"{record.group} {record.round}: {record.source} -> {record.target}  "
+                 f"{figure}{tail}")  # the error is the far end's words: data
 
 
 def _record_json(record: Record) -> dict[str, Any]:
@@ -209,7 +217,7 @@ def _record_json(record: Record) -> dict[str, Any]:
 def _print_run(records: list[Record]) -> None:
     from rich.table import Table
 
-    from netprobe.cli.render import stdout_console
+    from netprobe.cli.render import plain, stdout_console
     from netprobe.cli.units import format_rate
 
     table = Table()
@@ -217,9 +225,9 @@ def _print_run(records: list[Record]) -> None:
         table.add_column(column, justify="right" if column == "received" else "left")
     for r in records:
         mbit = _mbit(r)
-        table.add_row(r.group, str(r.round), r.source, r.target,
+        table.add_row(plain(r.group), str(r.round), plain(r.source), plain(r.target),
                       format_rate(mbit * 1e6) if mbit is not None else "-",
-                      r.outcome if r.outcome == "ok" else f"{r.outcome}: {r.error}")
+                      plain(r.outcome if r.outcome == "ok" else f"{r.outcome}: {r.error}"))
     stdout_console().print(table)
 
 
@@ -266,17 +274,19 @@ def _status_row(name: str, fleet: Fleet, answer: Any) -> dict[str, Any]:
 def _print_status(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
-    from netprobe.cli.render import stdout_console
+    from netprobe.cli.render import plain, stdout_console
 
     table = Table()
     for column in ("agent", "address", "state", "doing", "served"):
         table.add_column(column)
-    for row in rows:
+    for row in rows:  # every cell but the agent's name is the agent's (or its error's) word
         doing = "; ".join(f"{d.get('kind')} {d.get('tool') or ''} "
                           f"{d.get('peer')} -> {d.get('target') or 'here'} since "
-                          f"{d.get('started')}" for d in row["running"]) or (row["error"] or "")
-        table.add_row(row["agent"], f"{row['address']}:{row['port']}", row["state"], doing,
-                      "" if row.get("served") is None else str(row["served"]))
+                          f"{d.get('started')}" for d in row["running"]
+                          if isinstance(d, dict)) or (row["error"] or "")
+        table.add_row(plain(row["agent"]), plain(f"{row['address']}:{row['port']}"),
+                      plain(row["state"]), plain(doing),
+                      "" if row.get("served") is None else plain(row["served"]))
     stdout_console().print(table)
 
 
@@ -337,15 +347,16 @@ def matrix_rows(m: Matrix) -> list[tuple[str, list[tuple[str, bool, Optional[Cel
 def matrix_table(m: Matrix) -> Any:
     """A rich table: sources down, targets across, received rate or what went wrong."""
     from rich.table import Table
-    from rich.text import Text
 
-    table = Table(title=f"group {m.group}" if m.group else None, title_justify="left")
+    from netprobe.cli.render import plain
+
+    table = Table(title=plain(f"group {m.group}") if m.group else None, title_justify="left")
     table.add_column("from \\ to")
     for host in m.hosts:
-        table.add_column(Text(host), justify="right")
-    for source, row in matrix_rows(m):  # Text: names from an archive are never markup
-        table.add_row(Text(source), *(Text(text, style="" if ok else "red")
-                                      for text, ok, _ in row))
+        table.add_column(plain(host), justify="right")
+    for source, row in matrix_rows(m):  # names from an archive are never markup
+        table.add_row(plain(source), *(plain(text, "" if ok else "red")
+                                       for text, ok, _ in row))
     return table
 
 

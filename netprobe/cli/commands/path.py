@@ -112,14 +112,14 @@ def _show(fmt: str, report: PathReport) -> None:
         return
     from rich.table import Table
 
-    from netprobe.cli.render import stdout_console
+    from netprobe.cli.render import plain, stdout_console
 
     table = Table("segment", "receiver", "sender", "retr", "RTT", "", box=None)
-    for index, segment in enumerate(report.segments):
-        table.add_row(*_row(segment, index == report.bottleneck))
+    for index, segment in enumerate(report.segments):  # hosts and errors: data, no markup
+        table.add_row(*(plain(cell) for cell in _row(segment, index == report.bottleneck)))
     console = stdout_console()
     console.print(table)
-    console.print(_verdict(report))
+    console.print(plain(_verdict(report)))
 
 
 def _row(segment: Segment, slowest: bool) -> list[str]:

@@ -11,6 +11,7 @@ from netprobe.cli import args as opts
 from netprobe.cli.common import RegistryLoader, read_input
 from netprobe.cli.exitcodes import ExitCode, UsageError
 from netprobe.errors import SpecError, ToolUnavailable
+from netprobe.redact import redact
 
 if TYPE_CHECKING:
     from netprobe.results.analysis import Group, GroupStats
@@ -73,7 +74,7 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
     _warn(loaded.warnings)
     archived, sections = _archived(args.archive or [])
     results = [*loaded.results, *archived]
-    sources = [*args.files, *(args.archive or [])]
+    sources = [*args.files, *(redact(url) for url in args.archive or [])]
     if not results:
         raise SpecError(f"no results in {', '.join(sources)}")
     groups = group_results(results, keys)
@@ -103,7 +104,8 @@ def _archived(urls: Sequence[str]) -> tuple[list[Result], list[tuple[str, str]]]
         with open_archive(url, create=False) as archive:
             results += [r.result for r in archive.records() if r.result is not None]
             latest = archive.latest()
-        sections += [(f"Latest matrix: group {g} ({url})", matrix_html(build(latest, g)))
+        sections += [(f"Latest matrix: group {g} ({archive.url})",
+                      matrix_html(build(latest, g)))
                      for g in groups_of(latest)]
     return results, sections
 
@@ -161,10 +163,12 @@ def _print_report(fmt: str, results: Sequence[Result], stats: Sequence[GroupStat
 def _records_csv(records: list[dict[str, Any]], stats_names: Sequence[str]) -> str:
     import csv
 
+    from netprobe.cli.textsafe import for_csv
+
     columns = ["group", "results", "ok", "direction", "figure", *stats_names, "ratio"]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, columns, lineterminator="\n")
     writer.writeheader()
     for record in records:
-        writer.writerow({k: "" if v is None else v for k, v in record.items()})
+        writer.writerow({k: "" if v is None else for_csv(v) for k, v in record.items()})
     return buffer.getvalue()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from typing import Any, Callable
@@ -42,7 +43,8 @@ def _add_service_options(parser: argparse.ArgumentParser) -> None:
                             "shippers (default: text)")
     group.add_argument("--pidfile", metavar="FILE",
                        help="write the server's process id to FILE once it listens, and "
-                            "remove it on exit (refused if FILE names a running process)")
+                            "remove it on exit (refused if FILE names a running process "
+                            "or is a symbolic link; a stale FILE is replaced)")
 
 
 def _add_server_limits(parser: argparse.ArgumentParser) -> None:
@@ -176,36 +178,81 @@ def _log_sink(path: str | None) -> Iterator[Callable[[str], None]]:
 
 
 class _PidFile:
-    """``--pidfile``: this process's id, written once listening and removed at exit."""
+    """``--pidfile``: this process's id, written once listening and removed at exit.
+
+    Made as daemons make theirs: never through a symbolic link and never over another
+    file (O_CREAT|O_EXCL|O_NOFOLLOW). A file whose process is gone (stale) is removed
+    first; one whose process runs, a link or anything but a regular file is refused. A
+    root server with its pidfile in a shared sticky directory (/tmp, /run/lock) once
+    overwrote the root-owned file a local user's link there pointed at."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        other = _running_pid(path)
-        if other is not None and other != os.getpid():
-            raise UsageError(f"--pidfile {path}: another netprobe server runs (pid {other})")
-        from netprobe.cli.outfile import check_target
+        self._check()
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise UsageError(f"--pidfile {path}: cannot write in {directory}")
 
-        check_target(path)
+    def _check(self) -> None:
+        """UsageError unless the path is free or holds a stale pid of a regular file."""
+        try:
+            mode = os.lstat(self.path).st_mode
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise UsageError(f"--pidfile {self.path}: {exc.strerror or exc}") from None
+        if stat.S_ISLNK(mode):
+            raise UsageError(f"--pidfile {self.path} is a symbolic link: refused (it "
+                             "could make this server write wherever the link points)")
+        if not stat.S_ISREG(mode):
+            raise UsageError(f"--pidfile {self.path} is not a regular file: refused")
+        other = _running_pid(self.path)
+        if other is not None and other != os.getpid():
+            raise UsageError(f"--pidfile {self.path}: another netprobe server runs "
+                             f"(pid {other})")
 
     def write(self) -> None:
-        """Write the pid (atomically: a reader sees the old file or the whole new one)."""
-        from netprobe.cli.outfile import write_text
-
-        write_text(self.path, f"{os.getpid()}\n")
+        """Create the file with the pid; a stale file is removed first, a link or a file
+        that appeared meanwhile refused (UsageError)."""
+        self._check()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)  # stale (checked just above); O_EXCL catches a race
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except FileExistsError:
+            raise UsageError(f"--pidfile {self.path}: made by someone else meanwhile: "
+                             "refused") from None
+        except OSError as exc:
+            raise UsageError(f"--pidfile {self.path}: {exc.strerror or exc}") from None
+        try:
+            os.write(fd, f"{os.getpid()}\n".encode("ascii"))  # one short write: whole
+        finally:
+            os.close(fd)
 
     def remove(self) -> None:
-        """Remove the file if it still holds this process's id."""
-        if _running_pid(self.path) == os.getpid():
-            with contextlib.suppress(OSError):
+        """Remove the file if it is still ours: a regular file holding this process's id."""
+        with contextlib.suppress(OSError):
+            if (stat.S_ISREG(os.lstat(self.path).st_mode)
+                    and _running_pid(self.path) == os.getpid()):
                 os.unlink(self.path)
 
 
 def _running_pid(path: str) -> int | None:
-    """The pid in ``path`` if that process is alive, else None."""
+    """The pid in ``path`` if that process is alive, else None (never through a link)."""
     try:
-        with open(path, encoding="ascii", errors="replace") as handle:
-            pid = int(handle.read(64).strip() or "0")  # a pid, whatever else is there
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 64).decode("ascii", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        pid = int(text.strip() or "0")  # a pid, whatever else is there
+    except ValueError:
         return None
     if pid <= 0:
         return None
