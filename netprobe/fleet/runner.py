@@ -162,10 +162,24 @@ class FleetRunner:
                 self.progress.round_started(number, len(rounds), planned)
                 records += RoundRun(self, run_id, planned).run()
             status = "done"
+        except ArchiveError:
+            status = "failed"  # the archive failed (disk full, read-only): not an interrupt
+            raise
         finally:
             if self.archive is not None:
-                self.archive.finish_run(run_id, utc_now_iso(), status)
+                self._finish(run_id, status)
         return RunSummary(run_id, tuple(records), status)
+
+    def _finish(self, run_id: str, status: str) -> None:
+        """Record the run's end; when the archive is what failed, it may refuse this too
+        (a full disk): the run's row then keeps the "incomplete" it was started with, and
+        the archive's first error is the one raised."""
+        assert self.archive is not None
+        try:
+            self.archive.finish_run(run_id, utc_now_iso(), status)
+        except ArchiveError:
+            if status == "done":
+                raise
 
     def run_forever(self, stop: threading.Event, rng: Optional[random.Random] = None) -> None:
         """Keep every group's schedule (``every``, with a random ``slip``) until ``stop``.

@@ -291,6 +291,10 @@ def handle_matrix(args: argparse.Namespace, _load_registry: RegistryLoader) -> i
     fleet = _load(args.file) if args.file else None
     with open_archive(archive_url(args, fleet), create=False) as archive:
         latest = archive.latest()
+    from netprobe.cli.common import warning
+
+    for line in getattr(archive, "warnings", []):  # rows skipped, each named
+        warning(line)
     groups = [args.group] if args.group else groups_of(latest)
     order = list(fleet.agents) if fleet else []
     matrices = [build(latest, g, order) for g in groups]
