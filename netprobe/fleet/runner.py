@@ -155,7 +155,7 @@ class FleetRunner:
         records: list[Record] = []
         if self.archive is not None:
             self.archive.start_run(Run(run_id, self.fleet.path, utc_now_iso(), len(rounds),
-                                       sum(len(r.pairs) for r in rounds)))
+                                       rounds.tests))
         status = "interrupted"
         try:
             for number, planned in enumerate(rounds, start=1):
