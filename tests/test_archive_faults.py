@@ -185,6 +185,7 @@ def test_another_applications_sqlite_file_is_refused(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE moz_places (id INTEGER PRIMARY KEY, url TEXT)")
         db.execute("INSERT INTO moz_places (url) VALUES ('https://example.org/')")
+        db.execute("CREATE TABLE results (id INTEGER PRIMARY KEY, score REAL)")  # a name
     before = path.read_bytes()
     for create in (True, False):
         with pytest.raises(ArchiveError, match="not a netprobe archive"):
@@ -200,6 +201,36 @@ def test_another_applications_sqlite_file_is_refused(tmp_path: Path) -> None:
                              timeout=60)
         assert run.returncode != 0 and "Traceback" not in run.stderr, run.stderr
         assert "not a netprobe archive" in run.stderr and run.stderr.count("\n") == 1
+
+
+def test_an_archive_with_a_users_own_table_is_still_one(tmp_path: Path,
+                                                        result: Result) -> None:
+    path = tmp_path / "f.db"
+    _archive_with_rows(path, result)
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE dashboard_notes (note TEXT)")
+    with open_archive(str(path), create=False) as archive:
+        assert len(archive.records()) == 3
+
+
+def test_a_lock_held_too_long_is_one_error(tmp_path: Path, result: Result,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from netprobe.archives import sqlite as sqlite_archive
+
+    monkeypatch.setattr(sqlite_archive, "BUSY_TIMEOUT_S", 0.3)
+    path = tmp_path / "f.db"
+    _archive_with_rows(path, result)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        with open_archive(str(path), create=False) as archive, \
+                pytest.raises(ArchiveError, match="locked"):
+            archive.add(_record(9, result))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    with open_archive(str(path), create=False) as archive:
+        assert len(archive.records()) == 3
 
 
 def test_a_wal_archive_on_a_read_only_mount_is_read(tmp_path: Path, result: Result) -> None:

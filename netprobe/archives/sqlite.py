@@ -105,8 +105,11 @@ class SqliteArchive(SqlArchive):
 
 
 _HEADER = b"SQLite format 3\x00"
-TABLES = frozenset({"runs", "results", "sqlite_sequence"})
-"""The tables of a netprobe archive (sqlite_sequence is SQLite's, for AUTOINCREMENT)."""
+COLUMNS = {"runs": frozenset({"run_id", "fleet", "started", "rounds", "pairs", "status"}),
+           "results": frozenset({"run_id", "grp", "round", "source", "target", "outcome",
+                                 "result"})}
+"""Columns a netprobe archive's tables have (among others, so that a user's own extra
+columns, tables or views do not make it foreign)."""
 
 
 def _check_header(path: str, url: str) -> None:
@@ -124,15 +127,20 @@ def _check_header(path: str, url: str) -> None:
 
 
 def _check_tables(connection: sqlite3.Connection, url: str) -> None:
-    """ArchiveError if the database has tables and they are not a netprobe archive's:
-    another application's file is not to be added to."""
+    """ArchiveError if the database has tables and no netprobe runs and results among
+    them: another application's file is not to be added to."""
     names = {row[0] for row in connection.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if names and not ({"runs", "results"} <= names and names <= TABLES):
+    if not names:
+        return  # a new, empty database: the archive's tables are made in it
+    missing = [table for table, wanted in COLUMNS.items() if table not in names
+               or not wanted <= {row[1] for row in connection.execute(
+                   f"PRAGMA table_info({table})")}]
+    if missing:
         shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
         connection.close()
         raise ArchiveError(f"archive {url}: not a netprobe archive (its tables are {shown}; "
-                           "an archive has runs and results)")
+                           f"an archive has runs and results with netprobe's columns)")
 
 
 def _unwritable(exc: sqlite3.Error, path: str) -> bool:
