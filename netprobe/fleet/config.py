@@ -162,6 +162,10 @@ def nesting(text: str, path: str = "<fleet>") -> None:
     in_key = True  # a key is read at a line's start, and after "{" or "," in a table
     i, n = 0, len(text)
     while i < n:
+        plain = _PLAIN.match(text, i)  # skip what counts for nothing in one step
+        if plain:
+            i = plain.end()
+            continue
         c = text[i]
         if c in "\"'":
             i = _string_end(text, i)
@@ -198,6 +202,11 @@ def nesting(text: str, path: str = "<fleet>") -> None:
         i += 1
 
 
+_PLAIN = re.compile(r"[^\"'#\n\[\]{}=,.]+")
+_BASIC = re.compile(r'"(?:[^"\\\n]|\\.)*"?')
+_LITERAL = re.compile(r"'[^'\n]*'?")
+
+
 def _string_end(text: str, i: int) -> int:
     """The index just past the string that starts at ``i`` (basic or literal, one line or
     multi-line); the end of the text if it never closes (the parser then says so)."""
@@ -207,10 +216,8 @@ def _string_end(text: str, i: int) -> int:
         while quote == '"' and end > 0 and _escaped(text, end):
             end = text.find(quote * 3, end + 1)
         return len(text) if end < 0 else end + 3
-    j = i + 1
-    while j < len(text) and text[j] not in (quote, "\n"):
-        j += 2 if quote == '"' and text[j] == "\\" else 1
-    return j + 1 if j < len(text) and text[j] == quote else j
+    found = (_BASIC if quote == '"' else _LITERAL).match(text, i)
+    return found.end() if found else i + 1
 
 
 def _escaped(text: str, at: int) -> bool:
