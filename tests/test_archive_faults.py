@@ -117,7 +117,7 @@ def test_full_disk_under_a_fleet_run(tmp_path: Path, result: Result) -> None:
             with open_archive(url) as archive:
                 runner = FleetRunner(fleet, archive, third_party=lambda agent, spec: result,
                                      status=lambda agent: {"state": "idle", "running": []})
-                with pytest.raises(ArchiveError, match="full"):
+                with pytest.raises(ArchiveError, match="full") as raised:
                     runner.run_once()
             with open_archive(url, create=False) as archive:
                 (run,) = archive.runs()
@@ -126,6 +126,8 @@ def test_full_disk_under_a_fleet_run(tmp_path: Path, result: Result) -> None:
         threading.excepthook = old_hook
     assert hooked == []
     assert run.status in ("failed", "incomplete")
+    assert run.status == "failed" or f"run {run.run_id} reads 'incomplete'" in str(raised.value)
+    assert "\n" not in str(raised.value)
     assert records and all(r.result is not None for r in records)
 
 

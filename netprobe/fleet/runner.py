@@ -173,13 +173,16 @@ class FleetRunner:
     def _finish(self, run_id: str, status: str) -> None:
         """Record the run's end; when the archive is what failed, it may refuse this too
         (a full disk): the run's row then keeps the "incomplete" it was started with, and
-        the archive's first error is the one raised."""
+        the error says so (an interrupt goes on as it was)."""
         assert self.archive is not None
         try:
             self.archive.finish_run(run_id, utc_now_iso(), status)
-        except ArchiveError:
+        except ArchiveError as exc:
             if status == "done":
                 raise
+            if status == "failed":
+                raise ArchiveError(f"{exc}; the run's end could not be recorded either: "
+                                   f"run {run_id} reads 'incomplete'") from None
 
     def run_forever(self, stop: threading.Event, rng: Optional[random.Random] = None) -> None:
         """Keep every group's schedule (``every``, with a random ``slip``) until ``stop``.
