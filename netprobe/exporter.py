@@ -135,6 +135,7 @@ class FleetCollector:
 
         with self.open_archive() as archive:
             latest: list[Record] = archive.latest()
+            skipped = len(getattr(archive, "warnings", []))
         names = ("group", "source", "target", "tool")
         up = GaugeMetricFamily("netprobe_fleet_up", "1 when the pair's latest test was ok.",
                                labels=names)
@@ -151,9 +152,14 @@ class FleetCollector:
             when.add_metric(labels, _unix(record.time))
             for name, value in _values(record.result if ok else None).items():
                 gauges[name].add_metric(labels, value)
+        bad = GaugeMetricFamily("netprobe_fleet_archive_skipped_rows",
+                                "Archive rows left out at this scrape: not JSON, or not a "
+                                "result (netprobe fleet matrix names them).")
+        bad.add_metric([], skipped)
         yield up
         yield when
         yield from gauges.values()
+        yield bad
 
 
 def _unix(text: str) -> float:

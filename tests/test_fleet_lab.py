@@ -183,7 +183,7 @@ def _check_killed_archive(path: Path, seen: int) -> None:
     with open_archive(str(path)) as archive:
         killed = archive.runs()[-1]
         records = archive.records(killed.run_id)
-    assert killed.finished is None and killed.status == "running"  # it never ended
+    assert killed.finished is None and killed.status == "incomplete"  # it never ended
     assert seen <= len(records) < killed.pairs  # everything seen, the run cut short
     for record in records:  # each one whole: a full Result with the wire's figure
         assert record.outcome == "ok" and isinstance(record.result, Result)

@@ -135,7 +135,7 @@ def test_forever_runs_again_on_schedule(agents: dict[str, int], tmp_path: Path) 
         thread.join(15)
         runs = archive.runs()
     assert not thread.is_alive() and len(runs) >= 3
-    assert all(len(r.started) > 0 and r.status in ("done", "running") for r in runs)
+    assert all(len(r.started) > 0 and r.status in ("done", "incomplete") for r in runs)
 
 
 def test_a_round_never_waits_past_its_deadline(agents: dict[str, int], tmp_path: Path) -> None:

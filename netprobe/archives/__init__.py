@@ -77,8 +77,10 @@ class Run:
     """Tests planned."""
     finished: Optional[str] = None
     """UTC, ISO 8601; None while it runs, or when the runner died."""
-    status: str = "running"
-    """running, done or interrupted."""
+    status: str = "incomplete"
+    """incomplete (written when the run starts: it is still running, or its runner
+    stopped before it could record its end, killed or on a full disk), done, interrupted
+    or failed (the archive refused a write)."""
 
 
 def figures(result: Optional[Result]) -> dict[str, Any]:
@@ -152,6 +154,10 @@ class Archive(abc.ABC):
     @abc.abstractmethod
     def latest(self) -> list[Record]:
         """The newest record of each (group, source, target)."""
+
+    warnings: list[str]
+    """Rows the readers skipped (one line each, naming the row and why); an archive that
+    never skips may leave it unset (readers use ``getattr(archive, "warnings", [])``)."""
 
     def close(self) -> None:  # noqa: B027 (a default: not every archive holds a connection)
         """Release the connection."""

@@ -25,6 +25,22 @@ def _psycopg() -> Any:
     return psycopg
 
 
+NUL_REPLACEMENT = "\ufffd"
+"""What a NUL character in text becomes in PostgreSQL, which refuses NUL in text and
+jsonb alike."""
+
+
+def _without_nul(data: Any) -> Any:
+    """``data`` (plain JSON data) with NUL in every string and key replaced."""
+    if isinstance(data, str):
+        return data.replace("\x00", NUL_REPLACEMENT)
+    if isinstance(data, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_without_nul(v) for v in data]
+    return data
+
+
 class PostgresArchive(SqlArchive):
     """Runs and results in a PostgreSQL database."""
 
@@ -52,10 +68,16 @@ class PostgresArchive(SqlArchive):
         return (_psycopg().Error,)
 
     def encode_json(self, data: Any) -> Any:
-        """A jsonb parameter."""
+        """A jsonb parameter (its text without NUL, as :meth:`text_in`)."""
         from psycopg.types.json import Jsonb
 
-        return Jsonb(data)
+        return Jsonb(_without_nul(data))
+
+    def text_in(self, text: str) -> str:
+        """PostgreSQL keeps no NUL in text or jsonb: each becomes U+FFFD, the replacement
+        character, so an agent's error text with one is kept (and seen to be altered)
+        rather than failing the whole run."""
+        return text.replace("\x00", NUL_REPLACEMENT)
 
     def time_in(self, text: str) -> Any:
         """An aware datetime for a timestamptz column."""

@@ -73,13 +73,18 @@ class SqlArchive(Archive):
     def __init__(self, url: str) -> None:
         self.url = self.shown(url)
         """The URL as messages show it (no password)."""
+        self.warnings: list[str] = []
+        """Rows the readers skipped, one line each naming the row and why."""
+        self.read_only: Optional[str] = None
+        """Why the archive was opened only for reading (None: it can be written)."""
         self._lock = threading.Lock()  # one connection, many runner threads
         self.connection = self.connect(url)
         try:
-            with self._lock:
-                for statement in create_statements(self.dialect):
-                    self._execute(statement)
-                self.connection.commit()
+            if self.read_only is None:
+                with self._lock:
+                    for statement in create_statements(self.dialect):
+                        self._execute(statement)
+                    self._commit()
         except NetprobeError:
             self.close()
             raise
@@ -114,6 +119,15 @@ class SqlArchive(Archive):
         """The time column's value as ISO 8601 text."""
         return str(value)
 
+    def text_in(self, text: str) -> str:
+        """A text parameter as the database can keep it (a subclass replaces what its
+        database refuses)."""
+        return text
+
+    def explain(self, exc: BaseException) -> str:
+        """The driver's error in a few words (a subclass adds what it means)."""
+        return " ".join(str(exc).split())
+
     # -- the interface ------------------------------------------------------------------
 
     def start_run(self, run: Run) -> None:
@@ -140,11 +154,18 @@ class SqlArchive(Archive):
                     (self.time_in(finished), status, run_id))
 
     def runs(self) -> list[Run]:
-        """Every run, oldest first."""
+        """Every run, oldest first (a row that cannot be read is skipped, with a warning)."""
         rows = self._read("SELECT run_id, fleet, started, rounds, pairs, finished, status "
                           "FROM runs ORDER BY started, run_id")
-        return [Run(r[0], r[1], self.time_out(r[2]), int(r[3]), int(r[4]),
-                    None if r[5] is None else self.time_out(r[5]), r[6]) for r in rows]
+        out = []
+        for r in rows:
+            try:
+                out.append(Run(str(r[0]), str(r[1]), self.time_out(r[2]), int(r[3]),
+                               int(r[4]), None if r[5] is None else self.time_out(r[5]),
+                               str(r[6])))
+            except (TypeError, ValueError) as exc:
+                self._skip(f"runs row {_shown(r[0])}", exc)
+        return out
 
     def records(self, run_id: Optional[str] = None) -> list[Record]:
         """Every record (of one run), in the order they were written."""
@@ -167,15 +188,36 @@ class SqlArchive(Archive):
     # -- plumbing -----------------------------------------------------------------------
 
     def _records(self, tail: str, params: Sequence[Any]) -> list[Record]:
-        rows = self._read(f"SELECT {', '.join(_RECORD_COLUMNS)}, result FROM results {tail}",
-                          params)
-        return [self._record(row) for row in rows]
+        rows = self._read(f"SELECT {', '.join(_RECORD_COLUMNS)}, result, id FROM results "
+                          f"{tail}", params)
+        out = []
+        for row in rows:
+            try:
+                out.append(self._record(row))
+            except Exception as exc:  # a row is data: any fault in it skips the row
+                self._skip(f"results row {_shown(row[9])} (run {_shown(row[0])}, "
+                           f"{_shown(row[3])} -> {_shown(row[4])})", exc)
+        return out
 
     def _record(self, row: Sequence[Any]) -> Record:
-        data = None if row[8] is None else self.decode_json(row[8])
+        try:
+            data = None if row[8] is None else self.decode_json(row[8])
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+            raise ValueError(f"its result is not JSON ({exc})") from None
         result = None if data is None else convert.structure(data, Result)
         return Record(row[0], row[1], int(row[2]), row[3], row[4], self.time_out(row[5]),
                       row[6], row[7], result)
+
+    def _skip(self, row: str, exc: BaseException) -> None:
+        """Note a row a reader left out (the rest of the archive still reads)."""
+        why = " ".join(str(exc).split())[:300] or type(exc).__name__
+        self.warnings.append(f"archive {self.url}: {row} skipped: {why}")
+
+    def _commit(self) -> None:
+        try:
+            self.connection.commit()
+        except self.errors() as exc:
+            raise ArchiveError(f"archive {self.url}: {self.explain(exc)}") from None
 
     def _sql(self, statement: str) -> str:
         return statement.replace("?", self.dialect.placeholder)
@@ -188,21 +230,37 @@ class SqlArchive(Archive):
             cursor.execute(self._sql(statement), tuple(params))
             return cursor
         except self.errors() as exc:
-            raise ArchiveError(f"archive {self.url}: {redact(' '.join(str(exc).split()))}"
-                               ) from None
+            raise ArchiveError(f"archive {self.url}: {redact(self.explain(exc))}") from None
 
     def _write(self, statement: str, params: Sequence[Any]) -> None:
+        """One statement in its own transaction; any failure of the database (a full
+        disk, a read-only file, a lock held too long) is one ArchiveError, and what was
+        committed before stays as it was."""
+        if self.read_only is not None:
+            raise ArchiveError(f"archive {self.url} is read-only here ({self.read_only}): "
+                               "it can be read, not written")
+        params = tuple(self.text_in(p) if isinstance(p, str) else p for p in params)
         with self._lock:
             try:
                 self._execute(statement, params)
-                self.connection.commit()
+                self._commit()
             except BaseException:
                 if self.connection is not None:
-                    self.connection.rollback()
+                    with contextlib.suppress(*self.errors()):  # the error above says why
+                        self.connection.rollback()
                 raise
 
     def _read(self, statement: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
         with self._lock:
-            rows = list(self._execute(statement, params).fetchall())
-            self.connection.commit()  # end the read transaction (PostgreSQL opens one)
+            try:
+                rows = list(self._execute(statement, params).fetchall())
+            except self.errors() as exc:  # a fault while fetching (a damaged page)
+                raise ArchiveError(f"archive {self.url}: {self.explain(exc)}") from None
+            self._commit()  # end the read transaction (PostgreSQL opens one)
             return rows
+
+
+def _shown(value: Any) -> str:
+    """A column's value for a warning: short, on one line."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= 40 else text[:37] + "..."

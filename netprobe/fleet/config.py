@@ -24,16 +24,18 @@ b -> a too unless ``unidirectional = true``; ``list`` groups name their ``pairs`
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 import sys
-from collections.abc import Mapping
-from typing import Any, Optional
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Optional, Union, overload
 
 import attrs
 
 from netprobe.engine.protocol import DEFAULT_PORT
 from netprobe.errors import SpecError
-from netprobe.limits import FLEET_FILE_MAX_BYTES, InputTooLarge, read_at_most
+from netprobe.limits import FLEET_FILE_MAX_BYTES, LONGEST_S, InputTooLarge, read_at_most
 from netprobe.schema import TestSpec
 
 if sys.version_info >= (3, 11):
@@ -43,6 +45,17 @@ else:  # the same parser, as a backport (a dependency only on these Pythons)
 
 GROUP_TYPES = ("mesh", "disjoint", "list")
 DEFAULT_EVERY_S = 3600.0
+LONGEST_EVERY_S = 366 * 86_400.0
+"""The longest ``every``: a year (a group's period; its rounds and slip get a week,
+``LONGEST_S``, as a test's durations do)."""
+MAX_DEPTH = 32
+"""The deepest nesting of arrays, inline tables and dotted keys a fleet file may have
+(a fleet file needs 3 or 4); checked on the text before the TOML parser, which recurses
+once per level and would end in RecursionError, or take minutes on dotted keys."""
+MAX_GROUP_TESTS = 100_000_000
+"""Most tests (ordered pairs) in one group: a 10,000-agent mesh (99,990,000) and no
+more. Rounds are generated as the run reaches them, so memory is not the bound: one pass
+of a group this size is already 2 x 9,999 rounds, days of testing."""
 
 
 class FleetFileError(SpecError):
@@ -73,8 +86,10 @@ class Group:
     """The group's name (its table name in the file)."""
     kind: str
     """mesh, disjoint or list."""
-    pairs: tuple[tuple[str, str], ...]
-    """Every (source, target) pair the group tests, by agent name."""
+    pairs: Sequence[tuple[str, str]]
+    """Every (source, target) pair the group tests, by agent name: a tuple for a list
+    group, and a lazy sequence for a mesh or a disjoint group (a 10,000-agent mesh is
+    10^8 pairs, never made all at once)."""
     spec: TestSpec
     """What each pair runs (``host`` is filled in per pair)."""
     every_s: float = DEFAULT_EVERY_S
@@ -104,8 +119,9 @@ class Fleet:
 def load(path: str) -> Fleet:
     """Read and check the fleet file at ``path`` (FleetFileError with a one-line reason)."""
     try:
-        with open(path, "rb") as handle:
-            data = tomllib.loads(read_at_most(handle, FLEET_FILE_MAX_BYTES).decode())
+        text = _read(path).decode()
+        nesting(text, path)
+        data = tomllib.loads(text)
     except OSError as exc:
         raise FleetFileError(f"cannot read {path}: {exc.strerror or exc}") from None
     except InputTooLarge:
@@ -115,7 +131,101 @@ def load(path: str) -> Fleet:
         raise FleetFileError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:
         raise FleetFileError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:  # the check above should have refused it first
+        raise FleetFileError(f"{path}: nested too deep to parse") from None
     return parse(data, path)
+
+
+def _read(path: str) -> bytes:
+    """The file's bytes, at most FLEET_FILE_MAX_BYTES; only a regular file. It is opened
+    without blocking, so that a FIFO nobody writes is refused at once, not waited on, and
+    /dev/zero or a directory before a byte is read."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "a special file")
+        raise FleetFileError(f"{path}: not a regular file ({kind}): a fleet file is a "
+                             "TOML file")
+    with os.fdopen(fd, "rb") as handle:
+        return bytes(read_at_most(handle, FLEET_FILE_MAX_BYTES))
+
+
+def nesting(text: str, path: str = "<fleet>") -> None:
+    """FleetFileError if ``text`` nests arrays, inline tables or dotted keys deeper than
+    MAX_DEPTH. One pass over the text, skipping strings and comments; a rough reading of
+    TOML that only counts, so that the parser never meets what would overflow its stack."""
+    depth = keys = line = 0
+    stack: list[str] = []
+    in_key = True  # a key is read at a line's start, and after "{" or "," in a table
+    i, n = 0, len(text)
+    while i < n:
+        plain = _PLAIN.match(text, i)  # skip what counts for nothing in one step
+        if plain:
+            i = plain.end()
+            continue
+        c = text[i]
+        if c in "\"'":
+            i = _string_end(text, i)
+            continue
+        if c == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        if c == "\n":
+            line += 1
+            if not stack:
+                in_key, keys = True, 0
+        elif c in "[{":
+            if c == "[" and in_key and not stack:  # a table header: its keys follow
+                i += 1
+                continue
+            stack.append(c)
+            depth = max(depth, len(stack))
+            in_key, keys = c == "{", 0
+        elif c in "]}":
+            if stack:
+                stack.pop()
+        elif c == "=":
+            in_key = False
+        elif c == ",":
+            in_key, keys = bool(stack) and stack[-1] == "{", 0
+        elif c == "." and in_key:
+            keys += 1
+            depth = max(depth, len(stack) + keys)
+        if depth > MAX_DEPTH:
+            raise FleetFileError(f"{path}: line {line + 1}: nested deeper than {MAX_DEPTH} "
+                                 "levels (arrays, inline tables or dotted keys); a fleet "
+                                 "file needs 4")
+        i += 1
+
+
+_PLAIN = re.compile(r"[^\"'#\n\[\]{}=,.]+")
+_BASIC = re.compile(r'"(?:[^"\\\n]|\\.)*"?')
+_LITERAL = re.compile(r"'[^'\n]*'?")
+
+
+def _string_end(text: str, i: int) -> int:
+    """The index just past the string that starts at ``i`` (basic or literal, one line or
+    multi-line); the end of the text if it never closes (the parser then says so)."""
+    quote = text[i]
+    if text.startswith(quote * 3, i):
+        end = text.find(quote * 3, i + 3)
+        while quote == '"' and end > 0 and _escaped(text, end):
+            end = text.find(quote * 3, end + 1)
+        return len(text) if end < 0 else end + 3
+    found = (_BASIC if quote == '"' else _LITERAL).match(text, i)
+    return found.end() if found else i + 1
+
+
+def _escaped(text: str, at: int) -> bool:
+    """Whether the character at ``at`` follows an odd run of backslashes."""
+    run = 0
+    while at - run - 1 >= 0 and text[at - run - 1] == "\\":
+        run += 1
+    return run % 2 == 1
 
 
 def parse(data: Mapping[str, Any], path: str = "<fleet>") -> Fleet:
@@ -180,7 +290,8 @@ def _group(name: str, body: Mapping[str, Any], agents: Mapping[str, Agent], path
     sides = (tuple(body["a"]), tuple(body["b"])) if kind == "disjoint" else ((), ())
     if not pairs:
         raise FleetFileError(f"{path}: {key}: the group has no pairs to test")
-    every = _seconds(body.get("every", DEFAULT_EVERY_S), f"{key}.every", path, positive=True)
+    every = _seconds(body.get("every", DEFAULT_EVERY_S), f"{key}.every", path, positive=True,
+                     most=LONGEST_EVERY_S)
     slip = _seconds(body.get("slip", 0), f"{key}.slip", path)
     if slip >= every:
         raise FleetFileError(f"{path}: {key}.slip: must be shorter than every ({every:g} s)")
@@ -192,13 +303,16 @@ def _group(name: str, body: Mapping[str, Any], agents: Mapping[str, Agent], path
 
 
 def _mesh(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], path: str
-          ) -> tuple[tuple[str, str], ...]:
+          ) -> Sequence[tuple[str, str]]:
     members = _members(body, key, agents, path)
-    return tuple((a, b) for a in members for b in members if a != b)
+    _bounded(len(members) * (len(members) - 1), key, path,
+             f"{len(members):,} agents in a mesh make {len(members):,} x "
+             f"{len(members) - 1:,} = {len(members) * (len(members) - 1):,} tests")
+    return MeshPairs(tuple(members))
 
 
 def _disjoint(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], path: str
-              ) -> tuple[tuple[str, str], ...]:
+              ) -> Sequence[tuple[str, str]]:
     side_a = _names(body.get("a"), f"{key}.a", agents, path)
     side_b = _names(body.get("b"), f"{key}.b", agents, path)
     shared = sorted(set(side_a) & set(side_b))
@@ -207,8 +321,10 @@ def _disjoint(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], pa
     one_way = body.get("unidirectional", False)
     if not isinstance(one_way, bool):
         raise FleetFileError(f"{path}: {key}.unidirectional: must be true or false")
-    pairs = [(a, b) for a in side_a for b in side_b]
-    return tuple(pairs if one_way else pairs + [(b, a) for a, b in pairs])
+    total = len(side_a) * len(side_b) * (1 if one_way else 2)
+    _bounded(total, key, path, f"{len(side_a):,} x {len(side_b):,} agents"
+             f"{'' if one_way else ' both ways'} make {total:,} tests")
+    return DisjointPairs(tuple(side_a), tuple(side_b), not one_way)
 
 
 def _list(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], path: str
@@ -216,7 +332,7 @@ def _list(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], path: 
     raw = body.get("pairs")
     if not isinstance(raw, list):
         raise FleetFileError(f"{path}: {key}.pairs: needs a list of [source, target] pairs")
-    pairs: list[tuple[str, str]] = []
+    pairs: dict[tuple[str, str], None] = {}  # a dict: "listed twice?" in constant time
     for n, pair in enumerate(raw):
         where = f"{key}.pairs[{n}]"
         if not isinstance(pair, list) or len(pair) != 2:
@@ -226,11 +342,95 @@ def _list(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], path: 
         source, target = _names(pair, where, agents, path)
         if (source, target) in pairs:
             raise FleetFileError(f"{path}: {where}: {source} -> {target} is listed twice")
-        pairs.append((source, target))
+        pairs[(source, target)] = None
     return tuple(pairs)
 
 
 _PAIRS = {"mesh": _mesh, "disjoint": _disjoint, "list": _list}
+
+
+def _bounded(total: int, key: str, path: str, arithmetic: str) -> None:
+    if total > MAX_GROUP_TESTS:
+        raise FleetFileError(f"{path}: {key}: {arithmetic}; a group may have at most "
+                             f"{MAX_GROUP_TESTS:,} (split it into groups)")
+
+
+class _LazyPairs(Sequence[tuple[str, str]]):
+    """Ordered pairs worked out from their index, never all held at once."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def at(self, index: int) -> tuple[str, str]:
+        """The pair at ``index`` (0 <= index < len)."""
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, str]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[str, str]]: ...
+
+    def __getitem__(self, index: Union[int, slice]
+                    ) -> Union[tuple[str, str], Sequence[tuple[str, str]]]:
+        if isinstance(index, slice):
+            return tuple(self.at(i) for i in range(*index.indices(len(self))))
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("pair index out of range")
+        return self.at(index)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return (self.at(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    def __hash__(self) -> int:
+        return hash((type(self), len(self)))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: {len(self):,} pairs>"
+
+
+class MeshPairs(_LazyPairs):
+    """Every ordered pair of distinct members, source-major (a0->a1, a0->a2, ...)."""
+
+    def __init__(self, members: tuple[str, ...]) -> None:
+        self.members = members
+        """The mesh's agents, in order."""
+
+    def __len__(self) -> int:
+        return len(self.members) * (len(self.members) - 1)
+
+    def at(self, index: int) -> tuple[str, str]:
+        """The pair at ``index``."""
+        source, rest = divmod(index, len(self.members) - 1)
+        return self.members[source], self.members[rest + (rest >= source)]
+
+    def __contains__(self, pair: object) -> bool:
+        return (isinstance(pair, tuple) and len(pair) == 2 and pair[0] != pair[1]
+                and pair[0] in self.members and pair[1] in self.members)
+
+
+class DisjointPairs(_LazyPairs):
+    """Every a -> b pair (a-major), then every b -> a if ``both``."""
+
+    def __init__(self, side_a: tuple[str, ...], side_b: tuple[str, ...], both: bool) -> None:
+        self.side_a, self.side_b, self.both = side_a, side_b, both
+
+    def __len__(self) -> int:
+        return len(self.side_a) * len(self.side_b) * (2 if self.both else 1)
+
+    def at(self, index: int) -> tuple[str, str]:
+        """The pair at ``index``."""
+        back, index = divmod(index, len(self.side_a) * len(self.side_b))
+        a, b = divmod(index, len(self.side_b))
+        pair = (self.side_a[a], self.side_b[b])
+        return (pair[1], pair[0]) if back else pair
 
 
 def _members(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], path: str
@@ -312,7 +512,8 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * _UNIT_S[u] for n, u in parts)
 
 
-def _seconds(value: Any, key: str, path: str, positive: bool = False) -> float:
+def _seconds(value: Any, key: str, path: str, positive: bool = False,
+             most: float = LONGEST_S) -> float:
     try:
         if isinstance(value, bool):
             raise ValueError(f"not a duration: {value!r}")
@@ -322,6 +523,9 @@ def _seconds(value: Any, key: str, path: str, positive: bool = False) -> float:
     if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
         raise FleetFileError(f"{path}: {key}: must be {'more than' if positive else 'at least'}"
                              f" 0 seconds, got {value!r}")
+    if seconds > most:
+        raise FleetFileError(f"{path}: {key}: must be at most {most:g} s "
+                             f"({most / 86400:g} days), got {value!r}")
     return seconds
 
 

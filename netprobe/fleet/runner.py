@@ -155,17 +155,34 @@ class FleetRunner:
         records: list[Record] = []
         if self.archive is not None:
             self.archive.start_run(Run(run_id, self.fleet.path, utc_now_iso(), len(rounds),
-                                       sum(len(r.pairs) for r in rounds)))
+                                       rounds.tests))
         status = "interrupted"
         try:
             for number, planned in enumerate(rounds, start=1):
                 self.progress.round_started(number, len(rounds), planned)
                 records += RoundRun(self, run_id, planned).run()
             status = "done"
+        except ArchiveError:
+            status = "failed"  # the archive failed (disk full, read-only): not an interrupt
+            raise
         finally:
             if self.archive is not None:
-                self.archive.finish_run(run_id, utc_now_iso(), status)
+                self._finish(run_id, status)
         return RunSummary(run_id, tuple(records), status)
+
+    def _finish(self, run_id: str, status: str) -> None:
+        """Record the run's end; when the archive is what failed, it may refuse this too
+        (a full disk): the run's row then keeps the "incomplete" it was started with, and
+        the error says so (an interrupt goes on as it was)."""
+        assert self.archive is not None
+        try:
+            self.archive.finish_run(run_id, utc_now_iso(), status)
+        except ArchiveError as exc:
+            if status == "done":
+                raise
+            if status == "failed":
+                raise ArchiveError(f"{exc}; the run's end could not be recorded either: "
+                                   f"run {run_id} reads 'incomplete'") from None
 
     def run_forever(self, stop: threading.Event, rng: Optional[random.Random] = None) -> None:
         """Keep every group's schedule (``every``, with a random ``slip``) until ``stop``.

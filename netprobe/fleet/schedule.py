@@ -13,35 +13,46 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Sequence
-from typing import Optional
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Optional, Union, overload
 
 import attrs
 
-from netprobe.fleet.config import Fleet, Group
+from netprobe.fleet.config import DisjointPairs, Fleet, Group, MeshPairs
 
 Pair = tuple[str, str]
 Round = tuple[Pair, ...]
 
 
-def circle_rounds(hosts: Sequence[str]) -> list[Round]:
-    """Every unordered pair of ``hosts`` once, as rounds of disjoint pairs (circle method)."""
+def circle_round(hosts: Sequence[str], number: int) -> Round:
+    """Round ``number`` (from 0) of the circle method over ``hosts``: host 0 stays, the
+    others have turned ``number`` places; worked out alone, so a plan never holds more
+    than the round it is at."""
     ring: list[Optional[str]] = list(hosts)
     if len(ring) % 2:
         ring.append(None)  # the bye
     n = len(ring)
-    rounds = []
-    for _ in range(n - 1):
-        pairs = []
-        for i in range(n // 2):
-            a, b = ring[i], ring[n - 1 - i]
-            if a is not None and b is not None:
-                # Alternate who sends first so that each host sends about as often as it
-                # receives within one direction's rounds.
-                pairs.append((a, b) if i % 2 == 0 else (b, a))
-        rounds.append(tuple(pairs))
-        ring = [ring[0], ring[-1], *ring[1:-1]]  # host 0 stays, the rest turn one place
-    return rounds
+    turn = number % (n - 1)
+    rest = ring[1:]
+    ring = [ring[0], *rest[len(rest) - turn:], *rest[:len(rest) - turn]]
+    pairs = []
+    for i in range(n // 2):
+        a, b = ring[i], ring[n - 1 - i]
+        if a is not None and b is not None:
+            # Alternate who sends first so that each host sends about as often as it
+            # receives within one direction's rounds.
+            pairs.append((a, b) if i % 2 == 0 else (b, a))
+    return tuple(pairs)
+
+
+def circle_count(hosts: int) -> int:
+    """How many rounds the circle method takes for ``hosts`` hosts (one direction)."""
+    return hosts - 1 if hosts % 2 == 0 else hosts
+
+
+def circle_rounds(hosts: Sequence[str]) -> list[Round]:
+    """Every unordered pair of ``hosts`` once, as rounds of disjoint pairs (circle method)."""
+    return [circle_round(hosts, k) for k in range(circle_count(len(hosts)))]
 
 
 def mesh_rounds(hosts: Sequence[str]) -> list[Round]:
@@ -50,12 +61,18 @@ def mesh_rounds(hosts: Sequence[str]) -> list[Round]:
     return forward + [tuple((b, a) for a, b in r) for r in forward]
 
 
+def bipartite_round(side_a: Sequence[str], side_b: Sequence[str], r: int) -> Round:
+    """Round ``r`` (from 0) of the Latin square: a_i meets b_j where (i + j) mod k = r."""
+    k = max(len(side_a), len(side_b))
+    return tuple((side_a[i], side_b[(r - i) % k]) for i in range(len(side_a))
+                 if (r - i) % k < len(side_b))
+
+
 def bipartite_rounds(side_a: Sequence[str], side_b: Sequence[str]) -> list[Round]:
     """Every a -> b pair once in max(|A|, |B|) rounds: in round r, a_i meets b_j where
     (i + j) mod k = r, so each host appears at most once per round."""
     k = max(len(side_a), len(side_b))
-    return [tuple((side_a[i], side_b[(r - i) % k]) for i in range(len(side_a))
-                  if (r - i) % k < len(side_b)) for r in range(k)]
+    return [bipartite_round(side_a, side_b, r) for r in range(k)]
 
 
 def pack_rounds(pairs: Iterable[Pair]) -> list[Round]:
@@ -74,19 +91,60 @@ def pack_rounds(pairs: Iterable[Pair]) -> list[Round]:
     return [tuple(r) for r in rounds]
 
 
-def group_rounds(group: Group) -> list[Round]:
-    """The rounds of one group: circle for a full mesh, Latin square for a full A x B,
-    first-fit for the rest; only the group's own pairs, each exactly once."""
-    wanted = set(group.pairs)
-    hosts = list(dict.fromkeys(h for pair in group.pairs for h in pair))
-    if group.kind == "mesh" and len(wanted) == len(hosts) * (len(hosts) - 1):
-        return mesh_rounds(hosts)
-    if group.kind == "disjoint":
-        side_a, side_b = group.sides
-        forward = bipartite_rounds(side_a, side_b)
-        both = (side_b[0], side_a[0]) in wanted
-        return forward + [tuple((b, a) for a, b in r) for r in forward] if both else forward
-    return pack_rounds(group.pairs)
+class GroupRounds(Sequence[Round]):
+    """The rounds of one group, each worked out when it is asked for: circle for a mesh,
+    Latin square for A x B (then reversed, both ways), first-fit for a list; only the
+    group's own pairs, each exactly once. ``len`` and ``tests`` are arithmetic."""
+
+    def __init__(self, group: Group) -> None:
+        pairs = group.pairs
+        self._packed: Optional[list[Round]] = None
+        if isinstance(pairs, MeshPairs):
+            self._hosts: Sequence[str] = pairs.members
+            self._half = circle_count(len(pairs.members))
+        elif isinstance(pairs, DisjointPairs):
+            self._sides = (pairs.side_a, pairs.side_b)
+            self._half = max(len(pairs.side_a), len(pairs.side_b))
+            self._both = pairs.both
+        else:  # a list: held in the file already, so packing it costs no more
+            self._packed = pack_rounds(pairs)
+        self.kind = "mesh" if isinstance(pairs, MeshPairs) else (
+            "disjoint" if isinstance(pairs, DisjointPairs) else "list")
+        self.tests = len(pairs)
+        """How many tests the rounds hold."""
+
+    def __len__(self) -> int:
+        if self._packed is not None:
+            return len(self._packed)
+        return self._half * (2 if self.kind == "mesh" or self._both else 1)
+
+    @overload
+    def __getitem__(self, index: int) -> Round: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Round]: ...
+
+    def __getitem__(self, index: Union[int, slice]) -> Union[Round, Sequence[Round]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("round index out of range")
+        if self._packed is not None:
+            return self._packed[index]
+        back, number = divmod(index, self._half)
+        r = (circle_round(self._hosts, number) if self.kind == "mesh"
+             else bipartite_round(*self._sides, number))
+        return tuple((b, a) for a, b in r) if back else r
+
+    def __iter__(self) -> Iterator[Round]:
+        return (self[i] for i in range(len(self)))
+
+
+def group_rounds(group: Group) -> GroupRounds:
+    """The rounds of one group (see GroupRounds), generated as they are reached."""
+    return GroupRounds(group)
 
 
 @attrs.frozen
@@ -103,15 +161,47 @@ class PlannedRound:
     """(source, target) agent names; no name twice."""
 
 
-def plan(fleet: Fleet, groups: Optional[Sequence[str]] = None) -> list[PlannedRound]:
-    """Every round of the fleet, group after group (a fleet run never overlaps groups)."""
-    chosen = [g for g in fleet.groups if groups is None or g.name in groups]
-    out = []
-    for group in chosen:
-        rounds = group_rounds(group)
-        out += [PlannedRound(group.name, n, len(rounds), r) for n, r in
-                enumerate(rounds, start=1)]
-    return out
+class Plan(Sequence[PlannedRound]):
+    """Every round of the chosen groups, group after group (a fleet run never overlaps
+    groups), each made when it is reached: iterating a 10,000-agent mesh holds one round
+    of 5,000 pairs at a time, not its 10^8 tests. ``len`` and ``tests`` are arithmetic."""
+
+    def __init__(self, groups: Sequence[Group]) -> None:
+        self.groups = [(g, group_rounds(g)) for g in groups]
+        """Each chosen group with its rounds."""
+        self.tests = sum(rounds.tests for _, rounds in self.groups)
+        """How many tests the plan holds."""
+
+    def __len__(self) -> int:
+        return sum(len(rounds) for _, rounds in self.groups)
+
+    @overload
+    def __getitem__(self, index: int) -> PlannedRound: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[PlannedRound]: ...
+
+    def __getitem__(self, index: Union[int, slice]
+                    ) -> Union[PlannedRound, Sequence[PlannedRound]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        for group, rounds in self.groups:
+            if 0 <= index < len(rounds):
+                return PlannedRound(group.name, index + 1, len(rounds), rounds[index])
+            index -= len(rounds)
+        raise IndexError("round index out of range")
+
+    def __iter__(self) -> Iterator[PlannedRound]:
+        for group, rounds in self.groups:
+            for n, r in enumerate(rounds, start=1):
+                yield PlannedRound(group.name, n, len(rounds), r)
+
+
+def plan(fleet: Fleet, groups: Optional[Sequence[str]] = None) -> Plan:
+    """Every round of the fleet, group after group, generated as it is reached."""
+    return Plan([g for g in fleet.groups if groups is None or g.name in groups])
 
 
 def without_host(rounds: Sequence[Round], host: str) -> list[Round]:

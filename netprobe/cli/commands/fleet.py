@@ -87,24 +87,49 @@ def archive_url(args: argparse.Namespace, fleet: Optional[Fleet]) -> str:
 # --- plan ---------------------------------------------------------------------------------
 
 
+PLAN_LISTED_TESTS = 5000
+"""A plan with more tests is summed up (rounds, tests, time per group), not listed pair by
+pair: a 10,000-agent mesh is 10^8 pairs. ``--json`` still lists every round, streamed."""
+
+
 def handle_plan(args: argparse.Namespace, _load_registry: RegistryLoader) -> int:
-    """Print the rounds, group by group."""
+    """Print the rounds, group by group (or, for a large plan, each group's sums)."""
     from netprobe.fleet.schedule import plan
 
     fleet = _load(args.file)
     rounds = plan(fleet)
-    if args.json:
-        write_stdout(json.dumps([{"group": r.group, "round": r.index, "of": r.of,
-                                  "pairs": [list(p) for p in r.pairs]} for r in rounds],
-                                indent=2) + "\n")
+    if args.json:  # one round at a time: never the whole plan in memory
+        write_stdout("[")
+        for n, r in enumerate(rounds):
+            write_stdout(("," if n else "") + "\n" + json.dumps(
+                {"group": r.group, "round": r.index, "of": r.of,
+                 "pairs": [list(p) for p in r.pairs]}))
+        write_stdout("\n]\n")
         return ExitCode.OK
     from rich.table import Table
 
-    from netprobe.cli.render import plain, stdout_console
+    from netprobe.cli.render import plain, print_note, stdout_console
 
-    table = Table(title=plain(f"{fleet.path}: {len(rounds)} rounds, "
-                              f"{sum(len(r.pairs) for r in rounds)} tests"),
-                  title_justify="left")
+    longest = sum(len(g_rounds) * _round_limit_s(group) for group, g_rounds in rounds.groups)
+    title = plain(f"{fleet.path}: {len(rounds):,} rounds, {rounds.tests:,} tests, "
+                  f"at most {_span(longest)}")
+    if rounds.tests > PLAN_LISTED_TESTS:
+        stdout_console().print(title, soft_wrap=True, highlight=False)
+        table = Table()
+        for column in ("group", "type", "agents", "rounds", "tests", "each round up to",
+                       "in all up to"):
+            table.add_column(column)
+        for group, g_rounds in rounds.groups:
+            hosts = _agent_count(group)
+            limit = _round_limit_s(group)
+            table.add_row(group.name, group.kind, f"{hosts:,}", f"{len(g_rounds):,}",
+                          f"{g_rounds.tests:,}", f"{limit:g} s",
+                          _span(limit * len(g_rounds)))
+        stdout_console().print(table)
+        print_note(f"{rounds.tests:,} tests are too many to list; --json lists every "
+                        "round")
+        return ExitCode.OK
+    table = Table(title=title, title_justify="left")
     for column in ("group", "round", "pairs (source -> target)"):
         table.add_column(column)
     for r in rounds:
@@ -112,6 +137,34 @@ def handle_plan(args: argparse.Namespace, _load_registry: RegistryLoader) -> int
                       plain("  ".join(f"{a}->{b}" for a, b in r.pairs)))
     stdout_console().print(table)
     return ExitCode.OK
+
+
+def _agent_count(group: Any) -> int:
+    """How many agents take part in the group (a list's pairs are held already)."""
+    pairs = group.pairs
+    if hasattr(pairs, "members"):
+        return len(pairs.members)
+    if hasattr(pairs, "side_a"):
+        return len(pairs.side_a) + len(pairs.side_b)
+    return len({h for pair in pairs for h in pair})
+
+
+def _round_limit_s(group: Any) -> float:
+    """The longest one of the group's rounds may take (the runner's deadline)."""
+    from netprobe.fleet.runner import BYTES_ROUND_S, ROUND_MARGIN_S
+
+    if group.round_timeout_s is not None:
+        return float(group.round_timeout_s)
+    planned = group.spec.planned_s()
+    return (BYTES_ROUND_S if planned is None else planned) + ROUND_MARGIN_S
+
+
+def _span(seconds: float) -> str:
+    """A length of time in its largest sensible unit."""
+    for unit, size in (("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= size * 2:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:g} s"
 
 
 # --- run ----------------------------------------------------------------------------------
@@ -301,6 +354,10 @@ def handle_matrix(args: argparse.Namespace, _load_registry: RegistryLoader) -> i
     fleet = _load(args.file) if args.file else None
     with open_archive(archive_url(args, fleet), create=False) as archive:
         latest = archive.latest()
+    from netprobe.cli.common import warning
+
+    for line in getattr(archive, "warnings", []):  # rows skipped, each named
+        warning(line)
     groups = [args.group] if args.group else groups_of(latest)
     order = list(fleet.agents) if fleet else []
     matrices = [build(latest, g, order) for g in groups]

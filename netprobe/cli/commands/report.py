@@ -104,8 +104,8 @@ def _archived(urls: Sequence[str]) -> tuple[list[Result], list[tuple[str, str]]]
         with open_archive(url, create=False) as archive:
             results += [r.result for r in archive.records() if r.result is not None]
             latest = archive.latest()
-        sections += [(f"Latest matrix: group {g} ({archive.url})",
-                      matrix_html(build(latest, g)))
+            _warn(list(dict.fromkeys(getattr(archive, "warnings", []))))  # rows skipped
+        sections += [(f"Latest matrix: group {g} ({archive.url})", matrix_html(build(latest, g)))
                      for g in groups_of(latest)]
     return results, sections
 
