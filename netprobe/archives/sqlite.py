@@ -83,7 +83,7 @@ class SqliteArchive(SqlArchive):
                 continue
             self.read_only = f"cannot write it: {self.explain(first)}"
             return connection
-        raise ArchiveError(f"archive {url}: cannot open it for writing "
+        raise ArchiveError(f"archive {redact(url)}: cannot open it for writing "
                            f"({self.explain(first)}) nor for reading ({problem})")
 
     def explain(self, exc: BaseException) -> str:
@@ -121,9 +121,9 @@ def _check_header(path: str, url: str) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise ArchiveError(f"archive {url}: cannot read it: {exc.strerror or exc}") from None
+        raise ArchiveError(f"archive {redact(url)}: cannot read it: {exc.strerror or exc}") from None
     if head and head != _HEADER:
-        raise ArchiveError(f"archive {url}: not a netprobe archive (not an SQLite "
+        raise ArchiveError(f"archive {redact(url)}: not a netprobe archive (not an SQLite "
                            "database at all)")
 
 
@@ -140,7 +140,7 @@ def _check_tables(connection: sqlite3.Connection, url: str) -> None:
     if missing:
         shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
         connection.close()
-        raise ArchiveError(f"archive {url}: not a netprobe archive (its tables are {shown}; "
+        raise ArchiveError(f"archive {redact(url)}: not a netprobe archive (its tables are {shown}; "
                            f"an archive has runs and results with netprobe's columns)")
 
 
