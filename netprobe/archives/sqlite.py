@@ -121,7 +121,8 @@ def _check_header(path: str, url: str) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise ArchiveError(f"archive {redact(url)}: cannot read it: {exc.strerror or exc}") from None
+        raise ArchiveError(f"archive {redact(url)}: cannot read it: "
+                           f"{exc.strerror or exc}") from None
     if head and head != _HEADER:
         raise ArchiveError(f"archive {redact(url)}: not a netprobe archive (not an SQLite "
                            "database at all)")
@@ -140,8 +141,8 @@ def _check_tables(connection: sqlite3.Connection, url: str) -> None:
     if missing:
         shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
         connection.close()
-        raise ArchiveError(f"archive {redact(url)}: not a netprobe archive (its tables are {shown}; "
-                           f"an archive has runs and results with netprobe's columns)")
+        raise ArchiveError(f"archive {redact(url)}: not a netprobe archive (its tables are "
+                           f"{shown}; an archive has runs and results with netprobe's columns)")
 
 
 def _unwritable(exc: sqlite3.Error, path: str) -> bool:
