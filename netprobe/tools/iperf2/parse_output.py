@@ -366,7 +366,7 @@ def _columns(rest: str) -> tuple[str | None, dict[str, Any], int | None]:
             {
                 "jitter_ms": float(found["jitter"]),
                 "lost_packets": lost if lost >= 0 else None,
-                "packets": total if total >= 0 else None,
+                "packets": received(lost, total),
             },
             None,
         )
@@ -433,19 +433,34 @@ def _with_ooo(sample: Interval, label: str, ooo: dict[tuple[str, float], int]) -
     return attrs.evolve(sample, out_of_order_packets=ooo.get((label, sample.start_s), 0))
 
 
+def received(lost: int | None, total: int | None) -> int | None:
+    """The datagrams a UDP receiver got, from its report's ``lost/total``: ``total`` is
+    the count the sender's numbering says was sent (the highest number seen), not what
+    arrived (a lossy link: 127,381 "total" where the receiver's kernel took in 81,665)."""
+    if total is None or total < 0:
+        return None
+    return max(total - lost, 0) if lost is not None and lost >= 0 else None
+
+
+def lost_percent(lost: int | None, got: int | None) -> float | None:
+    """``lost`` as a percentage of the datagrams expected (``got`` received plus lost)."""
+    if lost is None or got is None or lost + got <= 0:
+        return None
+    return 100.0 * lost / (lost + got)
+
+
 def _side(
     record: _Record, samples: list[Interval], ooo: dict[tuple[str, float], int]
 ) -> SideSummary:
     s = record.sample
     rtts = [i.rtt_us for i in samples if i.rtt_us is not None]
     cwnds = [i.cwnd_bytes for i in samples if i.cwnd_bytes is not None]
-    lost, total = s.lost_packets, s.packets
     return side_of(
         s,
         min_rtt_us=min(rtts) if rtts else None,
         max_rtt_us=max(rtts) if rtts else None,
         cwnd_bytes=max(cwnds) if cwnds else None,
-        lost_percent=100.0 * lost / total if lost is not None and total else None,
+        lost_percent=lost_percent(s.lost_packets, s.packets),
         out_of_order_packets=_final_ooo(record, ooo),
     )
 
@@ -521,7 +536,7 @@ def _added(sides: list[SideSummary]) -> SideSummary:
         retransmits_scope=sides[0].retransmits_scope,
         packets=packets,
         lost_packets=lost,
-        lost_percent=100.0 * lost / packets if lost is not None and packets else None,
+        lost_percent=lost_percent(lost, packets),
         out_of_order_packets=total("out_of_order_packets"),
     )
 
@@ -741,7 +756,7 @@ def _csv_record(row: dict[str, Any], is_client: bool, main_port: Any, keys: Stre
         retransmits=row.get("retry") if role == "sender" and row.get("retry", -1) >= 0 else None,
         cwnd_bytes=row["cwnd"] * 1024 if role == "sender" and row.get("cwnd", -1) > 0 else None,
         rtt_us=row.get("rtt") if role == "sender" and row.get("rtt", 0) > 0 else None,
-        packets=total if udp and total is not None and total >= 0 else None,
+        packets=received(lost, total) if udp else None,
         lost_packets=lost if udp and lost is not None and lost >= 0 else None,
         out_of_order_packets=row.get("ooo") if udp else None,
         jitter_ms=row.get("jitter") if udp else None,
