@@ -770,6 +770,54 @@ def _csv_record(row: dict[str, Any], is_client: bool, main_port: Any, keys: Stre
 def split_tests(lines: Iterable[str]) -> Iterable[str]:
     """The text of each test in a saved log that may hold several (a server's log, a file
     of appended runs), read line by line so that only one test is in memory at a time.
+    See :func:`_tests_of` and, for CSV rows without a time, :func:`_unstamped_apart`."""
+    for chunk in _tests_of(lines):
+        yield from _unstamped_apart(chunk)
+
+
+_UNSTAMPED = "19700101"
+"""The time iperf 2.1.8 puts on every CSV row of a server (with or without ``-e``)."""
+
+
+def _unstamped_apart(chunk: str) -> Iterable[str]:
+    """A CSV test whose rows carry no time and no interval rows, one test per transfer
+    when nothing in them says the transfers ran at once.
+
+    Such rows are one summary per transfer and say nothing of when: two tests of the same
+    length one after the other read as one test of two streams (a server's log of two 1 s
+    tests and a -P 2 on loopback: one "4-stream" result at 20,696 Mbit/s). Transfers that
+    ran at once show it when one accepted later (a higher id) finished first, or when they
+    flow to different ports (``-d``): the rows then stay one test. Rows in the order
+    accepted, to one port, read as tests one after the other (so does a -P test whose
+    streams happened to finish in that order: the rows cannot tell them apart). Rows with
+    interval rows (``-i``) or a real time are left as they are.
+    """
+    lines = chunk.splitlines(keepends=True)
+    rows = [(i, cells) for i, line in enumerate(lines)
+            if len(cells := line.strip().split(",")) >= 9 and _span_of(cells) is not None]
+    ids = [int(cells[5]) if cells[5].isdigit() else -1 for _, cells in rows]
+    apart = (len(rows) > 1 and ids == sorted(set(ids)) and min(ids) >= 0
+             and len({cells[4] for _, cells in rows}) == 1
+             and all(cells[0].startswith(_UNSTAMPED) and _span_of(cells) == _span_of(rows[0][1])
+                     for _, cells in rows))
+    if not apart:
+        yield chunk
+        return
+    prefix = "".join(line for i, line in enumerate(lines) if i < rows[0][0])
+    for i, _ in rows:
+        yield prefix + lines[i]
+
+
+def _span_of(cells: list[str]) -> tuple[float, float] | None:
+    try:
+        start, end = (float(v) for v in cells[6].split("-", 1))
+    except (ValueError, IndexError):
+        return None
+    return start, end
+
+
+def _tests_of(lines: Iterable[str]) -> Iterable[str]:
+    """The tests of a log as its lines tell them apart.
 
     Text: a test ends when, after it printed report lines, another connection is accepted
     (a connection the process opened itself, after ``Client connecting to``, is the
@@ -785,8 +833,9 @@ def split_tests(lines: Iterable[str]) -> Iterable[str]:
         if starts and chunk:
             yield "".join(chunk)
             chunk = [] if _LISTENING.search(line) else list(banner)
-        elif text_tests.banner_line(line) and not text_tests.reported:
-            banner.append(line)
+        elif (text_tests.banner_line(line) and not text_tests.reported
+              and (len(cells) < 8 or cells[0].strip().lower() == "time")):
+            banner.append(line)  # a CSV data row is a test's, never a banner's
         chunk.append(line)
     if chunk:
         yield "".join(chunk)
