@@ -28,19 +28,22 @@ from tests.netlab import Lab, wait_listening
 from tests.peers import PeerBinary, peer_params
 
 KILL_AFTER_S = 1.0
-"""When the far end is killed: the test asks for 3 s, so 1 s is well inside it."""
+"""How long after the client starts the far end is killed: the test asks for 3 s."""
 
-# The process that receives the client's data, by role, per tool (ntttcp's local receiver
-# is its "receiver"; the others' local far end is their "server").
+# The process that receives the client's data, and the one that sends it, by role, per
+# tool (ntttcp's local ends are its "receiver" and "sender").
 FAR_END = {"iperf2": "server", "iperf3": "server", "nuttcp": "server", "ntttcp": "receiver"}
+NEAR_END = {"iperf2": "client", "iperf3": "client", "nuttcp": "client", "ntttcp": "sender"}
 
 
 class KillingReporter:
-    """A reporter that kills the far end ``role`` (by the PID netprobe's note gives)
-    ``KILL_AFTER_S`` after it started, and records the intervals."""
+    """A reporter that kills the far end (by the PID netprobe's note gives)
+    ``KILL_AFTER_S`` after the client started, and records the intervals."""
 
     def __init__(self, tool: str) -> None:
-        self.pattern = re.compile(rf"{tool} {FAR_END[tool]} started \(pid (\d+)\)")
+        self.far = re.compile(rf"{tool} {FAR_END[tool]} started \(pid (\d+)\)")
+        self.near = f"{tool} {NEAR_END[tool]} started"
+        self.far_pid: int | None = None
         self.intervals: list[Any] = []
         self.killed: list[int] = []
         self.timers: list[threading.Timer] = []
@@ -49,9 +52,11 @@ class KillingReporter:
         self.intervals.append(sample)
 
     def note(self, message: str) -> None:
-        found = self.pattern.search(message)
+        found = self.far.search(message)
         if found:
-            timer = threading.Timer(KILL_AFTER_S, self._kill, (int(found.group(1)),))
+            self.far_pid = int(found.group(1))
+        elif message.startswith(self.near) and self.far_pid is not None:
+            timer = threading.Timer(KILL_AFTER_S, self._kill, (self.far_pid,))
             timer.start()
             self.timers.append(timer)
 
