@@ -12,7 +12,7 @@ import pytest
 from netprobe import core
 from netprobe.core import pure
 from netprobe.core.contract import DataPath
-from tests.peers import PEER_FIXTURES, PeerBinary, default_peer
+from tests.peers import PEER_FIXTURES, PeerBinary, check_absent_peer, default_peer
 
 CORE_NAMES = (
     "Counters",
@@ -46,9 +46,16 @@ signal.signal(signal.SIGTERM, _terminated)
 def pytest_configure(config: pytest.Config) -> None:
     """ntttcp is not packaged: point $NETPROBE_NTTTCP at the built one (shared/peers) when
     none is set, so every test that runs ntttcp (the conformance kit, the agent's) finds it."""
+    config.addinivalue_line("markers", "peer_absent: the peer binary of this parameter "
+                            "is absent (tests.peers.absent_peer)")
     built = default_peer("ntttcp")
     if built is not None and not os.environ.get("NETPROBE_NTTTCP"):
         os.environ.update(built.env)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A parameter whose peer binary is absent skips, or fails in CI (tests.peers)."""
+    check_absent_peer(item)
 
 
 @pytest.fixture

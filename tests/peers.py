@@ -14,12 +14,12 @@ from __future__ import annotations
 import functools
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
 
+from netprobe.driven.process import find_binary
 from netprobe.plugin import Tool
 from netprobe.testing import RecordingReporter
 
@@ -105,14 +105,46 @@ def _tool_class(tool: str) -> type[Tool]:
 
 
 def _candidates(tool: str) -> dict[str, str | None]:
-    on_path, built, _ = _TOOLS[tool]
-    system = shutil.which(on_path)
-    if system and Path(system).resolve().parent == BUILT_BIN.resolve():
-        system = None  # the built one, put on PATH: counted once, as "built"
+    """The default binary (as netprobe finds it: the tool's environment variable, then
+    PATH) and the one build.sh built; the default is left out when it is the built one
+    (scripts/test points $NETPROBE_NTTTCP at it): counted once, as "built"."""
+    on_path, built, env_var = _TOOLS[tool]
+    system = find_binary(on_path, None, env_var)
+    built_path = str(BUILT_BIN / built) if built and (BUILT_BIN / built).is_file() else None
     if built is None:  # build.sh builds no such tool: nothing to find or miss
         return {"system": system}
-    built_path = str(BUILT_BIN / built) if (BUILT_BIN / built).is_file() else None
+    if system and Path(system).resolve().parent == BUILT_BIN.resolve():
+        return {"built": built_path or system}
     return {"system": system, "built": built_path}
+
+
+def built_by_build_sh(tool: str) -> bool:
+    """Whether build.sh built ``tool`` here (its binary is in :data:`BUILT_BIN`)."""
+    built = _TOOLS[tool][1]
+    return built is not None and (BUILT_BIN / built).is_file()
+
+
+def in_ci() -> bool:
+    """Whether the suite runs in CI (``CI=true``, as CI services set it)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def absent_peer(reason: str, tool: str) -> Any:
+    """The mark of a parameter whose binary is absent: a skip with ``reason``, but in CI a
+    failure when build.sh built the tool here, since then the binary is there and only the
+    lookup missed it (CI once skipped every live ntttcp test so, without a word)."""
+    return pytest.mark.peer_absent(reason=reason, fail=in_ci() and built_by_build_sh(tool))
+
+
+def check_absent_peer(item: pytest.Item) -> None:
+    """For conftest's ``pytest_runtest_setup``: skip (or, see :func:`absent_peer`, fail)
+    a test parametrised with an absent peer binary."""
+    for mark in item.iter_markers("peer_absent"):
+        reason = mark.kwargs["reason"]
+        if mark.kwargs["fail"]:
+            pytest.fail(f"{reason}, but build.sh built it in {BUILT_BIN} (CI=true: a peer "
+                        "built here must be found)", pytrace=False)
+        pytest.skip(reason)
 
 
 @functools.cache
@@ -122,7 +154,8 @@ def peer_binaries(tool: str) -> tuple[tuple[str, PeerBinary | str], ...]:
     found: list[tuple[str, PeerBinary | str]] = []
     for flavour, path in _candidates(tool).items():
         if path is None:
-            where = "on PATH" if flavour == "system" else f"in {BUILT_BIN} (shared/peers/build.sh)"
+            where = (f"on PATH or in ${env_var}" if flavour == "system"
+                     else f"in {BUILT_BIN} (shared/peers/build.sh)")
             found.append((flavour, f"no {tool} binary {where}"))
             continue
         availability = _tool_class(tool)({"path": path}).probe()
@@ -141,7 +174,7 @@ def peer_params(tool: str) -> list[Any]:
             params.append(pytest.param(found, id=f"{tool}-{found.version}"))
         else:
             params.append(pytest.param(None, id=f"{tool}-{flavour}",
-                                       marks=pytest.mark.skip(reason=found)))
+                                       marks=absent_peer(found, tool)))
     return params
 
 

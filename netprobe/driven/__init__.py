@@ -8,8 +8,10 @@ ready, deadline, Ctrl-C, stop by PID, intervals delivered on the caller's thread
 :mod:`netprobe.driven.session` is the glue from a plan to a Result (:class:`Plan`,
 :class:`DrivenSession`: server then client, one policy for interrupted, failed and ok);
 :mod:`netprobe.driven.tool` is the Tool side (:class:`DrivenTool`: the binary found once,
-:func:`read_version`, :func:`readable_sources`). Every name is re-exported here: plugins
-import ``netprobe.driven``. docs/plugins.md shows a whole plugin built on them.
+:func:`read_version`, :func:`readable_sources`); :mod:`netprobe.driven.verdict` says
+whether a run that ended content broke or ran short (:func:`run_faults`). Every name is
+re-exported here: plugins import ``netprobe.driven``. docs/plugins.md shows a whole plugin
+built on them.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
         local_server_wanted,
     )
     from netprobe.driven.tool import DrivenTool, read_version, readable_sources
+    from netprobe.driven.verdict import run_faults
 
 # Each name is imported from its module on first use (PEP 562), not all at once: the
 # native engine's client needs is_local_host only, and the whole package (subprocess,
@@ -58,6 +61,7 @@ _MODULE_OF = {
     "session": ("HANG_GRACE_S", "DrivenSession", "Plan", "client_deadline",
                 "local_server_wanted"),
     "tool": ("DrivenTool", "read_version", "readable_sources"),
+    "verdict": ("run_faults",),
 }
 _WHERE = {name: module for module, names in _MODULE_OF.items() for name in names}
 
@@ -100,6 +104,7 @@ __all__ = [
     "printed",
     "read_version",
     "readable_sources",
+    "run_faults",
     "run_once",
     "system_name",
     "wait_port",

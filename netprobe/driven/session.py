@@ -11,6 +11,8 @@ only once it is ready) the client, then one policy for how a run ends:
 - a server that never got ready: :meth:`DrivenSession.server_failed` (TestFailed);
 - what :meth:`DrivenSession.failures` lists: TestFailed with the Result, which keeps
   everything measured and every process's raw output;
+- a run the tool did not call failed but that broke or ran short
+  (:func:`~netprobe.driven.verdict.run_faults`): TestFailed the same way;
 - else the Result with status ``ok``.
 
 A subclass supplies the parts that are the tool's own: which processes it starts
@@ -31,6 +33,7 @@ from typing import Any, Optional
 from netprobe.bottleneck import with_cpu_warnings
 from netprobe.driven.net import is_local_host, system_name
 from netprobe.driven.run import DrivenRun, Ready
+from netprobe.driven.verdict import run_faults
 from netprobe.errors import TestFailed, TestInterrupted
 from netprobe.plugin import Reporter, utc_now_iso
 from netprobe.schema import (
@@ -121,7 +124,11 @@ class DrivenSession(abc.ABC):
         reasons = self.failures()
         if reasons:
             raise self.failed(reasons)
-        return self.result("ok", [])
+        result = self.result("ok", [])
+        faults = run_faults(result)  # the tool exited content from a broken or short run
+        if faults:
+            raise self.failed(faults)
+        return result
 
     def start_server(self) -> bool:
         """Start the local server side, if there is one: False if it did not get ready.

@@ -25,6 +25,7 @@ from netprobe.driven import (
     local_server_wanted,
     printed,
     read_version,
+    run_faults,
     run_once,
 )
 from netprobe.engine.latency import distribution
@@ -164,6 +165,11 @@ def finish(
 ) -> Result:
     """The Result of a run; raises TestFailed/TestInterrupted (with it as ``partial``)
     when the run did not complete."""
+    if problem is None and not outcome.interrupted:
+        # iperf 2 exits 0 from a reset connection, with a summary of the second it ran.
+        provisional = assemble(parts, tool=tool, spec=spec, start_time=start_time,
+                               raw=outcome.raw())
+        problem = "; ".join(run_faults(provisional)) or None
     status = "interrupted" if outcome.interrupted else ("failed" if problem else "ok")
     errors = list(parts.errors)
     message = ""

@@ -366,7 +366,7 @@ def _columns(rest: str) -> tuple[str | None, dict[str, Any], int | None]:
             {
                 "jitter_ms": float(found["jitter"]),
                 "lost_packets": lost if lost >= 0 else None,
-                "packets": total if total >= 0 else None,
+                "packets": received(lost, total),
             },
             None,
         )
@@ -433,19 +433,34 @@ def _with_ooo(sample: Interval, label: str, ooo: dict[tuple[str, float], int]) -
     return attrs.evolve(sample, out_of_order_packets=ooo.get((label, sample.start_s), 0))
 
 
+def received(lost: int | None, total: int | None) -> int | None:
+    """The datagrams a UDP receiver got, from its report's ``lost/total``: ``total`` is
+    the count the sender's numbering says was sent (the highest number seen), not what
+    arrived (a lossy link: 127,381 "total" where the receiver's kernel took in 81,665)."""
+    if total is None or total < 0:
+        return None
+    return max(total - lost, 0) if lost is not None and lost >= 0 else None
+
+
+def lost_percent(lost: int | None, got: int | None) -> float | None:
+    """``lost`` as a percentage of the datagrams expected (``got`` received plus lost)."""
+    if lost is None or got is None or lost + got <= 0:
+        return None
+    return 100.0 * lost / (lost + got)
+
+
 def _side(
     record: _Record, samples: list[Interval], ooo: dict[tuple[str, float], int]
 ) -> SideSummary:
     s = record.sample
     rtts = [i.rtt_us for i in samples if i.rtt_us is not None]
     cwnds = [i.cwnd_bytes for i in samples if i.cwnd_bytes is not None]
-    lost, total = s.lost_packets, s.packets
     return side_of(
         s,
         min_rtt_us=min(rtts) if rtts else None,
         max_rtt_us=max(rtts) if rtts else None,
         cwnd_bytes=max(cwnds) if cwnds else None,
-        lost_percent=100.0 * lost / total if lost is not None and total else None,
+        lost_percent=lost_percent(s.lost_packets, s.packets),
         out_of_order_packets=_final_ooo(record, ooo),
     )
 
@@ -521,7 +536,7 @@ def _added(sides: list[SideSummary]) -> SideSummary:
         retransmits_scope=sides[0].retransmits_scope,
         packets=packets,
         lost_packets=lost,
-        lost_percent=100.0 * lost / packets if lost is not None and packets else None,
+        lost_percent=lost_percent(lost, packets),
         out_of_order_packets=total("out_of_order_packets"),
     )
 
@@ -741,7 +756,7 @@ def _csv_record(row: dict[str, Any], is_client: bool, main_port: Any, keys: Stre
         retransmits=row.get("retry") if role == "sender" and row.get("retry", -1) >= 0 else None,
         cwnd_bytes=row["cwnd"] * 1024 if role == "sender" and row.get("cwnd", -1) > 0 else None,
         rtt_us=row.get("rtt") if role == "sender" and row.get("rtt", 0) > 0 else None,
-        packets=total if udp and total is not None and total >= 0 else None,
+        packets=received(lost, total) if udp else None,
         lost_packets=lost if udp and lost is not None and lost >= 0 else None,
         out_of_order_packets=row.get("ooo") if udp else None,
         jitter_ms=row.get("jitter") if udp else None,
@@ -755,6 +770,54 @@ def _csv_record(row: dict[str, Any], is_client: bool, main_port: Any, keys: Stre
 def split_tests(lines: Iterable[str]) -> Iterable[str]:
     """The text of each test in a saved log that may hold several (a server's log, a file
     of appended runs), read line by line so that only one test is in memory at a time.
+    See :func:`_tests_of` and, for CSV rows without a time, :func:`_unstamped_apart`."""
+    for chunk in _tests_of(lines):
+        yield from _unstamped_apart(chunk)
+
+
+_UNSTAMPED = "19700101"
+"""The time iperf 2.1.8 puts on every CSV row of a server (with or without ``-e``)."""
+
+
+def _unstamped_apart(chunk: str) -> Iterable[str]:
+    """A CSV test whose rows carry no time and no interval rows, one test per transfer
+    when nothing in them says the transfers ran at once.
+
+    Such rows are one summary per transfer and say nothing of when: two tests of the same
+    length one after the other read as one test of two streams (a server's log of two 1 s
+    tests and a -P 2 on loopback: one "4-stream" result at 20,696 Mbit/s). Transfers that
+    ran at once show it when one accepted later (a higher id) finished first, or when they
+    flow to different ports (``-d``): the rows then stay one test. Rows in the order
+    accepted, to one port, read as tests one after the other (so does a -P test whose
+    streams happened to finish in that order: the rows cannot tell them apart). Rows with
+    interval rows (``-i``) or a real time are left as they are.
+    """
+    lines = chunk.splitlines(keepends=True)
+    rows = [(i, cells) for i, line in enumerate(lines)
+            if len(cells := line.strip().split(",")) >= 9 and _span_of(cells) is not None]
+    ids = [int(cells[5]) if cells[5].isdigit() else -1 for _, cells in rows]
+    apart = (len(rows) > 1 and ids == sorted(set(ids)) and min(ids) >= 0
+             and len({cells[4] for _, cells in rows}) == 1
+             and all(cells[0].startswith(_UNSTAMPED) and _span_of(cells) == _span_of(rows[0][1])
+                     for _, cells in rows))
+    if not apart:
+        yield chunk
+        return
+    prefix = "".join(line for i, line in enumerate(lines) if i < rows[0][0])
+    for i, _ in rows:
+        yield prefix + lines[i]
+
+
+def _span_of(cells: list[str]) -> tuple[float, float] | None:
+    try:
+        start, end = (float(v) for v in cells[6].split("-", 1))
+    except (ValueError, IndexError):
+        return None
+    return start, end
+
+
+def _tests_of(lines: Iterable[str]) -> Iterable[str]:
+    """The tests of a log as its lines tell them apart.
 
     Text: a test ends when, after it printed report lines, another connection is accepted
     (a connection the process opened itself, after ``Client connecting to``, is the
@@ -770,8 +833,9 @@ def split_tests(lines: Iterable[str]) -> Iterable[str]:
         if starts and chunk:
             yield "".join(chunk)
             chunk = [] if _LISTENING.search(line) else list(banner)
-        elif text_tests.banner_line(line) and not text_tests.reported:
-            banner.append(line)
+        elif (text_tests.banner_line(line) and not text_tests.reported
+              and (len(cells) < 8 or cells[0].strip().lower() == "time")):
+            banner.append(line)  # a CSV data row is a test's, never a banner's
         chunk.append(line)
     if chunk:
         yield "".join(chunk)

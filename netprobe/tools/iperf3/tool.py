@@ -184,7 +184,8 @@ class Iperf3Tool(IperfTool):
         readings = [_read_source(name, text) for name, text in sources]
         main = next((r for r in readings if r.is_client), readings[0])
         spec = main.spec or TestSpec(tool="iperf3", duration_s=main.parts.duration_s or 10.0,
-                                     direction=_direction_of(main.parts))
+                                     direction=_direction_of(main.parts),
+                                     streams=_streams_of(main.parts))
         result = self._assembled(main, spec)
         for other in readings:
             if other is not main:  # the same test seen from the other end
@@ -207,6 +208,13 @@ def _direction_of(parts: Parts) -> str:
     if len(flows) > 1:
         return "bidir"
     return "reverse" if flows == {"server_to_client"} else "normal"
+
+
+def _streams_of(parts: Parts) -> int:
+    """A human output's streams per direction, from the streams it reported (a server's
+    text does not say how many the client asked for)."""
+    directions = [stream.direction for stream in parts.streams]
+    return max((directions.count(d) for d in set(directions)), default=1)
 
 
 def shift_after_warmup(parts: Parts, omit_s: float) -> None:
