@@ -7,9 +7,13 @@ Events (the ``event`` name, with the fields a line carries):
 ``accepted``    client (``address:port``): a control connection passed the allow-list
 ``refused``     client, reason (``acl``, ``per-address limit``, ``handshakes``, ``busy``,
                 ``auth``, ``limit``, ``spec``, ...): said to the client too where it can be
+``reopened``    the log file, reopened on SIGHUP (after logrotate moved it)
 ``test``        client, tool, spec (in short): a test was accepted and starts
 ``test-end``    client, status (``ok`` / ``failed``), what this end measured
 ``far-end``     client, tool, pid, state (``started`` / ``stopped``): the agent's servers
+``closed``      client, reason (``no-hello``, ``timeout``, ``protocol``): a connection
+                closed before its hello (a port scan, a connect-and-close), at most
+                10 lines a second
 ``session``     client: a session that ended on an error
 ``note``        anything else
 ==============  =========================================================================
@@ -30,6 +34,7 @@ import contextlib
 import json
 import re
 import threading
+import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional, Protocol
 
@@ -106,6 +111,34 @@ def _field(value: Any) -> Any:
     return escape(value)
 
 
+class Throttle:
+    """At most ``per_second`` events a second pass; ``take()`` says whether this one does.
+
+    ``take()`` returns None for an event held back, else how many were held back since
+    the last that passed (so the line that passes can say so). Thread-safe."""
+
+    def __init__(self, per_second: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._per_second = per_second
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._second = -1
+        self._passed = 0
+        self._held = 0
+
+    def take(self) -> Optional[int]:
+        """None if this event is held back, else the count held back before it."""
+        with self._lock:
+            second = int(self._clock())
+            if second != self._second:
+                self._second, self._passed = second, 0
+            if self._passed >= self._per_second:
+                self._held += 1
+                return None
+            self._passed += 1
+            held, self._held = self._held, 0
+            return held
+
+
 def client(peer: Optional[tuple]) -> str:
     """``address:port`` of a peer tuple (``[v6]:port`` for IPv6)."""
     if not peer:
@@ -115,5 +148,5 @@ def client(peer: Optional[tuple]) -> str:
     return escape(f"{shown}:{port}" if port is not None else shown)
 
 
-__all__ = ["MAX_VALUE_CHARS", "EventLog", "Log", "client", "escape", "null_log",
+__all__ = ["MAX_VALUE_CHARS", "EventLog", "Log", "Throttle", "client", "escape", "null_log",
            "utc_timestamp"]

@@ -29,7 +29,7 @@ from netprobe import convert, core
 from netprobe.engine import auth, probes, protocol
 from netprobe.engine.capabilities import native_refusals
 from netprobe.engine.conduct import REPORT_WAIT_S, Conductor, Reader, system_name
-from netprobe.engine.log import Log, client, escape, null_log
+from netprobe.engine.log import Log, Throttle, client, escape, null_log
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side, buffer_bytes
 from netprobe.engine.sockets import apply_options, udp_answer
@@ -38,6 +38,7 @@ from netprobe.plugin import utc_now_iso
 from netprobe.schema import Interval, TestSpec
 
 OUT_OF_FILES_PAUSE_S = 0.1  # accepting stops this long at the open-files limit
+CLOSED_LINES_PER_S = 10  # connections closed in their hello that are logged, a second
 REFUSAL_CHARS = 1000  # longest refusal told to a client (it may echo what the client sent)
 WATCHDOG_GRACE_S = 5.0  # past the planned end and the report wait: the session is closed
 Handler = Callable[["Session", dict], None]
@@ -169,6 +170,7 @@ class Server:
         self._memory = 0
         self._rate = 0.0  # bits/s the running tests asked for together (--max-rate)
         self._streams = 0  # their streams together (--max-streams)
+        self._closed_lines = Throttle(CLOSED_LINES_PER_S)
         self._charges: dict[int, tuple[int, float, int]] = {}  # per slot: memory, rate, streams
 
     # -- listening --------------------------------------------------------------------
@@ -287,7 +289,8 @@ class Server:
         except OSError:
             chunk = b""
         if not chunk:
-            self._drop_hello(hello)
+            self._drop_hello(hello, "closed before its hello (a port scan or a "
+                                    "connect-and-close)", "no-hello")
             return
         hello.data += chunk
         try:
@@ -298,7 +301,7 @@ class Server:
                 elif kind == protocol.KIND_CONTROL:
                     self._start_session(hello)
                 else:
-                    self._drop_hello(hello)
+                    self._drop_hello(hello, "sent no netprobe hello", "protocol")
                 return
             if len(hello.data) == protocol.DATA_HELLO_BYTES:
                 data = protocol.unpack_data_hello(bytes(hello.data[protocol.HELLO_BYTES:]))
@@ -308,8 +311,8 @@ class Server:
                     close_quietly(hello.conn)
                 self._count_out(hello.peer[0])
                 self._pending.release()
-        except NetprobeError:
-            self._drop_hello(hello)
+        except NetprobeError as exc:
+            self._drop_hello(hello, f"bad hello: {escape(exc)}", "protocol")
 
     def _start_session(self, hello: _Hello) -> None:
         self._forget_hello(hello)
@@ -319,18 +322,28 @@ class Server:
     def _expire_hellos(self) -> None:
         now = time.monotonic()
         for hello in [h for h in self._hellos.values() if h.deadline <= now]:
-            self._drop_hello(hello)
+            self._drop_hello(hello, f"no hello within {self.config.handshake_timeout_s:g} s "
+                                    "(--handshake-timeout)", "timeout")
 
     def _forget_hello(self, hello: _Hello) -> None:
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(hello.conn)
         self._hellos.pop(hello.fd, None)
 
-    def _drop_hello(self, hello: _Hello) -> None:
+    def _drop_hello(self, hello: _Hello, why: Optional[str] = None,
+                    reason: str = "") -> None:
+        """Close a connection still in its hello; ``why`` is logged (a scan leaves a line),
+        at most :data:`CLOSED_LINES_PER_S` lines a second (a flood cannot fill the disk)."""
         self._forget_hello(hello)
         close_quietly(hello.conn)
         self._count_out(hello.peer[0])
         self._pending.release()
+        if why is not None:
+            passed = self._closed_lines.take()
+            if passed is not None:
+                more = f" ({passed} more such lines not logged)" if passed else ""
+                self.log(f"{client(hello.peer)}: {why}{more}", event="closed",
+                         client=client(hello.peer), reason=reason)
 
     def _refuse_early(self, conn: socket.socket, peer: tuple, reason: str,
                       message: str) -> None:
@@ -649,7 +662,12 @@ class Session:
     def _authenticate(self, secret: bytes, challenge: str) -> None:
         # Nothing but an auth message is accepted before the client has proved itself.
         cfg = self.server.config
-        message = self.channel.recv(timeout=cfg.handshake_timeout_s)
+        try:
+            message = self.channel.recv(timeout=cfg.handshake_timeout_s)
+        except (ProtocolError, OSError) as exc:
+            # A client without the secret hangs up (or stays silent) at the challenge: that
+            # is a refusal for want of the secret, not a session that merely ended.
+            self.refuse(f"no shared secret: no answer to the challenge ({exc})", "auth")
         if message.get("type") != "auth" or not auth.verify(
             secret, challenge, "client", message.get("response")
         ):
@@ -669,23 +687,24 @@ class Session:
         try:
             spec = convert.structure(request.get("spec"), TestSpec)
         except NetprobeError as exc:
-            self.refuse(f"bad test spec: {exc}")
+            self.refuse(f"bad test spec: {exc}", "spec")
         found = refusals(spec)
         if found:
-            self.refuse("; ".join(found))
+            self.refuse("; ".join(found), "spec")
         memory = test_memory(spec)
         if memory > self.server.max_memory:
             self.refuse(f"the test's buffers need {_mib(memory)} of memory, over this server's "
-                        f"limit of {_mib(self.server.max_memory)}")
+                        f"limit of {_mib(self.server.max_memory)}", "limit")
         planned = max(spec.planned_s() or 0.0, _paced_seconds(spec))  # warm-up on top
         if planned and planned > cfg.max_duration_s:
             self.refuse(
                 f"duration {planned:g} s (with the warm-up; a byte count at its rate) exceeds "
                 f"this server's limit of "
-                f"{cfg.max_duration_s:g} s"
+                f"{cfg.max_duration_s:g} s", "limit"
             )
         if spec.streams > cfg.max_streams:
-            self.refuse(f"{spec.streams} streams exceed this server's limit of {cfg.max_streams}")
+            self.refuse(f"{spec.streams} streams exceed this server's limit of {cfg.max_streams}",
+                        "limit")
         self._check_rate(spec)
         return spec
 
@@ -698,14 +717,15 @@ class Session:
         if limit and (rate is None or rate > limit):
             shown = "unlimited" if rate is None else _mbits(rate)
             self.refuse(f"rate {shown} a stream exceeds this server's limit of "
-                        f"{_mbits(limit)} a stream (--max-stream-rate)")
+                        f"{_mbits(limit)} a stream (--max-stream-rate)", "limit")
         limit = cfg.max_rate_bps
         if limit and (total is None or total > limit):
             count = spec.streams * len(spec.flow_directions())
             shown = "unlimited" if total is None else f"{_mbits(total)} in all"
             self.refuse(f"rate {shown} ({count} stream(s) and directions together) exceeds "
                         f"this server's limit of {_mbits(limit)} for all its tests together "
-                        f"(--max-rate): ask for at most {_mbits(limit / count)} a stream")
+                        f"(--max-rate): ask for at most {_mbits(limit / count)} a stream",
+                        "limit")
 
     def refuse(self, message: str, code: str = "refused") -> NoReturn:
         """Tell the client why not, log it, then end the session (SpecError)."""
@@ -917,6 +937,22 @@ def _quarter_of_memory() -> int:
     # A server shares its host (often a small router): a quarter of the memory for test
     # buffers leaves the rest to the system, whatever its size.
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+
+
+def describe(config: ServerConfig) -> str:
+    """What a server with ``config`` allows, in one line for its start-up log: version,
+    limits, ACL, secret and third-party mode (an operator reading the log after a restart
+    sees what this process enforces, not what the unit file was meant to say)."""
+    rate = _mbits(config.max_rate_bps) if config.max_rate_bps else "unlimited"
+    stream = (f", {_mbits(config.max_stream_rate_bps)} a stream"
+              if config.max_stream_rate_bps else "")
+    memory = _mib(config.max_memory_bytes or _quarter_of_memory())
+    allow = ", ".join(config.allow) if config.allow else "any address"
+    return (f"{_version()}; tests at once {config.max_tests}, streams {config.max_streams} "
+            f"in all, rate {rate} in all{stream}, duration {config.max_duration_s:g} s, "
+            f"memory {memory}; clients: {allow}; shared secret: "
+            f"{'required' if config.secret else 'none'}; third-party tests: "
+            f"{'on' if config.allow_third_party else 'off'}")
 
 
 def _mbits(rate: float) -> str:

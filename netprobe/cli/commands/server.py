@@ -4,8 +4,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import stat
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any, Callable
 
@@ -121,60 +123,128 @@ def _server_options(args: argparse.Namespace) -> dict[str, Any]:
 def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
     """Serve until Ctrl-C/SIGTERM (or one test with ``-1``)."""
     try:
-        from netprobe.engine.server import ServerConfig, serve
+        from netprobe.engine.server import ServerConfig
     except ImportError as exc:
         raise ToolUnavailable(f"the native server is not in this install: {exc}") from None
-    from netprobe.agent.service import handlers
     from netprobe.engine.log import EventLog
 
     config = ServerConfig(**_server_options(args))
-    where = args.bind or "all addresses"
     pidfile = _PidFile(args.pidfile) if args.pidfile else None
     with _log_sink(args.logfile) as write:
         log = EventLog(write, args.log_format)
+        with _reopen_on_hangup(write, log):
+            _serve_logged(args, config, log, pidfile)
+    return ExitCode.OK
 
-        def ready(port: int) -> None:
-            if pidfile is not None:
-                pidfile.write()
-            log(f"netprobe server listening on {where} port {port}", event="listening",
-                address=args.bind, port=port)
+
+def _to_stdout(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+class _LogFile:
+    """``--logfile``: lines appended to a file that SIGHUP has reopened by path (what
+    logrotate's postrotate sends once it has moved the file away).
+
+    The signal only raises a flag: the next line, written by whichever thread, opens the
+    file anew first, so no lock is ever taken inside the signal handler."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._handle = self._open()
+        self._reopen = False
+
+    def _open(self) -> Any:
+        from netprobe.cli.outfile import OutputError
 
         try:
-            serve(config, log=log, handlers=handlers(), ready=ready)
-        except KeyboardInterrupt:
-            if args.logfile:
-                log("netprobe server: stopped", event="stopped")
-            else:  # a person at a terminal: the note beside the prompt, as before
-                from netprobe.cli.render import print_note
+            return open(self.path, "a", encoding="utf-8", buffering=1)
+        except OSError as exc:
+            raise OutputError(f"cannot write the log {self.path}: "
+                              f"{exc.strerror or exc}") from None
 
-                print_note("netprobe server: stopped")
-        finally:
-            if pidfile is not None:
-                pidfile.remove()
-    return ExitCode.OK
+    def __call__(self, line: str) -> None:
+        if self._reopen:
+            self._reopen = False
+            old, self._handle = self._handle, self._open()
+            old.close()
+        self._handle.write(line + "\n")
+
+    def reopen_later(self) -> None:
+        """Open the file again by its path before the next line (signal-safe)."""
+        self._reopen = True
+
+    def close(self) -> None:
+        """Close the file."""
+        self._handle.close()
+
+
+def _serve_logged(args: argparse.Namespace, config: Any, log: Any,
+                  pidfile: _PidFile | None) -> None:
+    """Serve until Ctrl-C, the pidfile written once listening and removed at the end."""
+    from netprobe.agent.service import handlers
+    from netprobe.engine.server import describe, serve
+
+    where = args.bind or "all addresses"
+
+    def ready(port: int) -> None:
+        if pidfile is not None:
+            pidfile.write()
+        log(f"netprobe server listening on {where} port {port}: {describe(config)}",
+            event="listening", address=args.bind, port=port)
+
+    try:
+        serve(config, log=log, handlers=handlers(), ready=ready)
+    except KeyboardInterrupt:
+        if args.logfile:
+            log("netprobe server: stopped", event="stopped")
+        else:  # a person at a terminal: the note beside the prompt, as before
+            from netprobe.cli.render import print_note
+
+            print_note("netprobe server: stopped")
+    finally:
+        if pidfile is not None:
+            pidfile.remove()
 
 
 @contextlib.contextmanager
 def _log_sink(path: str | None) -> Iterator[Callable[[str], None]]:
     """Where log lines go: stdout, or appended to ``path`` (OutputError if it cannot be)."""
     if path is None:
-        def to_stdout(line: str) -> None:
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
-
-        yield to_stdout
+        yield _to_stdout
         return
-    from netprobe.cli.outfile import OutputError
-
+    sink = _LogFile(path)
     try:
-        handle = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (held open)
-    except OSError as exc:
-        raise OutputError(f"cannot write the log {path}: {exc.strerror or exc}") from None
-    with handle:
-        def to_file(line: str) -> None:
-            handle.write(line + "\n")
+        yield sink
+    finally:
+        sink.close()
 
-        yield to_file
+
+@contextlib.contextmanager
+def _reopen_on_hangup(write: Callable[[str], None], log: Any) -> Iterator[None]:
+    """SIGHUP reopens the log file and says so in it (it used to end the server silently
+    and leave its pidfile behind); on stdout there is nothing to reopen, and it is noted.
+    The line is written from a thread of its own: the handler runs between two bytecodes of
+    the main thread, which may be inside a write holding the log's lock."""
+    if not hasattr(signal, "SIGHUP") or threading.current_thread() is not \
+            threading.main_thread():
+        yield
+        return
+
+    def hangup(_signum: int, _frame: Any) -> None:
+        if isinstance(write, _LogFile):
+            write.reopen_later()
+            said = f"log file {write.path} reopened (SIGHUP)"
+        else:
+            said = "SIGHUP: the log goes to stdout, nothing to reopen"
+        threading.Thread(target=log, args=(said,), kwargs={"event": "reopened"},
+                         name="np-hangup", daemon=True).start()
+
+    before = signal.signal(signal.SIGHUP, hangup)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 class _PidFile:

@@ -1,0 +1,136 @@
+"""``netprobe server`` as a daemon: logrotate's SIGHUP, a line for every refusal and every
+connection that closed unheard, reasons that say which limit, and a start line that says
+what this process enforces."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from tests.servers import NETPROBE, free_port, wait_listening
+
+
+def _start(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, int, Path, Path]:
+    port = free_port()
+    log, pid = tmp_path / "server.log", tmp_path / "server.pid"
+    proc = subprocess.Popen([*NETPROBE, "server", "-B", "127.0.0.1", "-p", str(port),
+                             "--logfile", str(log), "--pidfile", str(pid), *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_listening(port)
+    return proc, port, log, pid
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(10)
+
+
+def _wait_for(path: Path, text: str, timeout: float = 10.0) -> str:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        seen = path.read_text() if path.exists() else ""
+        if text in seen:
+            return seen
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} never reached {path}: {seen[-1500:]}")
+
+
+def _client(port: int, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*NETPROBE, "run", "127.0.0.1", "-p", str(port), "-t", "0.3",
+                           *args], capture_output=True, text=True, timeout=60)
+
+
+def test_sighup_reopens_the_log_after_logrotate_moved_it(tmp_path: Path) -> None:
+    # SIGHUP killed the server silently and left its pidfile behind.
+    proc, port, log, pid = _start(tmp_path)
+    try:
+        _wait_for(log, "listening")
+        rotated = tmp_path / "server.log.1"
+        os.rename(log, rotated)
+        proc.send_signal(signal.SIGHUP)
+        _wait_for(log, "reopened")
+        assert proc.poll() is None and pid.exists()
+        assert _client(port).returncode == 0
+        fresh = _wait_for(log, "test-end")
+        assert "listening" not in fresh and "listening" in rotated.read_text()
+    finally:
+        _stop(proc)
+    assert not pid.exists()
+
+
+def test_the_start_line_says_what_this_server_enforces(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret-of-the-fleet\n")
+    proc, _, log, _ = _start(tmp_path, "--max-rate", "50M", "--max-streams", "4",
+                             "--allow", "127.0.0.0/8", "--secret-file", str(secret))
+    try:
+        line = next(x for x in _wait_for(log, "listening").splitlines() if "listening" in x)
+    finally:
+        _stop(proc)
+    assert "netprobe 0." in line and "rate 50 Mbit/s in all" in line
+    assert "streams 4" in line and "clients: 127.0.0.0/8" in line
+    assert "shared secret: required" in line and "third-party tests: off" in line
+    assert "s3cret" not in line
+
+
+def test_scans_and_refusals_are_logged_with_their_reasons(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret-of-the-fleet\n")
+    proc, port, log, _ = _start(tmp_path, "--max-streams", "2", "--secret-file", str(secret))
+    try:
+        with socket.create_connection(("127.0.0.1", port)):
+            pass  # a port scan's connect-and-close
+        _wait_for(log, "closed before its hello")
+        no_secret = _client(port)
+        assert no_secret.returncode != 0
+        text = _wait_for(log, "no shared secret")
+        assert "connection closed by peer" not in text.split("no shared secret")[0][-300:]
+        over = _client(port, "-P", "3", "--secret-file", str(secret))
+        assert over.returncode != 0
+        text = _wait_for(log, "streams exceed")
+    finally:
+        _stop(proc)
+    lines = text.splitlines()
+    closed = [x for x in lines if " closed " in x and "closed before its hello" in x]
+    auth = [x for x in lines if "no shared secret" in x]
+    limit = [x for x in lines if "streams exceed" in x]
+    assert closed and auth and limit
+    assert all(" refused " in x for x in auth + limit)
+
+
+def test_json_log_names_the_reason_of_a_limit(tmp_path: Path) -> None:
+    import json
+
+    proc, port, log, _ = _start(tmp_path, "--log-format", "json", "--max-rate", "50M")
+    try:
+        assert _client(port, "-u", "-b", "200M").returncode != 0
+        _wait_for(log, "exceeds")
+    finally:
+        _stop(proc)
+    records = [json.loads(x) for x in log.read_text().splitlines()]
+    (refusal,) = [r for r in records if r["event"] == "refused"]
+    assert refusal["reason"] == "limit"
+    assert "e+0" not in refusal["message"] and "Mbit/s" in refusal["message"]
+
+
+def test_a_flood_of_connect_and_close_is_logged_at_a_bounded_rate(tmp_path: Path) -> None:
+    proc, port, log, _ = _start(tmp_path)
+    try:
+        for _ in range(200):
+            with socket.create_connection(("127.0.0.1", port)):
+                pass
+        time.sleep(1.5)
+        with socket.create_connection(("127.0.0.1", port)):
+            pass
+        text = _wait_for(log, "more such lines not logged")
+    finally:
+        _stop(proc)
+    closed = [x for x in text.splitlines() if "closed before its hello" in x]
+    assert 0 < len(closed) < 200
+
+
