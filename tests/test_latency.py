@@ -159,8 +159,10 @@ def test_bufferbloat_grade_averages_download_and_upload_as_dslreports() -> None:
     from netprobe.cli.latencyview import verdict
 
     words = verdict(lat).plain
-    assert "+250.0 ms over idle at the median in both (p50 251.0 ms)" in words, words
-    assert "bloat +40.0 ms (mean of download and upload), grade B" in words, words
+    assert "+250 ms over idle at the median in both (p50 251.0 ms)" in words, words
+    assert "DSLReports grade B (bloat +40.0 ms (mean of download and upload))" in words, words
+    # what a person reads first: the worst phase, each phase's figures beside it
+    assert lat.verdict == "D" and "verdict D (download A: bloat +10.0 ms" in words, words
 
 
 def _loaded_with(up_us: float, down_us: float) -> Latency:

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from netprobe.cli.htmlparts import _RC, _e, _scoped
-from netprobe.cli.latencyview import loss_words
+from netprobe.cli.latencyview import loss_words, signed_ms
+from netprobe.engine.latency import run_verdict
 from netprobe.schema import Latency, Result
 
 _PHASE_COLOURS = {"idle": "#dddddd", "idle_tail": "#dddddd", "loaded": "#fdd0a2",
@@ -27,9 +28,7 @@ def latency_html(results: Sequence[Result]) -> list[str]:
         latency = result.latency
         if latency is None or not latency.samples:
             continue
-        grade = f", grade {latency.grade}" if latency.grade else ""
-        if latency.bloat_us is not None:
-            grade = f", bloat {latency.bloat_us / 1000:+.1f} ms{grade}"
+        grade = _grades(latency)
         parts.append(f"<h3>{_e(result.tool.name)} {_e(result.start_time or '')}: "
                      f"{_e(latency.measured_by or '')}{_e(grade)}</h3>")
         lost = loss_words(latency.phases)
@@ -38,6 +37,15 @@ def latency_html(results: Sequence[Result]) -> list[str]:
         parts.append(_figure(f"lat{n}-time", _over_time, latency, n))
         parts.append(_figure(f"lat{n}-cdf", _cdf, latency, n))
     return parts
+
+
+def _grades(latency: Latency) -> str:
+    """``, verdict D; DSLReports grade B, bloat +41.0 ms`` (empty without a grade)."""
+    if not latency.grade:
+        return ""
+    overall = latency.verdict or run_verdict(latency.phases) or latency.grade
+    bloat = "" if latency.bloat_us is None else f", bloat {signed_ms(latency.bloat_us)}"
+    return f", verdict {overall}; DSLReports grade {latency.grade}{bloat}"
 
 
 def _figure(chart_id: str, draw: Any, latency: Latency, n: int) -> str:
