@@ -168,6 +168,17 @@ def test_bufferbloat_verdict_counts_probe_loss_and_lines_break_when_idle(  # typ
     assert len(pieces) >= 2, pieces
     for piece in pieces:  # no piece runs through the upload phase
         assert not any(upload["start_s"] + 0.5 < x < upload["end_s"] - 0.5 for x, _ in piece)
+    # The round trip's line breaks at every lost probe, not drawn across it.
+    runs, answered = [], 0
+    for sample in latency["samples"]:
+        if sample["rtt_us"] is None:
+            runs, answered = runs + [answered], 0
+        else:
+            answered += 1
+    runs = [r for r in runs + [answered] if r]
+    rtt_pieces = plotted(html, "lat1-time", "series-lat1-rtt")
+    assert len([r for r in runs if r > 1]) <= len(rtt_pieces) <= len(runs), (runs, rtt_pieces)
+    assert sum(len(p) for p in rtt_pieces) <= sum(runs)
     # The upload ran in the upload and both phases, one after the other: nothing before.
     up_pieces = plotted(html, "throughput-c2s", "series-throughput-c2s-1")
     assert all(x > upload["start_s"] for piece in up_pieces for x, _ in piece), up_pieces
