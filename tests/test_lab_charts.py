@@ -172,10 +172,10 @@ def test_bufferbloat_verdict_counts_probe_loss_and_lines_break_when_idle(  # typ
     runs, answered = [], 0
     for sample in latency["samples"]:
         if sample["rtt_us"] is None:
-            runs, answered = runs + [answered], 0
+            runs, answered = [*runs, answered], 0
         else:
             answered += 1
-    runs = [r for r in runs + [answered] if r]
+    runs = [r for r in [*runs, answered] if r]
     rtt_pieces = plotted(html, "lat1-time", "series-lat1-rtt")
     assert len([r for r in runs if r > 1]) <= len(rtt_pieces) <= len(runs), (runs, rtt_pieces)
     assert sum(len(p) for p in rtt_pieces) <= sum(runs)

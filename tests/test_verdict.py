@@ -77,3 +77,32 @@ def test_old_results_have_their_verdict_worked_out_from_their_phases() -> None:
     (-1234.0, "-1.2 ms"), (0.0, "+0.0 ms"), (None, "-")])
 def test_increases_at_one_precision(us: float, text: str) -> None:
     assert signed_ms(us) == text
+
+
+def test_one_way_loss_is_a_share_of_the_probes_that_set_out_that_way() -> None:
+    """58 probes sent, 14 lost on the way out, 2 echoes lost on the way back (as measured
+    in the upload phase of a run with 22 % dropped to the server: 14 of 58 is 24.1 %,
+    where the share of the 44 answered said 31.8 %)."""
+    samples = [ProbeSample(i, 0, i * 0.05, rtt_us=1000.0, up_ns=500_000, down_ns=500_000)
+               for i in range(20)]
+    received = set(range(20))
+    for i in range(58):
+        seq = 20 + i
+        out_lost, back_lost = i < 14, 14 <= i < 16
+        if not out_lost:
+            received.add(seq)
+        answered = not (out_lost or back_lost)
+        samples.append(ProbeSample(seq, 1, 1 + i * 0.05,
+                                   rtt_us=2000.0 if answered else None,
+                                   up_ns=1_000_000 if answered else None,
+                                   down_ns=1_000_000 if answered else None))
+    log = ProbeLog(samples=tuple(samples), phases=(Phase("idle", False, 0.0, 1.0),
+                                                   Phase("upload", True, 1.0, 4.0)),
+                   transport="udp", server_received=frozenset(received))
+    upload = latency.summarize(log).phases[1]
+    assert upload.client_to_server is not None and upload.server_to_client is not None
+    assert upload.client_to_server.lost == 14
+    assert upload.client_to_server.lost_percent == pytest.approx(100 * 14 / 58)
+    assert upload.server_to_client.lost == 2
+    assert upload.server_to_client.lost_percent == pytest.approx(100 * 2 / 44)
+    assert upload.rtt is not None and upload.rtt.lost_percent == pytest.approx(100 * 16 / 58)

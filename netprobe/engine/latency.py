@@ -210,12 +210,17 @@ def _answered(samples: Sequence[ProbeSample]) -> list[ProbeSample]:
 
 
 def _one_way(samples: Sequence[ProbeSample], name: str, base: Optional[int],
-             lost: Optional[int]) -> Optional[Latency]:
+             lost: Optional[int], sent: Optional[int]) -> Optional[Latency]:
+    """One direction's delay variation of the answered ``samples``; its loss is of the
+    ``sent`` probes that set out that way (not of those answered, which left the lost
+    ones out of the count they were a share of)."""
     raw = [getattr(s, name) for s in samples]
     known = [v for v in raw if v is not None]
+    lost_percent = None if lost is None or not sent else 100.0 * lost / sent
     if base is None or not known:
-        return None if lost is None else Latency(count=0, lost=lost)
-    return distribution([(v - base) / 1000.0 for v in known], lost=lost, sent=len(samples))
+        return None if lost is None else Latency(count=0, lost=lost, lost_percent=lost_percent)
+    return attrs.evolve(distribution([(v - base) / 1000.0 for v in known]), lost=lost,
+                        lost_percent=lost_percent)
 
 
 def _baseline(samples: Sequence[ProbeSample], name: str) -> Optional[int]:
@@ -255,8 +260,10 @@ def phase_record(log: ProbeLog, index: int, idle_p50_us: Optional[float],
         start_s=round(phase.start_s, 6),
         end_s=round(end, 6),
         rtt=rtt,
-        client_to_server=_one_way(answered, "up_ns", bases[0], up_lost),
-        server_to_client=_one_way(answered, "down_ns", bases[1], down_lost),
+        # out: every probe sent; back: the probes that reached the server
+        client_to_server=_one_way(answered, "up_ns", bases[0], up_lost, len(samples)),
+        server_to_client=_one_way(answered, "down_ns", bases[1], down_lost,
+                                  None if up_lost is None else len(samples) - up_lost),
         increase_us=increase,
         bloat_us=bloat,
         rpm=rpm(rtts) if phase.loaded else None,
