@@ -82,3 +82,13 @@ def test_gaps_where_nothing_was_measured() -> None:
     assert gapped == [(1.0, 40.0), (2.0, 41.0), (4.0, None), (6.0, 39.0), (7.0, 40.0)]
     assert with_gaps(points[:2]) == points[:2]
     assert with_gaps([]) == []
+
+
+def test_intervals_half_a_bin_off_the_grid_each_fill_one_bin() -> None:
+    """A bufferbloat phase whose test began 1.5 s into the probes' clock: its 1 s
+    intervals straddle two bins half and half; each is one point, not two."""
+    samples = [_interval(1.5 + k, 2.5 + k, 40.0 + k, None) for k in range(3)]
+    bins = time_grid(samples, 1.0)
+    assert sorted(bins) == [2, 3, 4]
+    assert [[s.bits_per_second / MBIT for s, _ in bins[k]] for k in (2, 3, 4)] == [
+        [40.0], [41.0], [42.0]]

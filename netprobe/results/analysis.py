@@ -329,8 +329,9 @@ def time_grid(samples: Iterable[Interval], step: float
     """Samples by bin of the time grid (bin k is [k * step, (k + 1) * step)), each with
     the share of it that falls in the bin.
 
-    A sample belongs to every bin it covers at least half of (a 2 s closing interval fills
-    two bins); one that covers no bin that much belongs to the bin of its midpoint. Never
+    A sample belongs to every bin it covers more than half of (a 2 s closing interval
+    fills two bins); one that covers no bin that much (a phase's 1 s intervals that began
+    half a second into a bin) belongs to the bin of its midpoint. Never
     by exact end time: a tool stamps each stream's record and the sum a moment apart
     (1.999, 2.000, 2.001, 2.002 s for the same second), and grouping by end time made each
     of them an interval of its own, drawn as a drop to one stream's rate."""
@@ -341,7 +342,7 @@ def time_grid(samples: Iterable[Interval], step: float
         covered = []
         for k in range(first, last + 1):
             overlap = min(sample.end_s, (k + 1) * step) - max(sample.start_s, k * step)
-            if overlap >= step / 2:
+            if overlap > step / 2 + 1e-9:  # (half and half: the midpoint's bin, once)
                 covered.append((k, overlap))
         if not covered:
             covered = [(math.floor((sample.start_s + sample.end_s) / 2 / step), length)]
