@@ -349,7 +349,7 @@ def test_human_view_fits_80_columns_and_names_the_culprit() -> None:
     text = buffer.getvalue()
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "…" not in text  # no column squeezed into an ellipsis
-    assert "+150.0" in text and " C " in text  # the loaded row: increase and grade
+    assert "+150 " in text and " C " in text  # the loaded row: increase and grade
     words = " ".join(text.split())
     assert "the queue builds from client to server (upload)" in words
     # Where the probes were lost, from the server's list: 2 on the way out, 1 echo back.

@@ -107,7 +107,8 @@ def phase_table(phases: Sequence[LatencyPhase]) -> Table:
 
 
 def _plus(value_us: Optional[float]) -> str:
-    return "-" if value_us is None else ("+" if value_us >= 0 else "") + _num(value_us)
+    """An increase for the table's ms columns, at :func:`signed_ms`'s precision."""
+    return signed_ms(value_us).removesuffix(" ms")
 
 
 def rate_table(phases: Sequence[LatencyPhase]) -> Optional[Table]:
