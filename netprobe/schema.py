@@ -23,7 +23,7 @@ from netprobe.errors import SpecError
 from netprobe.limits import LONGEST_S
 from netprobe.record import Record
 
-SCHEMA_VERSION = "1.9"
+SCHEMA_VERSION = "1.10"
 """Version of the result format; bumped on any change, minor for additions (1.1: latency
 fields documented for plugins, run_id and trial; 1.2: latency under load: phases, one-way
 delay variation, probe loss, RPM, grade, per-interval latency; 1.3: the probes' own samples
@@ -33,7 +33,10 @@ SideSummary.receive_buffer_dropped_packets; 1.6: CpuUsage.cycles_per_byte; 1.7: 
 latency sample is, Latency.metric, and a driven tool's own latency kept beside the probes',
 Result.tool_latency; 1.8: the bloat the grade is of, Latency.bloat_us and
 LatencyPhase.bloat_us; 1.9: the length of the data loop's calls,
-SideSummary.call_length_bytes). Results of an older minor version load."""
+SideSummary.call_length_bytes; 1.10: the verdict beside the DSLReports grade, and the
+tail it weighs, Latency.verdict, Latency.tail_increase_us and the same per LatencyPhase;
+netprobe's probes fill Latency.metric). Results of an older minor version load (their
+verdict is worked out again from their phases)."""
 
 PROTOCOLS = ("tcp", "udp")
 DIRECTIONS = ("normal", "reverse", "bidir")
@@ -437,8 +440,9 @@ class Latency(Record):
     """Responsiveness: round trips per minute under load, 60 / the trimmed mean loaded round
     trip in seconds (the worst 5 % dropped, as the IETF responsiveness draft does)."""
     grade: Optional[str] = field(default=None, validator=attrs.validators.optional(_one_of(GRADES)))
-    """Bufferbloat grade of ``bloat_us``: A+ < 5 ms, A < 30, B < 60, C < 200, D < 400,
-    F from 400 (the DSLReports scale, which Waveform's test shows too)."""
+    """The DSLReports-compatible bufferbloat grade of ``bloat_us``: A+ < 5 ms, A < 30,
+    B < 60, C < 200, D < 400, F from 400 (the DSLReports scale, which Waveform's test shows
+    too). It averages the directions and ignores the tail and loss: see ``verdict``."""
     samples: tuple[LatencySample, ...] = ()
     """Every probe of the run in time order (the charts are drawn from these)."""
     test_start_s: Optional[float] = None
@@ -449,6 +453,12 @@ class Latency(Record):
     qperf, iperf 2's ``--bounceback``) or ``tcp_srtt`` (the kernel's smoothed RTT of the
     test's own TCP connections, read by their sender at each interval's end: the delay the
     load itself builds, with no idle baseline). None in results before 1.7: a round trip."""
+    tail_increase_us: Optional[float] = None
+    """The worst loaded phase's p99 round trip minus the idle median (1.10)."""
+    verdict: Optional[str] = field(default=None,
+                                   validator=attrs.validators.optional(_one_of(GRADES)))
+    """The grade a person reads (1.10): the worst loaded phase's ``LatencyPhase.verdict``,
+    so the worse direction, its tail and its probe loss all count."""
 
 
 @frozen(repr=False, eq=False)
@@ -497,7 +507,14 @@ class LatencyPhase(Record):
     rpm: Optional[float] = None
     """Round trips per minute in this phase (trimmed mean, worst 5 % dropped)."""
     grade: Optional[str] = field(default=None, validator=attrs.validators.optional(_one_of(GRADES)))
-    """Bufferbloat grade of ``bloat_us`` (loaded phases)."""
+    """DSLReports-compatible bufferbloat grade of ``bloat_us`` (loaded phases)."""
+    tail_increase_us: Optional[float] = None
+    """This phase's p99 round trip minus the idle median (loaded phases; 1.10)."""
+    verdict: Optional[str] = field(default=None,
+                                   validator=attrs.validators.optional(_one_of(GRADES)))
+    """The worst of the grade of ``bloat_us``, the grade of ``tail_increase_us`` (same
+    scale) and the best grade this phase's probe loss allows (1 % at most A, 4 % B, 8 % C,
+    13.5 % D, 21 % F: where a G.711 call falls a class of the ITU-T G.107 E-model); 1.10."""
     client_to_server_bits_per_second: Optional[float] = None
     """Test traffic from client to server during the phase (receiver's figure), if any."""
     server_to_client_bits_per_second: Optional[float] = None

@@ -159,8 +159,10 @@ def test_bufferbloat_grade_averages_download_and_upload_as_dslreports() -> None:
     from netprobe.cli.latencyview import verdict
 
     words = verdict(lat).plain
-    assert "+250.0 ms over idle at the median in both (p50 251.0 ms)" in words, words
-    assert "bloat +40.0 ms (mean of download and upload), grade B" in words, words
+    assert "+250 ms over idle at the median in both (p50 251.0 ms)" in words, words
+    assert "DSLReports grade B (bloat +40.0 ms (mean of download and upload))" in words, words
+    # what a person reads first: the worst phase, each phase's figures beside it
+    assert lat.verdict == "D" and "verdict D (download A: bloat +10.0 ms" in words, words
 
 
 def _loaded_with(up_us: float, down_us: float) -> Latency:
@@ -347,7 +349,7 @@ def test_human_view_fits_80_columns_and_names_the_culprit() -> None:
     text = buffer.getvalue()
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "…" not in text  # no column squeezed into an ellipsis
-    assert "+150.0" in text and " C " in text  # the loaded row: increase and grade
+    assert "+150 " in text and " C " in text  # the loaded row: increase and grade
     words = " ".join(text.split())
     assert "the queue builds from client to server (upload)" in words
     # Where the probes were lost, from the server's list: 2 on the way out, 1 echo back.

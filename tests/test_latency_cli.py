@@ -80,7 +80,7 @@ def test_bufferbloat_on_loopback_writes_one_document_report_reads(tmp_path) -> N
     assert c2s and all(i["start_s"] >= upload["start_s"] - 0.2 for i in c2s)
     report = netprobe_cmd("report", str(saved))
     assert report.returncode == 0, report.stderr
-    assert "latency bloat (" in report.stdout and "bufferbloat grade" in report.stdout
+    assert "latency bloat (" in report.stdout and "DSLReports grade" in report.stdout
     pytest.importorskip("matplotlib")
     page = tmp_path / "bloat.html"
     report = netprobe_cmd("report", "--html", str(page), str(saved))

@@ -91,22 +91,22 @@ def test_report_text_and_html_show_latency_rows(capsys: pytest.CaptureFixture[st
     assert code == 0, err
     text = " ".join(out.split())
     for label in ("latency p50 (ms)", "latency p99 (ms)", "latency increase (ms)",
-                  "latency bloat (ms)", "RPM", "probe loss (%)", "bufferbloat grade"):
+                  "latency bloat (ms)", "RPM", "probe loss (%)", "DSLReports grade"):
         assert label in text, out
     code, lines, err = run_main(capsys, "report", saved)
     assert code == 0, err
     trials = [line for line in lines.splitlines() if line.startswith("#-")]
     # Each result's line carries its grade and bloat (a's third: 30 ms, B); c has none.
-    assert "latency bloat +30.0 ms, grade B" in trials[4], trials
+    assert "latency bloat +30.0 ms, verdict B (DSLReports B)" in trials[4], trials
     assert "grade" not in trials[5]
-    grade_row = next(line for line in out.splitlines() if "bufferbloat grade" in line)
+    grade_row = next(line for line in out.splitlines() if "DSLReports grade" in line)
     assert grade_row.split()[grade_row.split().index("grade") + 1:][:3] == ["a", "3", "A"]
     # --html's summary table is made of the same rows (the page itself, with its charts,
     # is drawn in test_latency_cli's bufferbloat test).
     from netprobe.cli.html import stats_html
 
     html = stats_html(group_stats(group_results(_results(), ["tool"])), ["tool"])
-    assert "<td>latency bloat (ms)</td>" in html and "<td>bufferbloat grade</td>" in html
+    assert "<td>latency bloat (ms)</td>" in html and "<td>DSLReports grade</td>" in html
     assert "<td>A+..B</td>" in html  # a's CI of the mean bloat, -4.8 to 44.8 ms, as grades
 
 

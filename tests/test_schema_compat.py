@@ -108,7 +108,7 @@ def test_result_with_latency_round_trips() -> None:
     text = convert.to_json(result)
     assert convert.from_json(text) == result
     assert json.loads(text)["latency"]["p99_us"] == 41.0
-    assert result.schema_version == schema.SCHEMA_VERSION == "1.9"
+    assert result.schema_version == schema.SCHEMA_VERSION == "1.10"
 
 
 def test_result_with_latency_validates_against_the_shipped_schema() -> None:
@@ -125,7 +125,7 @@ def test_partial_latency_keeps_unknown_percentiles_null() -> None:
         "p99_us": None, "max_us": None, "lost": None, "lost_percent": None,
         "jitter_us": None, "measured_by": None, "phases": [], "increase_us": None,
         "bloat_us": None, "rpm": None, "grade": None, "samples": [], "test_start_s": None,
-        "metric": None,
+        "metric": None, "tail_increase_us": None, "verdict": None,
     }
 
 

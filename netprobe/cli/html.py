@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import math
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -25,6 +26,7 @@ from netprobe.cli.tabulate import DIRECTION_LABELS, scale, stats_header, stats_r
 from netprobe.cli.textsafe import for_terminal
 from netprobe.redact import redact
 from netprobe.results.analysis import (
+    GappedPoint,
     Group,
     GroupStats,
     Point,
@@ -36,6 +38,7 @@ from netprobe.results.analysis import (
     rtt_series,
     stream_series,
     throughput_series,
+    with_gaps,
 )
 from netprobe.schema import Result
 
@@ -175,8 +178,9 @@ def _direction_charts(groups: Sequence[Group], direction: str) -> list[str]:
     return charts + distribution_html(groups, direction, tag)
 
 
-Line = tuple[str, list[Point], list[list[Point]]]
-"""(label, the plotted series, the thin lines behind it)."""
+Line = tuple[str, list[GappedPoint], list[list[GappedPoint]]]
+"""(label, the plotted series, the thin lines behind it): None values are gaps, where
+nothing was measured, drawn as breaks in the line."""
 
 
 def _per_group(groups: Sequence[Group], direction: str, extract: Any) -> list[Line]:
@@ -184,7 +188,8 @@ def _per_group(groups: Sequence[Group], direction: str, extract: Any) -> list[Li
     for group in groups:
         each = [extract(r, direction) for r in group.results]
         each = [points for points in each if points]
-        lines.append((group.label, mean_series(each), each if len(each) > 1 else []))
+        lines.append((group.label, with_gaps(mean_series(each)),
+                      [with_gaps(points) for points in each] if len(each) > 1 else []))
     return lines
 
 
@@ -193,7 +198,8 @@ def _per_stream(group: Group, direction: str) -> list[Line]:
     for result in group.results:
         for stream_id, points in stream_series(result, direction).items():
             by_stream.setdefault(stream_id, []).append(points)
-    return [(f"stream {sid}", mean_series(runs), []) for sid, runs in sorted(by_stream.items())]
+    return [(f"stream {sid}", with_gaps(mean_series(runs)), [])
+            for sid, runs in sorted(by_stream.items())]
 
 
 def _chart(chart_id: str, title: str, kind: str, lines: Sequence[Line], thin: bool = False,
@@ -204,7 +210,7 @@ def _chart(chart_id: str, title: str, kind: str, lines: Sequence[Line], thin: bo
     from matplotlib.figure import Figure
 
     top = max((v for _, points, behind in lines for series in (points, *behind)
-               for _, v in series), default=0.0)
+               for _, v in series if v is not None), default=0.0)
     divisor, unit = scale(kind, top)
     settings: Any = {**_RC, "svg.hashsalt": chart_id}  # (matplotlib types keys as Literals)
     with rc_context(settings):  # the hash salt makes clip-path ids differ between charts
@@ -229,9 +235,11 @@ def _chart(chart_id: str, title: str, kind: str, lines: Sequence[Line], thin: bo
 
 
 
-def _plot(axes: Any, points: list[Point], divisor: float, gid: str, color: str,
+def _plot(axes: Any, points: list[GappedPoint], divisor: float, gid: str, color: str,
           label: Optional[str], width: float, alpha: float) -> None:
-    (line,) = axes.plot([t for t, _ in points], [v / divisor for _, v in points],
+    # NaN where nothing was measured: matplotlib breaks the line there
+    (line,) = axes.plot([t for t, _ in points],
+                        [math.nan if v is None else v / divisor for _, v in points],
                         color=color, linewidth=width, alpha=alpha,
                         label=None if label is None else _label(label),
                         marker="." if len(points) < 30 else None)

@@ -8,11 +8,13 @@ is an SVG group ``series-lat<n>-...``; each phase band's id ends ``band-lat<n>-<
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from netprobe.cli.htmlparts import _RC, _e, _label, _scoped
-from netprobe.cli.latencyview import loss_words
+from netprobe.cli.latencyview import loss_words, signed_ms
+from netprobe.engine.latency import run_verdict
 from netprobe.schema import Latency, Result
 
 _PHASE_COLOURS = {"idle": "#dddddd", "idle_tail": "#dddddd", "loaded": "#fdd0a2",
@@ -27,9 +29,7 @@ def latency_html(results: Sequence[Result]) -> list[str]:
         latency = result.latency
         if latency is None or not latency.samples:
             continue
-        grade = f", grade {latency.grade}" if latency.grade else ""
-        if latency.bloat_us is not None:
-            grade = f", bloat {latency.bloat_us / 1000:+.1f} ms{grade}"
+        grade = _grades(latency)
         parts.append(f"<h3>{_e(result.tool.name)} {_e(result.start_time or '')}: "
                      f"{_e(latency.measured_by or '')}{_e(grade)}</h3>")
         lost = loss_words(latency.phases)
@@ -38,6 +38,15 @@ def latency_html(results: Sequence[Result]) -> list[str]:
         parts.append(_figure(f"lat{n}-time", _over_time, latency, n))
         parts.append(_figure(f"lat{n}-cdf", _cdf, latency, n))
     return parts
+
+
+def _grades(latency: Latency) -> str:
+    """``, verdict D; DSLReports grade B, bloat +41.0 ms`` (empty without a grade)."""
+    if not latency.grade:
+        return ""
+    overall = latency.verdict or run_verdict(latency.phases) or latency.grade
+    bloat = "" if latency.bloat_us is None else f", bloat {signed_ms(latency.bloat_us)}"
+    return f", verdict {overall}; DSLReports grade {latency.grade}{bloat}"
 
 
 def _figure(chart_id: str, draw: Any, latency: Latency, n: int) -> str:
@@ -62,15 +71,18 @@ def _over_time(axes: Any, latency: Latency, n: int) -> None:
         band.set_gid(f"band-lat{n}-{k}")
         axes.text((phase.start_s + phase.end_s) / 2, 1.0, phase.name, ha="center", va="top",
                   transform=axes.get_xaxis_transform(), fontsize=8, color="#444")
-    answered = [s for s in latency.samples if s.rtt_us is not None]
+    # Every probe is a point, a lost one NaN: the lines break where nothing came back
+    # instead of being drawn across the gap.
+    times = [s.t_s for s in latency.samples]
     for name, label, style in (("client_to_server_us", "queue c->s", ":"),
                                ("server_to_client_us", "queue s->c", "--")):
-        points = [(s.t_s, getattr(s, name)) for s in answered if getattr(s, name) is not None]
-        if points:
-            (line,) = axes.plot([t for t, _ in points], [v / 1000 for _, v in points],
+        values = [getattr(s, name) for s in latency.samples]
+        if any(v is not None for v in values):
+            (line,) = axes.plot(times, [math.nan if v is None else v / 1000 for v in values],
                                 linestyle=style, linewidth=0.8, alpha=0.7, label=label)
             line.set_gid(f"series-lat{n}-{name[:16]}")
-    (rtt,) = axes.plot([s.t_s for s in answered], [(s.rtt_us or 0) / 1000 for s in answered],
+    (rtt,) = axes.plot(times, [math.nan if s.rtt_us is None else s.rtt_us / 1000
+                               for s in latency.samples],
                        color="C3", linewidth=1.2, label="round trip")
     rtt.set_gid(f"series-lat{n}-rtt")
     lost = [s.t_s for s in latency.samples if s.rtt_us is None]

@@ -14,7 +14,13 @@ from rich.text import Text
 from netprobe.cli.tabulate import BLOCKS
 from netprobe.cli.textsafe import for_terminal
 from netprobe.cli.units import format_ms_from_us, format_rate
-from netprobe.engine.latency import PROBLEM_QUEUE_US, bloated_direction
+from netprobe.engine.latency import (
+    PROBLEM_QUEUE_US,
+    bloated_direction,
+    phase_verdict,
+    run_verdict,
+    tail_increase,
+)
 from netprobe.schema import Latency, LatencyPhase, LatencySample, Result
 
 CHART_WIDTH = 64
@@ -62,22 +68,33 @@ def _num(value_us: Optional[float]) -> str:
     return f"{ms:.2f}" if abs(ms) < 10 else f"{ms:.1f}" if abs(ms) < 1000 else f"{ms:.0f}"
 
 
-def _signed_ms(value: Optional[float]) -> str:
-    if value is None:
+def signed_ms(value_us: Optional[float]) -> str:
+    """A latency increase in milliseconds, to three significant figures and never finer
+    than 0.1 ms (``+9.0 ms``, ``+18.3 ms``, ``+188 ms``): one precision for every increase,
+    as fine as the probes' timing, where ``+9.016 ms`` beside ``+187.7 ms`` claimed more."""
+    if value_us is None:
         return "-"
-    return ("+" if value >= 0 else "-") + _ms(abs(value))
+    ms = value_us / 1000
+    sign = "+" if ms >= 0 else "-"
+    return f"{sign}{abs(ms):.1f} ms" if abs(ms) < 99.95 else f"{sign}{abs(ms):.0f} ms"
+
+
+_signed_ms = signed_ms
 
 
 def phase_table(phases: Sequence[LatencyPhase]) -> Table:
-    """One row per phase: loss, round trip figures, each way's queue, and the bloat the
-    grade is of (mean over the idle median; the verdict gives the median's increase).
+    """One row per phase: loss, round trip p50, mean, p99, each way's queue, the bloat the
+    DSLReports grade is of (mean over the idle median), that grade, and the verdict (the
+    worst of it, the tail's grade and the loss's cap; the verdict line gives the tail).
 
     Narrow enough for an 80-column terminal or pipe; throughput goes in a table of its own."""
     table = Table(title="Latency in ms (probe round trip; c->s, s->c: median one-way queue; "
-                        "bloat: mean over idle, graded)",
+                        "bloat: mean over idle; DSLR: its DSLReports grade; Grade: the "
+                        "verdict)",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("Phase", no_wrap=True)
-    for name in ("Lost", "p50", "mean", "p99", "max", "c->s", "s->c", "bloat", "Grade"):
+    # (the max is left to the chart below: the verdict's two grades need the room)
+    for name in ("Lost", "p50", "mean", "p99", "c->s", "s->c", "bloat", "DSLR", "Grade"):
         table.add_column(name, justify="right", no_wrap=True)
     for phase in phases:
         rtt = phase.rtt or Latency(count=0)
@@ -85,14 +102,15 @@ def phase_table(phases: Sequence[LatencyPhase]) -> Table:
         lost = "-" if rtt.lost is None else f"{rtt.lost}/{sent}"
         shown = Text(for_terminal(phase.name, one_line=True))  # a saved file's: data
         table.add_row(shown, lost, _num(rtt.p50_us), _num(rtt.mean_us), _num(rtt.p99_us),
-                      _num(rtt.max_us), _one_way(phase.client_to_server),
+                      _one_way(phase.client_to_server),
                       _one_way(phase.server_to_client), _plus(phase.bloat_us),
-                      phase.grade or "-")
+                      phase.grade or "-", phase.verdict or phase_verdict(phase) or "-")
     return table
 
 
 def _plus(value_us: Optional[float]) -> str:
-    return "-" if value_us is None else ("+" if value_us >= 0 else "") + _num(value_us)
+    """An increase for the table's ms columns, at :func:`signed_ms`'s precision."""
+    return signed_ms(value_us).removesuffix(" ms")
 
 
 def rate_table(phases: Sequence[LatencyPhase]) -> Optional[Table]:
@@ -122,7 +140,12 @@ def _rate(value: Optional[float]) -> str:
 
 
 def verdict(latency: Latency) -> Text:
-    """``latency under load: +151 ms over idle, RPM 396, grade C; the queue builds ...``."""
+    """``latency under load: +151 ms over idle, RPM 396, verdict D (upload: ...);
+    DSLReports grade C (bloat ...); the queue builds ...``.
+
+    The verdict (the worst loaded phase's, counting its tail and its probe loss) is what
+    a person reads first; the DSLReports-compatible grade follows, labelled as such. A
+    result from before schema 1.10 has its verdict worked out again from its phases."""
     text = Text.assemble(("latency under load: ", "bold"))
     if latency.grade is None or latency.increase_us is None:
         text.append(f"no loaded phase; idle p50 {_ms(latency.p50_us)}")
@@ -130,22 +153,39 @@ def verdict(latency: Latency) -> Text:
     graded = [p for p in latency.phases if p.increase_us is not None]
     if len(graded) > 1:  # the run's increase is its worst phase's: name it
         worst = max(graded, key=lambda p: p.increase_us or 0.0)
-        text.append(f"{_signed_ms(latency.increase_us)} over idle at the median in "
+        text.append(f"{signed_ms(latency.increase_us)} over idle at the median in "
                     f"{worst.name} (p50 {_ms(worst.rtt.p50_us if worst.rtt else None)}), ")
     else:
-        text.append(f"{_signed_ms(latency.increase_us)} over idle "
+        text.append(f"{signed_ms(latency.increase_us)} over idle "
                     f"(loaded p50 {_ms(latency.p50_us)}), ")
     if latency.rpm is not None:
         text.append(f"RPM {latency.rpm:,.0f}, ")
+    overall = latency.verdict or run_verdict(latency.phases) or latency.grade
+    text.append("verdict ")
+    text.append(overall, style="bold green" if overall in ("A+", "A") else "bold red")
+    text.append(f" ({'; '.join(_per_phase(latency.phases))})")
+    text.append(f"; DSLReports grade {latency.grade}")
     if latency.bloat_us is not None:
-        text.append(f"bloat {_signed_ms(latency.bloat_us)}{_averaged(latency)}, ")
-    text.append("grade ")
-    text.append(latency.grade, style="bold green" if latency.grade in ("A+", "A") else "bold red")
+        text.append(f" (bloat {signed_ms(latency.bloat_us)}{_averaged(latency)})")
     where = bloated_direction(latency)
     text.append(f"; {_WHERE[where]}" if where else
                 f"; neither direction's queue reaches {PROBLEM_QUEUE_US / 1000:g} ms")
     text.append(f" (measured by {latency.measured_by})", style="dim")
     return text
+
+
+def _per_phase(phases: Sequence[LatencyPhase]) -> list[str]:
+    """``upload D: bloat +150 ms, p99 +204 ms, 22.5 % lost`` per loaded phase."""
+    words = []
+    for phase in phases:
+        mark = phase.verdict or phase_verdict(phase)
+        if mark is None:
+            continue
+        lost = phase.rtt.lost_percent if phase.rtt else None
+        words.append(f"{phase.name} {mark}: bloat {signed_ms(phase.bloat_us)}, p99 "
+                     f"{signed_ms(tail_increase(phase))}"
+                     + (f", {lost:.1f} % of probes lost" if lost else ""))
+    return words
 
 
 def loss_text(phases: Sequence[LatencyPhase]) -> Optional[Text]:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from netprobe.cli.latencyview import signed_ms
 from netprobe.cli.tabulate import (
     DIRECTION_LABELS,
     sparkline,
@@ -24,6 +25,7 @@ from netprobe.cli.tabulate import (
 )
 from netprobe.cli.textsafe import for_terminal
 from netprobe.cli.units import format_rate
+from netprobe.engine.latency import run_verdict
 from netprobe.results.analysis import GroupStats, throughput_series
 from netprobe.results.trials import Skipped
 from netprobe.schema import Result
@@ -63,7 +65,9 @@ def trial_line(result: Result, top: Optional[float] = None, total: Optional[int]
             line.append(f"  retr {retransmits}")
     latency = result.latency
     if latency is not None and latency.grade is not None and latency.bloat_us is not None:
-        line.append(f"  latency bloat {latency.bloat_us / 1000:+.1f} ms, grade {latency.grade}")
+        overall = latency.verdict or run_verdict(latency.phases) or latency.grade
+        line.append(f"  latency bloat {signed_ms(latency.bloat_us)}, verdict {overall} "
+                    f"(DSLReports {latency.grade})")
     if result.status != "ok":
         line.append(f"  {result.status}", style=_STATUS_STYLES[result.status])
         if result.errors:

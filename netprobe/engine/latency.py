@@ -15,7 +15,13 @@ nothing of sockets or threads, so that every figure can be checked by hand:
   "bloat", the *mean* loaded round trip minus the idle baseline, averaged over the
   download and the upload phases (``(mean bloat up + mean bloat down) / 2``). The idle
   baseline is the idle phase's median (DSLReports does not say which statistic; the
-  median keeps one slow idle probe from moving every grade).
+  median keeps one slow idle probe from moving every grade). Kept as ``grade``, the
+  DSLReports-compatible figure;
+* the verdict, the grade a person reads: the worst, over the loaded phases (each direction
+  loaded alone, and both), of the phase's own bloat grade, the grade of its tail (the p99
+  round trip over the idle median, on the same scale), and a cap set by its probe loss
+  (:data:`LOSS_GRADE_CAPS`). An average of download and upload hides the worse direction,
+  and a mean hides the tail and the probes that never came back.
 """
 
 from __future__ import annotations
@@ -27,10 +33,17 @@ from typing import Optional
 
 import attrs
 
-from netprobe.schema import Interval, Latency, LatencyPhase, LatencySample
+from netprobe.schema import GRADES, Interval, Latency, LatencyPhase, LatencySample
 
 GRADE_LIMITS_MS = ((5.0, "A+"), (30.0, "A"), (60.0, "B"), (200.0, "C"), (400.0, "D"))
 """Upper bounds (exclusive) of the latency increase for each grade; F from 400 ms."""
+LOSS_GRADE_CAPS = ((21.0, "F"), (13.5, "D"), (8.0, "C"), (4.0, "B"), (1.0, "A"))
+"""The best verdict a phase can have at a probe loss (percent, from this up): the loss at
+which a voice call falls to each class of the ITU-T G.107 E-model (R 90, 80, 70, 60, 50:
+ITU-T G.109's very satisfied .. nearly all dissatisfied; below 50 not recommended), for
+G.711 with packet loss concealment (G.113 Appendix I: Ie 0, Bpl 25.1) and random loss,
+where Ie,eff = 95 Ppl / (Ppl + 25.1) and R = 93.2 - Ie,eff. 22.5 % loss gives R 51 - 42 =
+a call nearly no one can use: F, whatever the queue."""
 TRIM_FRACTION = 0.05
 """Share of the slowest loaded round trips the RPM figure leaves out."""
 
@@ -124,6 +137,46 @@ def grade(increase_us: float) -> str:
     return "F"
 
 
+def worst_grade(*grades: Optional[str]) -> Optional[str]:
+    """The worst of the grades given (None ones left out; None if none is given)."""
+    known = [g for g in grades if g is not None]
+    return max(known, key=GRADES.index) if known else None
+
+
+def loss_cap(lost_percent: Optional[float]) -> Optional[str]:
+    """The best grade a probe loss allows (None: no cap), by :data:`LOSS_GRADE_CAPS`."""
+    if lost_percent is None:
+        return None
+    return next((cap for limit, cap in LOSS_GRADE_CAPS if lost_percent >= limit), None)
+
+
+def tail_increase(phase: LatencyPhase) -> Optional[float]:
+    """A loaded phase's p99 round trip over the idle median (None when unknown), from its
+    own record: the idle median is its median minus its increase."""
+    rtt = phase.rtt
+    if rtt is None or rtt.p99_us is None or rtt.p50_us is None or phase.increase_us is None:
+        return None
+    return rtt.p99_us - (rtt.p50_us - phase.increase_us)
+
+
+def phase_verdict(phase: LatencyPhase) -> Optional[str]:
+    """A loaded phase's verdict: the worst of its bloat's grade, its tail's grade and the
+    cap of its probe loss (None for an idle phase or without figures)."""
+    if not phase.loaded:
+        return None
+    tail = tail_increase(phase)
+    bloat = grade(phase.bloat_us) if phase.bloat_us is not None else None
+    if bloat is None and tail is None:
+        return None
+    return worst_grade(bloat, grade(tail) if tail is not None else None,
+                       loss_cap(phase.rtt.lost_percent if phase.rtt else None))
+
+
+def run_verdict(phases: Sequence[LatencyPhase]) -> Optional[str]:
+    """The run's verdict: its worst loaded phase's (:func:`phase_verdict`)."""
+    return worst_grade(*(phase_verdict(p) for p in phases))
+
+
 def jitter(values: Sequence[float]) -> Optional[float]:
     """Mean absolute difference between consecutive values, in their order."""
     if len(values) < 2:
@@ -157,12 +210,17 @@ def _answered(samples: Sequence[ProbeSample]) -> list[ProbeSample]:
 
 
 def _one_way(samples: Sequence[ProbeSample], name: str, base: Optional[int],
-             lost: Optional[int]) -> Optional[Latency]:
+             lost: Optional[int], sent: Optional[int]) -> Optional[Latency]:
+    """One direction's delay variation of the answered ``samples``; its loss is of the
+    ``sent`` probes that set out that way (not of those answered, which left the lost
+    ones out of the count they were a share of)."""
     raw = [getattr(s, name) for s in samples]
     known = [v for v in raw if v is not None]
+    lost_percent = None if lost is None or not sent else 100.0 * lost / sent
     if base is None or not known:
-        return None if lost is None else Latency(count=0, lost=lost)
-    return distribution([(v - base) / 1000.0 for v in known], lost=lost, sent=len(samples))
+        return None if lost is None else Latency(count=0, lost=lost, lost_percent=lost_percent)
+    return attrs.evolve(distribution([(v - base) / 1000.0 for v in known]), lost=lost,
+                        lost_percent=lost_percent)
 
 
 def _baseline(samples: Sequence[ProbeSample], name: str) -> Optional[int]:
@@ -196,19 +254,23 @@ def phase_record(log: ProbeLog, index: int, idle_p50_us: Optional[float],
         increase = rtt.p50_us - idle_p50_us
     if phase.loaded and idle_p50_us is not None and rtt.mean_us is not None:
         bloat = rtt.mean_us - idle_p50_us
-    return LatencyPhase(
+    record = LatencyPhase(
         name=phase.name,
         loaded=phase.loaded,
         start_s=round(phase.start_s, 6),
         end_s=round(end, 6),
         rtt=rtt,
-        client_to_server=_one_way(answered, "up_ns", bases[0], up_lost),
-        server_to_client=_one_way(answered, "down_ns", bases[1], down_lost),
+        # out: every probe sent; back: the probes that reached the server
+        client_to_server=_one_way(answered, "up_ns", bases[0], up_lost, len(samples)),
+        server_to_client=_one_way(answered, "down_ns", bases[1], down_lost,
+                                  None if up_lost is None else len(samples) - up_lost),
         increase_us=increase,
         bloat_us=bloat,
         rpm=rpm(rtts) if phase.loaded else None,
         grade=grade(bloat) if bloat is not None else None,
     )
+    return attrs.evolve(record, tail_increase_us=tail_increase(record),
+                        verdict=phase_verdict(record))
 
 
 def idle_p50(log: ProbeLog) -> Optional[float]:
@@ -246,9 +308,13 @@ def summarize(log: ProbeLog, graded: Optional[Collection[str]] = None) -> Latenc
     increases = [p.increase_us for p in phases if p.increase_us is not None]
     increase = max(increases) if increases else None
     bloat = run_bloat(phases, graded)
+    tails = [p.tail_increase_us for p in phases if p.tail_increase_us is not None]
     return attrs.evolve(
         top,
+        metric="round_trip",
         measured_by=log.measured_by,
+        tail_increase_us=max(tails) if tails else None,
+        verdict=run_verdict(phases),
         phases=phases,
         increase_us=increase,
         bloat_us=bloat,

@@ -102,7 +102,7 @@ LATENCY_FIGURES: tuple[Figure[Latency], ...] = (
     Figure("latency_bloat_us", "latency bloat", "us", lambda lat: lat.bloat_us),
     Figure("latency_rpm", "RPM", "count", lambda lat: lat.rpm),
     Figure("latency_lost_percent", "probe loss", "percent", lambda lat: lat.lost_percent),
-    Figure("latency_grade", "bufferbloat grade", "grade", lambda lat: lat.bloat_us),
+    Figure("latency_grade", "DSLReports grade", "grade", lambda lat: lat.bloat_us),
 )
 """A result's round-trip latency figures (``Result.latency`` when it is a round trip:
 netprobe's probes under load, their increase and bloat over idle, RPM, probe loss; qperf's
@@ -296,7 +296,10 @@ def _known(group: GroupStats, direction: str, key: str) -> bool:
 # --- time series -------------------------------------------------------------------------
 
 Point = tuple[float, float]
-"""(seconds since the test started, value): the value at the end of an interval."""
+"""(seconds since the test started, value): the value of one bin of the time grid, at the
+bin's end."""
+GappedPoint = tuple[float, Optional[float]]
+"""A point of a series drawn as a chart: None where nothing was measured (a gap)."""
 
 
 def best_role(result: Result, direction: str) -> Optional[str]:
@@ -309,8 +312,52 @@ def best_role(result: Result, direction: str) -> Optional[str]:
     return None
 
 
+def grid_step(result: Result, direction: str) -> Optional[float]:
+    """The width of the time grid a direction's series are put on: the run's interval (the
+    median span of its samples); None without samples."""
+    spans = [s.end_s - s.start_s for s in result.intervals
+             if s.direction == direction and s.end_s > s.start_s]
+    if not spans:
+        return None
+    usual = statistics.median(spans)
+    # to the millisecond: trials whose spans differ by microseconds share one grid
+    return round(usual, 3) if usual >= 0.01 else usual
+
+
+def time_grid(samples: Iterable[Interval], step: float
+              ) -> dict[int, list[tuple[Interval, float]]]:
+    """Samples by bin of the time grid (bin k is [k * step, (k + 1) * step)), each with
+    the share of it that falls in the bin.
+
+    A sample belongs to every bin it covers more than half of (a 2 s closing interval
+    fills two bins); one that covers no bin that much (a phase's 1 s intervals that began
+    half a second into a bin) belongs to the bin of its midpoint. Never
+    by exact end time: a tool stamps each stream's record and the sum a moment apart
+    (1.999, 2.000, 2.001, 2.002 s for the same second), and grouping by end time made each
+    of them an interval of its own, drawn as a drop to one stream's rate."""
+    bins: dict[int, list[tuple[Interval, float]]] = {}
+    for sample in samples:
+        length = sample.end_s - sample.start_s
+        first, last = math.floor(sample.start_s / step), math.floor(sample.end_s / step)
+        covered = []
+        for k in range(first, last + 1):
+            overlap = min(sample.end_s, (k + 1) * step) - max(sample.start_s, k * step)
+            if overlap > step / 2 + 1e-9:  # (half and half: the midpoint's bin, once)
+                covered.append((k, overlap))
+        if not covered:
+            covered = [(math.floor((sample.start_s + sample.end_s) / 2 / step), length)]
+        for k, overlap in covered:
+            bins.setdefault(k, []).append((sample, overlap / length if length > 0 else 1.0))
+    return bins
+
+
+def _bin_time(k: int, step: float) -> float:
+    return round((k + 1) * step, 6)
+
+
 def throughput_series(result: Result, direction: str) -> list[Point]:
-    """The whole flow's throughput per interval (the sum over streams), bits per second."""
+    """The whole flow's throughput per bin of the time grid (the sum over streams), bits
+    per second; only the bins where something was measured."""
     role = best_role(result, direction)
     if role is None:
         return []
@@ -318,19 +365,27 @@ def throughput_series(result: Result, direction: str) -> list[Point]:
 
 
 def stream_series(result: Result, direction: str) -> dict[int, list[Point]]:
-    """Each stream's throughput per interval, bits per second, by stream id."""
+    """Each stream's throughput per bin of the time grid, bits per second, by stream id."""
     role = best_role(result, direction)
+    step = grid_step(result, direction)
     series: dict[int, list[Point]] = {}
+    if step is None:
+        return series
+    by_stream: dict[int, list[Interval]] = {}
     for sample in _samples(result, direction, role):
         if sample.stream_id is not None:
-            series.setdefault(sample.stream_id, []).append((sample.end_s,
-                                                            sample.bits_per_second))
+            by_stream.setdefault(sample.stream_id, []).append(sample)
+    for stream_id, samples in by_stream.items():
+        bins = time_grid(samples, step)
+        series[stream_id] = [(_bin_time(k, step),
+                               _mean([s.bits_per_second for s, _ in bins[k]]))
+                              for k in sorted(bins)]
     return series
 
 
 def retransmit_series(result: Result, direction: str) -> list[Point]:
     """Retransmitted segments per interval (sender, summed over streams)."""
-    return _per_span(result, direction, "sender", "retransmits", math.fsum)
+    return _per_span(result, direction, "sender", "retransmits", math.fsum, counts=True)
 
 
 def rtt_series(result: Result, direction: str) -> list[Point]:
@@ -340,8 +395,9 @@ def rtt_series(result: Result, direction: str) -> list[Point]:
 
 def loss_series(result: Result, direction: str) -> list[Point]:
     """UDP datagrams lost per interval, percent of those sent (receiver, all streams)."""
-    lost = dict(_per_span(result, direction, "receiver", "lost_packets", math.fsum))
-    got = dict(_per_span(result, direction, "receiver", "packets", math.fsum))
+    lost = dict(_per_span(result, direction, "receiver", "lost_packets", math.fsum,
+                          counts=True))
+    got = dict(_per_span(result, direction, "receiver", "packets", math.fsum, counts=True))
     return [(t, 100.0 * n / (n + got[t])) for t, n in lost.items() if t in got and n + got[t]]
 
 
@@ -367,31 +423,59 @@ def _samples(result: Result, direction: str, role: Optional[str]) -> list[Interv
 
 
 def _per_span(result: Result, direction: str, role: str, name: str,
-              combine: Callable[[list[float]], float]) -> list[Point]:
-    """One value per interval span: the tool's own sum where it gave one, else ``combine``
-    of the streams' values (some tools report sums, some only streams)."""
-    sums: dict[tuple[float, float], float] = {}
-    streams: dict[tuple[float, float], list[float]] = {}
-    for sample in _samples(result, direction, role):
-        value = getattr(sample, name)
-        if value is None:
-            continue
-        span = (round(sample.start_s, 3), round(sample.end_s, 3))
-        if sample.stream_id is None:
-            sums[span] = float(value)
-        else:
-            streams.setdefault(span, []).append(float(value))
-    spans = sorted(set(sums) | set(streams), key=lambda span: (span[1], span[0]))
-    return [(end, sums[(start, end)] if (start, end) in sums else combine(streams[(start, end)]))
-            for start, end in spans]
+              combine: Callable[[list[float]], float], counts: bool = False) -> list[Point]:
+    """One value per bin of the time grid: the tool's own sums where it gave them, else
+    ``combine`` of the streams' values (some tools report sums, some only streams; a
+    stream whose last record outlasts the sum's is never taken for the whole flow).
+    Several samples of one stream in a bin are merged: rates and states by their mean;
+    with ``counts``, each sample's count in proportion to its share of the bin, summed (a
+    2 s interval's retransmits are not counted twice)."""
+    step = grid_step(result, direction)
+    if step is None:
+        return []
+    found = _samples(result, direction, role)
+    if any(sample.stream_id is None for sample in found):
+        found = [sample for sample in found if sample.stream_id is None]
+    points = []
+    for k, samples in sorted(time_grid(found, step).items()):
+        values: dict[Optional[int], list[float]] = {}
+        for sample, share in samples:
+            value = getattr(sample, name)
+            if value is not None:
+                values.setdefault(sample.stream_id, []).append(
+                    float(value) * share if counts else float(value))
+        within = math.fsum if counts else _mean
+        if None in values:
+            points.append((_bin_time(k, step), within(values[None])))
+        elif values:
+            points.append((_bin_time(k, step), combine([within(v) for v in values.values()])))
+    return points
+
+
+def with_gaps(points: Sequence[Point], step: Optional[float] = None) -> list[GappedPoint]:
+    """``points`` (on one time grid) with a None at each bin between them that has no
+    value, so a chart breaks its line where nothing was measured instead of drawing one
+    across (a bufferbloat run's download line through its upload phase). ``step``: the
+    grid's width (default the smallest gap between points)."""
+    if len(points) < 2:
+        return list(points)
+    if step is None:
+        step = min(b[0] - a[0] for a, b in zip(points, points[1:]))
+    if step <= 0:
+        return list(points)
+    out: list[GappedPoint] = [points[0]]
+    for before, point in zip(points, points[1:]):
+        if point[0] - before[0] > 1.5 * step:
+            out.append(((before[0] + point[0]) / 2, None))
+        out.append(point)
+    return out
 
 
 def mean_series(series: Sequence[Sequence[Point]]) -> list[Point]:
-    """The mean of several trials' series, interval by interval (the k-th interval of each;
-    trials of one tool have the same intervals, give or take the last one)."""
-    longest = max((len(s) for s in series), default=0)
-    points = []
-    for k in range(longest):
-        at_k = [s[k] for s in series if len(s) > k]
-        points.append((_mean([p[0] for p in at_k]), _mean([p[1] for p in at_k])))
-    return points
+    """The mean of several trials' series, bin by bin of the time grid (a bin only some
+    trials measured is the mean of those)."""
+    by_time: dict[float, list[float]] = {}
+    for points in series:
+        for t, value in points:
+            by_time.setdefault(round(t, 3), []).append(value)
+    return [(t, _mean(values)) for t, values in sorted(by_time.items())]
