@@ -35,7 +35,7 @@ from netprobe.archives import Record, figures
 from netprobe.errors import NetprobeError, SpecError, listen_error
 from netprobe.exporter_config import NO_CONFIG, ExporterConfig, read_credential
 from netprobe.exporter_probe import Probe, ProbeRefused, ScraperGone, hung_up, resolve, run_watched
-from netprobe.schema import Result, TestSpec
+from netprobe.schema import Result
 
 DEFAULT_PORT = 9531
 """Where the exporter listens by default (any free port will do; say it in the scrape job)."""
@@ -59,9 +59,16 @@ GAUGES = (
 
 
 def _values(result: Optional[Result]) -> dict[str, float]:
-    """Each gauge's value for a result: 0 for what is unknown or when there is no result."""
+    """Each gauge's value for a result, in base units; a figure that is unknown (not
+    measured by this tool or protocol, or no result at all) is absent, never 0, as
+    everywhere else in the schema: a UDP test's RTT of 0 would drag ``min(rtt)`` to 0."""
     found = figures(result)
-    return {name: float(found[key] or 0) * scale for name, _, key, scale in GAUGES}
+    return {name: float(found[key]) * scale for name, _, key, scale in GAUGES
+            if result is not None and found[key] is not None}
+
+
+REASON_MAX_CHARS = 200
+"""Longest failure reason put in a label (the log line has it whole)."""
 
 
 # --- /probe -------------------------------------------------------------------------------
@@ -70,23 +77,29 @@ Runner = Callable[[Probe, Optional[socket.socket]], Result]
 """Runs a probe's test, watching its scraper's connection (see :func:`run_watched`)."""
 
 
-def probe_metrics(spec: Optional[TestSpec], result: Optional[Result], error: Optional[str],
+def probe_metrics(probe: Probe, result: Optional[Result], error: Optional[str],
                   seconds: float, target: str) -> bytes:
-    """The text exposition of one probe: every series, zeros when the test failed."""
+    """The text exposition of one probe: ``netprobe_up``, how long it took, the figures
+    it measured, and for a failed one ``netprobe_probe_failed_info`` with the reason."""
     from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
     registry = CollectorRegistry()
-    tool = spec.tool if spec else ""
-    labels = {"tool": tool, "target": target}
+    labels = {"module": probe.module, "tool": probe.spec.tool,
+              "protocol": probe.spec.protocol, "target": target}
     up = result is not None and result.status == "ok" and error is None
     Gauge("netprobe_up", "1 when the test completed, else 0.", list(labels),
           registry=registry).labels(**labels).set(1 if up else 0)
     Gauge("netprobe_probe_duration_seconds", "How long the probe took.", list(labels),
           registry=registry).labels(**labels).set(seconds)
-    values = _values(result if up else None)
-    for name, help_text, _, _ in GAUGES:
+    if not up:
+        said = error or ("; ".join(result.errors) if result else "")
+        reason = " ".join((said or "the test did not complete").split())[:REASON_MAX_CHARS]
+        Gauge("netprobe_probe_failed_info", "Why the probe failed (always 1).",
+              [*labels, "reason"], registry=registry).labels(**labels, reason=reason).set(1)
+    for name, value in _values(result if up else None).items():
+        help_text = next(text for gauge, text, _, _ in GAUGES if gauge == name)
         Gauge(f"netprobe_{name}", help_text, list(labels),
-              registry=registry).labels(**labels).set(values[name])
+              registry=registry).labels(**labels).set(value)
     return generate_latest(registry)
 
 
@@ -225,7 +238,12 @@ class Exporter:
             self._probes.release()
         if error is not None:
             self.log(f"probe of {target} (module {probe.module}) failed: {error}")
-        return probe_metrics(probe.spec, result, error, time.monotonic() - started, target)
+        body = probe_metrics(probe, result, error, time.monotonic() - started, target)
+        if (query.get("debug") or [""])[-1].lower() == "true":  # as blackbox_exporter's
+            said = f"probe failed: {error}" if error else "probe done"
+            body = (f"{said}\nmodule {probe.module}: {probe.spec}\n\nmetrics:\n"
+                    ).encode() + body
+        return body
 
     def _wait_turn(self, client: Optional[socket.socket], deadline: float) -> None:
         """Take the probe slot; ScraperGone if the scraper leaves first, ProbeRefused
@@ -335,7 +353,8 @@ class _Handler(BaseHTTPRequestHandler):
         except NetprobeError as exc:  # the archive: a scrape error Prometheus shows
             self._reply(500, f"{exc}\n".encode(), "text/plain")
             return
-        self._reply(200, body, CONTENT_TYPE_LATEST)
+        debug = parts.path == "/probe" and "debug=true" in parts.query.lower()
+        self._reply(200, body, "text/plain; charset=utf-8" if debug else CONTENT_TYPE_LATEST)
 
     def _reply(self, code: int, body: bytes, kind: str,
                headers: Optional[Mapping[str, str]] = None) -> None:

@@ -58,8 +58,8 @@ class Probe:
     """The test."""
     source: Optional[str] = None
     """The agent that runs it as a third-party test (None: the exporter's host)."""
-    secret: Optional[bytes] = None
-    """The agents' secret."""
+    secret_file: Optional[str] = None
+    """The file holding the agents' secret (read by the child, which runs the test)."""
     agent_port: Optional[int] = None
     """The agents' port."""
     far_end: bool = True
@@ -102,7 +102,7 @@ def resolve(config: ExporterConfig, query: Mapping[str, list[str]],
             raise ProbeRefused(403, f"/probe parameter from: {source!r} is not one of module "
                                     f"{name}'s sources")
         agent = config.agents[source]
-        source, secret, agent_port = agent.address, _secret(agent.secret_file), agent.port
+        source, secret, agent_port = agent.address, agent.secret_file, agent.port
     try:
         spec = TestSpec(host=host, port=port, **fields)
     except (SpecError, TypeError, ValueError) as exc:
@@ -172,8 +172,8 @@ def _number(key: str, kind: type, text: str) -> float:
 
 
 def _target(config: ExporterConfig, module: Module, target: str
-            ) -> tuple[str, Optional[int], Optional[bytes], Optional[int], bool]:
-    """(host, the tool's port, secret, agent port, whether an agent is there) of an
+            ) -> tuple[str, Optional[int], Optional[str], Optional[int], bool]:
+    """(host, the tool's port, secret file, agent port, whether an agent is there) of an
     allowed target."""
     agents = config.agents
     agent = agents.get(target)
@@ -181,20 +181,14 @@ def _target(config: ExporterConfig, module: Module, target: str
         agent = next((a for a in agents.values() if a.address == target), None)
     if agent is not None and (module.fleet_agents or target in module.targets):
         port = agent.port if module.tool == "native" else None
-        return agent.address, port, _secret(agent.secret_file), agent.port, True
+        return agent.address, port, agent.secret_file, agent.port, True
     if target not in module.targets:
         raise ProbeRefused(403, f"/probe: target {target[:200]!r} is not one of module "
                                 f"{module.name}'s targets (the exporter's configuration)")
     agent_port = module.agent_port
     if agent_port is None and module.tool == "native":
         agent_port = module.port
-    return target, module.port, _secret(module.secret_file), agent_port, module.agent
-
-
-def _secret(path: Optional[str]) -> Optional[bytes]:
-    from netprobe.exporter_config import read_credential
-
-    return read_credential(path, "secret") if path else None
+    return target, module.port, module.secret_file, agent_port, module.agent
 
 
 # --- running it -----------------------------------------------------------------------------
@@ -209,7 +203,7 @@ def run_watched(probe: Probe, client: Optional[socket.socket]) -> Result:
     or when it overruns (NetprobeError). The test's own failure is a NetprobeError too."""
     request = json.dumps({
         "spec": _unstructure(probe.spec), "from": probe.source,
-        "secret": probe.secret.hex() if probe.secret else None,
+        "secret_file": probe.secret_file,
         "agent_port": probe.agent_port, "far_end": probe.far_end})
     deadline = time.monotonic() + (probe.spec.duration_s or 0) + (probe.spec.omit_s or 0) \
         + START_MARGIN_S
@@ -306,6 +300,7 @@ def _answer(reply: bytes) -> Result:
 def _child() -> int:
     """Run the test asked on stdin; its result (or error) as JSON on stdout."""
     from netprobe.convert import structure, unstructure
+    from netprobe.engine.auth import load_secret
     from netprobe.plugin import NullReporter, load_registry
     from netprobe.session import AgentAccess, run_spec
 
@@ -317,13 +312,16 @@ def _child() -> int:
     try:
         asked = json.loads(sys.stdin.read(1 << 20))
         spec = structure(asked["spec"], TestSpec)
-        secret = bytes.fromhex(asked["secret"]) if asked["secret"] else None
+        secret_file = asked["secret_file"]
         # No agent there: the target's own server listens on the port, so none is started
         # here even when the target is this machine (as `run --no-agent -p PORT`).
-        options = {} if asked["far_end"] or spec.port is None else {"start_server": False}
+        options: dict[str, Any] = {"secret_file": secret_file} if secret_file else {}
+        if not asked["far_end"] and spec.port is not None:
+            options["start_server"] = False
         tool = load_registry(only=spec.tool).get(spec.tool)(options or None)
         result = run_spec(tool, spec, NullReporter(), from_host=asked["from"],
-                          agent=AgentAccess(secret=secret, port=asked["agent_port"],
+                          agent=AgentAccess(secret=load_secret(secret_file),
+                                            port=asked["agent_port"],
                                             far_end=asked["far_end"]))
         answer = {"result": unstructure(result)}
     except NetprobeError as exc:

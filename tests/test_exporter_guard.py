@@ -288,3 +288,69 @@ def test_idle_half_requests_neither_spin_nor_hold_descriptors(tmp_path: Path) ->
             for client in clients:
                 client.close()
         assert get(f"{base}/metrics")[0] == 200
+
+
+# --- the fleet's agents ---------------------------------------------------------------------
+
+
+def test_a_fleet_agent_is_tested_with_the_fleet_files_port_and_secret(tmp_path: Path) -> None:
+    from .servers import netprobe_server
+
+    secret = tmp_path / "secret"
+    secret.write_text("fleet-secret\n")
+    with netprobe_server("--secret-file", str(secret)) as agent:
+        fleet = tmp_path / "fleet.toml"
+        fleet.write_text(f'[fleet]\nsecret_file = "{secret}"\n'
+                         f'[agents.lo]\naddress = "127.0.0.1"\nport = {agent.port}\n'
+                         '[agents.other]\naddress = "127.0.0.9"\n'
+                         '[groups.g]\ntype = "mesh"\n')
+        config = f'[exporter]\nfleet = "{fleet}"\n[modules.default]\nfleet_agents = true\n'
+        with exporter(tmp_path, config) as (base, _):
+            by_name = get(f"{base}/probe?target=lo&duration=0.5&debug=true")
+            by_address = get(f"{base}/probe?target=127.0.0.1&duration=0.5")
+            stranger = get(f"{base}/probe?target=127.0.0.3&duration=0.5")
+    for status, text in (by_name, by_address):
+        assert status == 200 and "netprobe_up{" in text and '"} 1.0' in text.split(
+            "netprobe_up{", 1)[1].split("\n", 1)[0], text
+    assert stranger[0] == 403
+
+
+# --- unknown is absent; a failure says why ----------------------------------------------
+
+
+def _series(text: str) -> dict[str, list[tuple[dict, float]]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[str, list[tuple[dict, float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return found
+
+
+def test_figures_a_test_does_not_measure_are_absent_and_a_failure_says_why(
+        tmp_path: Path) -> None:
+    # Before: a UDP probe exported netprobe_rtt_seconds 0 and a TCP one jitter and loss 0
+    # (min(rtt) over a mix was 0); a failed probe gave zeros and no reason.
+    from .servers import netprobe_server
+
+    with netprobe_server() as server:
+        config = (f'[modules.tcp]\ntargets = ["127.0.0.1"]\nport = {server.port}\n'
+                  f'[modules.udp]\nprotocol = "udp"\ntargets = ["127.0.0.1"]\n'
+                  f'port = {server.port}\n'
+                  f'[modules.dead]\ntargets = ["127.0.0.1"]\nport = {free_port()}\n')
+        with exporter(tmp_path, config) as (base, _):
+            tcp = _series(get(f"{base}/probe?target=127.0.0.1&module=tcp&duration=0.5")[1])
+            udp = _series(get(f"{base}/probe?target=127.0.0.1&module=udp&duration=0.5")[1])
+            dead = _series(get(f"{base}/probe?target=127.0.0.1&module=dead&duration=0.5")[1])
+    assert tcp["netprobe_up"][0][1] == 1 and udp["netprobe_up"][0][1] == 1
+    assert tcp["netprobe_up"][0][0] == {"module": "tcp", "tool": "native", "protocol": "tcp",
+                                        "target": "127.0.0.1"}
+    assert udp["netprobe_up"][0][0]["protocol"] == "udp"
+    assert "netprobe_rtt_seconds" in tcp and "netprobe_jitter_seconds" not in tcp
+    assert "netprobe_lost_packets" not in tcp
+    assert "netprobe_jitter_seconds" in udp and "netprobe_rtt_seconds" not in udp
+    assert dead["netprobe_up"][0][1] == 0
+    assert "netprobe_received_bytes" not in dead and "netprobe_rtt_seconds" not in dead
+    (labels, value), = dead["netprobe_probe_failed_info"]
+    assert value == 1 and labels["reason"] and "\n" not in labels["reason"]
