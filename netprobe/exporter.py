@@ -253,6 +253,9 @@ class Exporter:
                 raise ScraperGone("the scraper hung up while its probe waited")
             if time.monotonic() > deadline:
                 raise ProbeRefused(503, "/probe: another probe is still running")
+        if client is not None and hung_up(client):  # left just as its turn came
+            self._probes.release()
+            raise ScraperGone("the scraper hung up while its probe waited")
 
 
 def _credentials(config: ExporterConfig) -> tuple[Optional[bytes], Optional[bytes]]:

@@ -249,10 +249,16 @@ def _read_until_done(fd: int, client: Optional[socket.socket], deadline: float) 
 
 
 def hung_up(client: socket.socket) -> bool:
-    """True when the peer of ``client`` has closed (or reset) its side."""
+    """True when the peer of ``client`` has closed (or reset) its side; never waits."""
+    # Poll first: on a socket with a timeout (the handler's idle timeout) Python turns an
+    # EAGAIN from recv() into a wait of that whole timeout, MSG_DONTWAIT or not.
+    poller = select.poll()
+    poller.register(client, select.POLLIN | getattr(select, "POLLRDHUP", 0))
+    if not poller.poll(0):
+        return False
     try:
         return client.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except (BlockingIOError, InterruptedError):
+    except (BlockingIOError, InterruptedError, TimeoutError):
         return False
     except OSError:
         return True
