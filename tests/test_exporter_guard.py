@@ -184,14 +184,25 @@ def test_bad_or_over_the_cap_parameters_are_refused_with_a_reason(
     assert listed.bytes == 0
 
 
-def test_a_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("text", "reason"), [
+    ('[modules.default]\ntool = "native"\n', "modules.default: no targets"),
+    ('[modules.m]\ntargets = ["h"]\nmax_rate = nan\n', "modules.m.max_rate: must be"),
+    ('[modules.m]\ntargets = ["h"]\nduration = "20s"\n', "longer than max_duration"),
+    ('[modules.m]\ntargets = ["h"]\nfleet_agents = true\n', "needs exporter.fleet"),
+    ('[modules.m]\ntargets = ["h"]\nport = 99999\n', "modules.m.port: must be a port"),
+    ('[exporter]\nbearer_token_file = "/nonexistent/t"\n[modules.m]\ntargets = ["h"]\n',
+     "cannot read the bearer token file"),
+    ("[modules]\n", "no modules"),
+    ("[modules.m\n", "not valid TOML"),
+])
+def test_a_bad_config_is_one_line_and_exit_2(tmp_path: Path, text: str, reason: str) -> None:
     path = tmp_path / "bad.toml"
-    path.write_text('[modules.default]\ntool = "native"\n')
+    path.write_text(text)
     done = subprocess.run([*NETPROBE, "exporter", "--port", "0", "--config", str(path)],
                           capture_output=True, text=True, timeout=30)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
-    assert "modules.default: no targets" in lines[0]
+    assert reason in lines[0] and "Traceback" not in done.stderr
 
 
 # --- authentication and the bind ------------------------------------------------------------
@@ -254,6 +265,23 @@ def test_a_probe_whose_scraper_hung_up_is_dropped(tmp_path: Path) -> None:
         time.sleep(2.5)  # none of the three probes sends any more, nor starts
         assert listed.bytes == before
         assert children(proc.pid) == []
+
+
+@needs_iperf
+def test_probes_asked_at_once_wait_their_turn_and_each_is_answered(tmp_path: Path) -> None:
+    # The one waiting must not be taken for a scraper that hung up (a check for a hang-up
+    # that waited out the idle timeout did that).
+    with sink() as listed, \
+            exporter(tmp_path, '[exporter]\nidle_timeout = "3s"\n'
+                     + udp_module(listed.port, "127.0.0.1")) as (base, _):
+        answers: list[tuple[int, str]] = []
+        threads = [threading.Thread(target=lambda: answers.append(
+            get(f"{base}/probe?target=127.0.0.1&duration=2"))) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert [status for status, _ in answers] == [200, 200], answers
 
 
 # --- idle connections -----------------------------------------------------------------------
