@@ -209,7 +209,7 @@ def run_watched(probe: Probe, client: Optional[socket.socket]) -> Result:
         + START_MARGIN_S
     child = subprocess.Popen([sys.executable, "-m", "netprobe.exporter_probe"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
+                             stderr=subprocess.DEVNULL, start_new_session=True, cwd=_HOME)
     try:
         assert child.stdin is not None and child.stdout is not None
         child.stdin.write(request.encode())
@@ -218,6 +218,12 @@ def run_watched(probe: Probe, client: Optional[socket.socket]) -> Result:
     finally:
         _stop(child)
     return _answer(reply)
+
+
+_HOME = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""Where this netprobe package lives: the child runs there, so that ``-m`` (which puts
+its working directory first on the path) finds this very netprobe, not another one in
+whatever directory the exporter was started from."""
 
 
 def _read_until_done(fd: int, client: Optional[socket.socket], deadline: float) -> bytes:
