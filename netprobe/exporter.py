@@ -20,6 +20,7 @@ group, source, target in a fleet).
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import socket
 import threading
@@ -320,6 +321,31 @@ LANDING = (b"<html><head><title>netprobe exporter</title></head><body>"
 
 class _Handler(BaseHTTPRequestHandler):
     owner: Exporter
+    _watchdog: Optional[threading.Timer] = None
+
+    def setup(self) -> None:
+        """The socket's timeout bounds each read; this bounds the whole request: a client
+        that sends its request a byte at a time, each inside the idle timeout, is cut off
+        when the idle timeout has passed since it connected."""
+        super().setup()
+        self._watchdog = threading.Timer(self.timeout or 10.0, self._cut_off)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+
+    def _cut_off(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()  # the request line and the headers are read
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        return parsed
+
+    def finish(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        super().finish()
 
     def do_GET(self) -> None:
         from prometheus_client import CONTENT_TYPE_LATEST

@@ -382,3 +382,21 @@ def test_figures_a_test_does_not_measure_are_absent_and_a_failure_says_why(
     assert "netprobe_received_bytes" not in dead and "netprobe_rtt_seconds" not in dead
     (labels, value), = dead["netprobe_probe_failed_info"]
     assert value == 1 and labels["reason"] and "\n" not in labels["reason"]
+
+
+def test_a_request_sent_a_byte_at_a_time_is_cut_off(tmp_path: Path) -> None:
+    # Before: each byte inside the idle timeout kept the connection (and one of the
+    # max_connections slots) for as long as the client went on.
+    config = '[exporter]\nidle_timeout = "2s"\n' + udp_module(9, "127.0.0.1")
+    with exporter(tmp_path, config) as (base, _):
+        port = int(base.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+            sent = 0
+            try:
+                for byte in b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 40:
+                    client.sendall(bytes([byte]))
+                    sent += 1
+                    time.sleep(0.5)
+            except OSError:
+                pass
+    assert sent < 20, f"{sent} bytes over {sent * 0.5:g} s and still connected"
