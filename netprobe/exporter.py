@@ -1,11 +1,18 @@
 """``netprobe exporter``: netprobe's figures for Prometheus (prometheus_client, the
 ``[exporter]`` extra).
 
-``/probe?target=HOST&tool=T&duration=S&...`` runs one test to HOST (through its agent,
-like any ``netprobe run``) and answers with that test's figures, as blackbox_exporter
-does; ``from=AGENT`` makes it a third-party test from that agent. ``/metrics`` serves the
-newest figures of every fleet pair from an archive. A test that failed, or a pair that was
-unreachable, still gives every series: ``netprobe_up 0`` and zeros, never a gap.
+``/probe?target=HOST&module=M&duration=S&...`` runs one test to HOST and answers with
+that test's figures, as blackbox_exporter does, but only within the exporter's
+configuration (:mod:`netprobe.exporter_config`): a module names the tool, the targets,
+the caps, the agents' port and secret; without a configuration ``/probe`` refuses (403).
+The test runs in a child process that is killed the moment its scraper hangs up.
+``/metrics`` serves the newest figures of every fleet pair from an archive. A test that
+failed, or a pair that was unreachable, still gives every series: ``netprobe_up 0`` and
+zeros, never a gap.
+
+The HTTP server serves a bounded number of connections at once (more are closed
+unanswered), closes a connection idle for the configured time, and backs off when the
+process is out of file descriptors rather than spinning on the listening socket.
 
 Names follow Prometheus's conventions: a ``netprobe_`` prefix, base units in the name
 (``_bits_per_second``, ``_bytes``, ``_seconds``), labels for what varies (tool, target;
@@ -13,8 +20,11 @@ group, source, target in a fleet).
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import socket
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Optional
@@ -24,14 +34,17 @@ import attrs
 
 from netprobe.archives import Record, figures
 from netprobe.errors import NetprobeError, SpecError, listen_error
-from netprobe.schema import Result, TestSpec
+from netprobe.exporter_config import NO_CONFIG, ExporterConfig, read_credential
+from netprobe.exporter_probe import Probe, ProbeRefused, ScraperGone, hung_up, resolve, run_watched
+from netprobe.schema import Result
 
 DEFAULT_PORT = 9531
 """Where the exporter listens by default (any free port will do; say it in the scrape job)."""
-MAX_PROBE_S = 60.0
-"""Longest test a /probe may ask for."""
-SCRAPE_MARGIN_S = 1.5
-"""Kept free of Prometheus's scrape timeout for the test's start and the answer."""
+QUEUE_WAIT_S = 60.0
+"""Longest a /probe waits for the one before it (without a scrape timeout to go by)."""
+ACCEPT_BACKOFF_S = 0.2
+"""Pause after an accept() that failed for want of descriptors: the listening socket stays
+readable, and retrying at once would spin a CPU until a connection closes."""
 
 # (name, help, netprobe's figure, scale to the base unit) for each per-test gauge.
 GAUGES = (
@@ -47,76 +60,47 @@ GAUGES = (
 
 
 def _values(result: Optional[Result]) -> dict[str, float]:
-    """Each gauge's value for a result: 0 for what is unknown or when there is no result."""
+    """Each gauge's value for a result, in base units; a figure that is unknown (not
+    measured by this tool or protocol, or no result at all) is absent, never 0, as
+    everywhere else in the schema: a UDP test's RTT of 0 would drag ``min(rtt)`` to 0."""
     found = figures(result)
-    return {name: float(found[key] or 0) * scale for name, _, key, scale in GAUGES}
+    return {name: float(found[key]) * scale for name, _, key, scale in GAUGES
+            if result is not None and found[key] is not None}
+
+
+REASON_MAX_CHARS = 200
+"""Longest failure reason put in a label (the log line has it whole)."""
 
 
 # --- /probe -------------------------------------------------------------------------------
 
-_PROBE_FIELDS = {"tool": str, "protocol": str, "direction": str, "streams": int,
-                 "duration": float, "omit": float, "port": int, "rate": float}
-_SPEC_NAMES = {"duration": "duration_s", "omit": "omit_s", "rate": "rate_bits_per_second"}
+Runner = Callable[[Probe, Optional[socket.socket]], Result]
+"""Runs a probe's test, watching its scraper's connection (see :func:`run_watched`)."""
 
 
-def probe_spec(query: Mapping[str, list[str]], default_tool: str,
-               scrape_timeout_s: Optional[float]) -> TestSpec:
-    """The TestSpec a /probe query asks for (SpecError for a bad parameter)."""
-    target = (query.get("target") or [""])[0].strip()
-    if not target:
-        raise SpecError("/probe needs a target: /probe?target=HOST")
-    fields: dict[str, Any] = {"tool": default_tool, "duration_s": 5.0}
-    for key, values in query.items():
-        if key in ("target", "from"):
-            continue
-        kind = _PROBE_FIELDS.get(key)
-        if kind is None:
-            raise SpecError(f"unknown /probe parameter {key!r} "
-                            f"(known: target, from, {', '.join(_PROBE_FIELDS)})")
-        try:
-            fields[_SPEC_NAMES.get(key, key)] = kind(values[-1])
-        except ValueError:
-            raise SpecError(f"/probe parameter {key}: not a {kind.__name__}: "
-                            f"{values[-1]!r}") from None
-    if fields.get("protocol") == "udp":
-        fields.setdefault("rate_bits_per_second", 1_000_000)  # as `netprobe run -u`
-    limit = MAX_PROBE_S if scrape_timeout_s is None else min(
-        MAX_PROBE_S, scrape_timeout_s - SCRAPE_MARGIN_S)
-    if fields["duration_s"] + fields.get("omit_s", 0.0) > limit:
-        raise SpecError(f"the test ({fields['duration_s']:g} s) would not end within "
-                        f"{limit:g} s (scrape timeout and the exporter's limit)")
-    return TestSpec(host=target, **fields)
-
-
-Runner = Callable[[TestSpec, Optional[str]], Result]
-
-
-def run_probe(spec: TestSpec, source: Optional[str]) -> Result:
-    """Run the probe's test through the one run pipeline (from ``source``'s agent if given)."""
-    from netprobe.plugin import NullReporter, load_registry
-    from netprobe.session import run_spec
-
-    tool = load_registry(only=spec.tool).get(spec.tool)()
-    return run_spec(tool, spec, NullReporter(), from_host=source)
-
-
-def probe_metrics(spec: Optional[TestSpec], result: Optional[Result], error: Optional[str],
+def probe_metrics(probe: Probe, result: Optional[Result], error: Optional[str],
                   seconds: float, target: str) -> bytes:
-    """The text exposition of one probe: every series, zeros when the test failed."""
+    """The text exposition of one probe: ``netprobe_up``, how long it took, the figures
+    it measured, and for a failed one ``netprobe_probe_failed_info`` with the reason."""
     from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
     registry = CollectorRegistry()
-    tool = spec.tool if spec else ""
-    labels = {"tool": tool, "target": target}
+    labels = {"module": probe.module, "tool": probe.spec.tool,
+              "protocol": probe.spec.protocol, "target": target}
     up = result is not None and result.status == "ok" and error is None
     Gauge("netprobe_up", "1 when the test completed, else 0.", list(labels),
           registry=registry).labels(**labels).set(1 if up else 0)
     Gauge("netprobe_probe_duration_seconds", "How long the probe took.", list(labels),
           registry=registry).labels(**labels).set(seconds)
-    values = _values(result if up else None)
-    for name, help_text, _, _ in GAUGES:
+    if not up:
+        said = error or ("; ".join(result.errors) if result else "")
+        reason = " ".join((said or "the test did not complete").split())[:REASON_MAX_CHARS]
+        Gauge("netprobe_probe_failed_info", "Why the probe failed (always 1).",
+              [*labels, "reason"], registry=registry).labels(**labels, reason=reason).set(1)
+    for name, value in _values(result if up else None).items():
+        help_text = next(text for gauge, text, _, _ in GAUGES if gauge == name)
         Gauge(f"netprobe_{name}", help_text, list(labels),
-              registry=registry).labels(**labels).set(values[name])
+              registry=registry).labels(**labels).set(value)
     return generate_latest(registry)
 
 
@@ -178,20 +162,26 @@ class Exporter:
     address: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     archive_url: Optional[str] = None
-    tool: str = "native"
-    runner: Runner = run_probe
+    config: ExporterConfig = NO_CONFIG
+    runner: Runner = run_watched
+    log: Callable[[str], None] = lambda _line: None
+    """Where a line about a refused or failed probe goes (the CLI prints it)."""
     server: Optional[ThreadingHTTPServer] = None
     _probes: threading.Semaphore = attrs.field(factory=lambda: threading.Semaphore(1))
+    _credentials: tuple[Optional[bytes], Optional[bytes]] = (None, None)
 
     def start(self) -> int:
-        """Bind; the port listened on."""
+        """Read the credentials, bind; the port listened on."""
+        self._credentials = _credentials(self.config)
         exporter = self
 
         class Handler(_Handler):
             owner = exporter
+            timeout = exporter.config.idle_timeout_s  # per read: idle clients are let go
 
-        class Server(ThreadingHTTPServer):
+        class Server(_BoundedServer):
             address_family = _listen_family(exporter.address, exporter.port)
+            max_connections = exporter.config.max_connections
 
         try:
             self.server = Server((self.address, self.port), Handler)
@@ -200,6 +190,28 @@ class Exporter:
         self.server.daemon_threads = True
         self.port = int(self.server.server_address[1])
         return self.port
+
+    def authorized(self, header: Optional[str]) -> bool:
+        """Whether an ``Authorization`` header passes (always, when none is configured)."""
+        import hmac
+
+        token, basic = self._credentials
+        if token is None and basic is None:
+            return True
+        scheme, _, value = (header or "").partition(" ")
+        value = value.strip()
+        if token is not None and scheme.lower() == "bearer":
+            return hmac.compare_digest(value.encode(), token)
+        if basic is not None and scheme.lower() == "basic":
+            import base64
+            import binascii
+
+            try:
+                given = base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                return False
+            return hmac.compare_digest(given, basic)
+        return False
 
     def metrics(self) -> bytes:
         """The /metrics page: the archive's fleet figures."""
@@ -213,23 +225,86 @@ class Exporter:
             registry.register(FleetCollector(lambda: open_archive(url)))
         return generate_latest(registry)
 
-    def probe(self, query: Mapping[str, list[str]], scrape_timeout_s: Optional[float]
-              ) -> bytes:
-        """The /probe page: one test, one at a time (two would share the link)."""
-        import time
-
+    def probe(self, query: Mapping[str, list[str]], scrape_timeout_s: Optional[float],
+              client: Optional[socket.socket] = None) -> bytes:
+        """The /probe page: one test, one at a time (two would share the link); a probe
+        whose scraper hangs up, waiting or running, is dropped (ScraperGone)."""
         started = time.monotonic()
         target = (query.get("target") or [""])[0]
-        spec = probe_spec(query, self.tool, scrape_timeout_s)
-        sources = query.get("from")
-        source = sources[-1] if sources else None
-        with self._probes:
+        probe = resolve(self.config, query, scrape_timeout_s)
+        self._wait_turn(client, started + (scrape_timeout_s or QUEUE_WAIT_S))
+        try:
             try:
-                result: Optional[Result] = self.runner(spec, source)
+                result: Optional[Result] = self.runner(probe, client)
                 error = None
+            except ScraperGone:
+                raise
             except NetprobeError as exc:
                 result, error = None, str(exc)
-        return probe_metrics(spec, result, error, time.monotonic() - started, target)
+        finally:
+            self._probes.release()
+        if error is not None:
+            self.log(f"probe of {target} (module {probe.module}) failed: {error}")
+        body = probe_metrics(probe, result, error, time.monotonic() - started, target)
+        if (query.get("debug") or [""])[-1].lower() == "true":  # as blackbox_exporter's
+            said = f"probe failed: {error}" if error else "probe done"
+            body = (f"{said}\nmodule {probe.module}: {probe.spec}\n\nmetrics:\n"
+                    ).encode() + body
+        return body
+
+    def _wait_turn(self, client: Optional[socket.socket], deadline: float) -> None:
+        """Take the probe slot; ScraperGone if the scraper leaves first, ProbeRefused
+        (503) if the deadline passes first."""
+        while not self._probes.acquire(timeout=0.25):
+            if client is not None and hung_up(client):
+                raise ScraperGone("the scraper hung up while its probe waited")
+            if time.monotonic() > deadline:
+                raise ProbeRefused(503, "/probe: another probe is still running")
+        if client is not None and hung_up(client):  # left just as its turn came
+            self._probes.release()
+            raise ScraperGone("the scraper hung up while its probe waited")
+
+
+def _credentials(config: ExporterConfig) -> tuple[Optional[bytes], Optional[bytes]]:
+    """(bearer token, ``user:password``) as the configuration names them."""
+    token = None if config.bearer_token_file is None else read_credential(
+        config.bearer_token_file, "bearer token")
+    basic = None
+    if config.basic_user and config.basic_password_file:
+        password = read_credential(config.basic_password_file, "basic auth password")
+        basic = config.basic_user.encode() + b":" + password
+    return token, basic
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """A threading HTTP server that serves at most ``max_connections`` at once and does
+    not spin when accept() runs out of descriptors."""
+
+    max_connections = 32
+    _active = 0
+    _lock = threading.Lock()
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                time.sleep(ACCEPT_BACKOFF_S)
+            raise
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        with self._lock:
+            if self._active >= self.max_connections:
+                return False  # closed unanswered: a bounded server, not a queue
+            self._active += 1
+        return True
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self._active -= 1
 
 
 def _listen_family(address: str, port: int) -> int:
@@ -244,34 +319,85 @@ def _listen_family(address: str, port: int) -> int:
     return int(found[0][0])
 
 
+LANDING = (b"<html><head><title>netprobe exporter</title></head><body>"
+           b"<h1>netprobe exporter</h1><p><a href='/metrics'>/metrics</a>: the fleet "
+           b"archive's latest figures.</p><p>/probe?target=HOST&amp;module=NAME: one test, "
+           b"to a target the exporter's configuration names.</p></body></html>\n")
+
+
 class _Handler(BaseHTTPRequestHandler):
     owner: Exporter
+    _watchdog: Optional[threading.Timer] = None
+
+    def setup(self) -> None:
+        """The socket's timeout bounds each read; this bounds the whole request: a client
+        that sends its request a byte at a time, each inside the idle timeout, is cut off
+        when the idle timeout has passed since it connected."""
+        super().setup()
+        self._watchdog = threading.Timer(self.timeout or 10.0, self._cut_off)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+
+    def _cut_off(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()  # the request line and the headers are read
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        return parsed
+
+    def finish(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        super().finish()
 
     def do_GET(self) -> None:
         from prometheus_client import CONTENT_TYPE_LATEST
 
         parts = urlsplit(self.path)
+        if not self.owner.authorized(self.headers.get("Authorization")):
+            self._reply(401, b"netprobe exporter: authentication required\n", "text/plain",
+                        {"WWW-Authenticate": 'Basic realm="netprobe"'})
+            return
         try:
             if parts.path == "/metrics":
                 body = self.owner.metrics()
             elif parts.path == "/probe":
-                body = self.owner.probe(parse_qs(parts.query), _timeout(self.headers))
+                body = self.owner.probe(parse_qs(parts.query, keep_blank_values=True),
+                                        _timeout(self.headers), self.connection)
+            elif parts.path == "/":
+                self._reply(200, LANDING, "text/html; charset=utf-8")
+                return
             else:
                 self._reply(404, b"netprobe exporter: /probe?target=HOST or /metrics\n",
                             "text/plain")
                 return
+        except ScraperGone as exc:
+            self.owner.log(f"{exc}")
+            self.close_connection = True
+            return
+        except ProbeRefused as exc:
+            self.owner.log(f"/probe refused ({exc.status}): {exc}")
+            self._reply(exc.status, f"{exc}\n".encode(), "text/plain")
+            return
         except SpecError as exc:
             self._reply(400, f"{exc}\n".encode(), "text/plain")
             return
         except NetprobeError as exc:  # the archive: a scrape error Prometheus shows
             self._reply(500, f"{exc}\n".encode(), "text/plain")
             return
-        self._reply(200, body, CONTENT_TYPE_LATEST)
+        debug = parts.path == "/probe" and "debug=true" in parts.query.lower()
+        self._reply(200, body, "text/plain; charset=utf-8" if debug else CONTENT_TYPE_LATEST)
 
-    def _reply(self, code: int, body: bytes, kind: str) -> None:
+    def _reply(self, code: int, body: bytes, kind: str,
+               headers: Optional[Mapping[str, str]] = None) -> None:
         self.send_response(code)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
 
@@ -282,6 +408,7 @@ class _Handler(BaseHTTPRequestHandler):
 def _timeout(headers: Any) -> Optional[float]:
     value = headers.get("X-Prometheus-Scrape-Timeout-Seconds")
     try:
-        return float(value) if value else None
+        found = float(value) if value else None
     except ValueError:
         return None
+    return found if found is not None and 0 < found < 86_400 else None

@@ -1,5 +1,6 @@
-"""``netprobe exporter``: /probe runs one test for Prometheus, /metrics serves a fleet
-archive's latest figures (netprobe.exporter; needs ``pip install 'netprobe-meter[exporter]'``)."""
+"""``netprobe exporter``: /probe runs one test for Prometheus, to a target its
+configuration (``--config``) names; /metrics serves a fleet archive's latest figures
+(netprobe.exporter; needs ``pip install 'netprobe-meter[exporter]'``)."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,8 @@ from netprobe.errors import ToolUnavailable
 def add_parser(commands: Any, summary: str, epilog: str) -> None:
     """The ``exporter`` command's options."""
     parser = opts.subparser(commands, "exporter", summary, epilog,
-                            "%(prog)s [--listen ADDRESS] [--port PORT] [--archive URL]")
+                            "%(prog)s [--listen ADDRESS] [--port PORT] [--archive URL] "
+                            "[--config FILE]")
     parser.set_defaults(handler=handle)
     parser.add_argument("--listen", default="127.0.0.1", metavar="ADDRESS",
                         help="address to listen on (default: 127.0.0.1; 0.0.0.0 for all)")
@@ -22,8 +24,10 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                         help="port to listen on (default: 9531; 0: any free port)")
     parser.add_argument("--archive", metavar="URL",
                         help="fleet archive whose latest figures /metrics serves")
-    parser.add_argument("--tool", default="native", metavar="NAME",
-                        help="tool of a /probe that names none (default: native)")
+    parser.add_argument("--config", metavar="FILE",
+                        help="the exporter's configuration (TOML): the modules that say what "
+                             "/probe may test, caps, authentication (without it /probe "
+                             "refuses every request)")
 
 
 def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
@@ -33,14 +37,18 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
     except ImportError:
         raise ToolUnavailable("the exporter needs prometheus_client: "
                               "pip install 'netprobe-meter[exporter]'") from None
-    from netprobe.cli.render import print_note
+    from netprobe.cli.render import print_note, print_warning
     from netprobe.exporter import DEFAULT_PORT, Exporter
+    from netprobe.exporter_config import NO_CONFIG, load
 
+    config = load(args.config) if args.config else NO_CONFIG
     port = DEFAULT_PORT if args.port is None else args.port
-    exporter = Exporter(args.listen, port, args.archive, args.tool)
+    exporter = Exporter(args.listen, port, args.archive, config, log=print_warning)
     bound = exporter.start()
+    probes = (f"/probe?target=HOST, modules: {', '.join(config.modules)}" if config.modules
+              else "/probe off: no --config")
     print_note(f"netprobe exporter listening on {args.listen} port {bound} "
-               "(/probe?target=HOST, /metrics)")
+               f"({probes}; /metrics)")
     assert exporter.server is not None
     try:
         exporter.server.serve_forever(poll_interval=0.5)
