@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from .netlab import A_ADDR, B_ADDR, Lab, wait_listening
+from .netlab import A_ADDR, B_ADDR, Lab, measured_within, wait_listening
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -90,12 +90,26 @@ def plotted(html: str, chart: str, series: str) -> list[list[tuple[float, float]
 def test_p4_run_is_plotted_at_the_links_rate_to_its_end(pair, tmp_path) -> None:  # type: ignore[no-untyped-def]
     lab, a, _ = pair
     saved = tmp_path / "p4.json"
-    proc = lab.run(a, [*NETPROBE, "run", B_ADDR, "-P", "4", "-t", "4", "-O", "1",
-                       "--json", "-o", str(saved)], timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    document = json.loads(saved.read_text())
-    receiver = document["summaries"][0]["receiver"]["bits_per_second"] / 1e6
-    assert receiver > 0.85 * PAYLOAD_MBIT  # the link was full throughout
+
+    def measure() -> dict:
+        proc = lab.run(a, [*NETPROBE, "run", B_ADDR, "-P", "4", "-t", "4", "-O", "1",
+                           "--json", "-o", str(saved)], timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(saved.read_text())
+
+    def misses(document: dict) -> list[str]:
+        # The chart is judged on a run that kept the link full: a host too busy to (a full
+        # suite once saw the load average at 27 on 2 cores) is measured again, not blamed
+        # on the drawing.
+        receiver = document["summaries"][0]["receiver"]["bits_per_second"] / 1e6
+        sums = [i["bits_per_second"] / 1e6 for i in document["intervals"]
+                if i["role"] == "receiver" and i["stream_id"] is None
+                and abs(i["end_s"] - i["start_s"] - 1) < 0.01]
+        low = [round(v, 1) for v in sums if v < 0.8 * PAYLOAD_MBIT]
+        return ([f"receiver {receiver:.1f} Mbit/s"] if receiver < 0.85 * PAYLOAD_MBIT
+                else []) + ([f"seconds at {low} Mbit/s"] if low else [])
+
+    document = measured_within(measure, misses, "a -P 4 run over the 40 Mbit/s link")
     html = _html(lab, a, saved, tmp_path / "p4.html")
     (line,) = plotted(html, "throughput-c2s", "series-throughput-c2s-1")
     values = [v for _, v in line]
@@ -146,9 +160,11 @@ def test_bufferbloat_verdict_counts_probe_loss_and_lines_break_when_idle(  # typ
     up_lost = sum(p["client_to_server"]["lost"] for p in latency["phases"])
     sent = sum(p["rtt"]["count"] + p["rtt"]["lost"] for p in latency["phases"])
     # nftables' counter is the witness: every probe it dropped is one the run lost
-    # upstream (besides, at most, the last few still on their way when the session closed)
+    # upstream (besides, at most, the last few still on their way when the session
+    # closed); the rule also drops the UDP handshake's hello and proof datagrams, which are
+    # retried and are no probes (a full suite once counted 45 drops for 44 lost)
     dropped = _dropped(lab, b)
-    assert 0 < dropped <= up_lost <= dropped + 3
+    assert 0 < dropped and dropped - 3 <= up_lost <= dropped + 3
     assert 0.1 < up_lost / sent < 0.35
     # The queue is 5 ms deep: the DSLReports grade (mean bloat) stays A, but a fifth of
     # the probes lost is a call no one can hold: the verdict is the loss's cap, never A.
