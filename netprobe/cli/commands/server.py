@@ -108,7 +108,7 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
         from netprobe.engine.server import ServerConfig, serve
     except ImportError as exc:
         raise ToolUnavailable(f"the native server is not in this install: {exc}") from None
-    from netprobe.agent.service import handlers
+    from netprobe.agent.service import handlers, limits_note
     from netprobe.engine.log import EventLog
 
     config = ServerConfig(**_server_options(args))
@@ -122,6 +122,7 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
                 pidfile.write()
             log(f"netprobe server listening on {where} port {port}", event="listening",
                 address=args.bind, port=port)
+            log(f"netprobe server: {limits_note()}", event="limits")
 
         try:
             serve(config, log=log, handlers=handlers(), ready=ready)
