@@ -129,7 +129,8 @@ def _table_script(name: str, peer: str, max_connections: int,
                   f'socket cgroupv2 level 1 "{name}" goto fenced_{hook}', "}",
                   f"chain fenced_{hook} {{",
                   f"meta nfproto {other} counter drop",
-                  f"{ip} {field} != {plain} counter drop",
+                  # Refused coming in (a client fails at once), dropped going out.
+                  f"{ip} {field} != {plain} counter " + ("reject" if hook == "input" else "drop"),
                   f"ct state new add @conns {{ {ip} {field} ct count over {max_connections} }} "
                   "counter reject",
                   *limit, "}"]
