@@ -120,10 +120,15 @@ def lab() -> Iterator[tuple[Lab, str, str, str]]:
              "chain in { type filter hook input priority 10; policy accept;",
              f"tcp dport {AGENT_PORT} accept",
              f"ip saddr {CLIENT} socket transparent 0 counter name to_far", "}", "}")
-        # Victim: whatever the agent's namespace sends it.
-        _nft(v, "table inet witness {", "counter from_agent { }",
+        # Victim: whatever the agent's namespace sends it, and the data among it (packets
+        # past 100 bytes: no reset, refusal or bare ack).
+        _nft(v, "table inet witness {", "counter from_agent { }", "counter data { }",
              "chain in { type filter hook input priority 10; policy accept;",
-             "ip saddr 10.203.2.1 counter name from_agent", "}", "}")
+             f"ip saddr {{ 10.203.2.1, {AGENT} }} counter name from_agent",
+             f"ip saddr {{ 10.203.2.1, {AGENT} }} ip length > 100 counter name data", "}", "}")
+        lab.route(v, "10.203.1.0/24", "10.203.2.1")
+        lab.route(c, "10.203.2.0/24", AGENT)
+        lab.forward(a)
         env = _env()
         log = _LOG
         _start(lab, a, [sys.executable, "-m", "netprobe", "server", "--port", str(AGENT_PORT),
@@ -271,6 +276,45 @@ def test_a_far_end_sends_to_no_one_but_its_requester(lab: tuple[Lab, str, str, s
     reached_client = _counters(the_lab, c)["from_far"] - before_c["from_far"]
     assert reached_victim == 0, f"{reached_victim} bytes reached an address outside --allow"
     assert reached_client >= 20 * 1000, "the requester itself was not reached: no witness"
+
+
+_HOLDER = r"""
+import sys
+from netprobe.agent.client import AgentConnection
+from netprobe.schema import TestSpec
+conn = AgentConnection.open(sys.argv[1], int(sys.argv[2]), None)
+port = conn.far_end("iperf3", TestSpec(tool="iperf3", host=sys.argv[1], duration_s=3,
+                                       rate_bits_per_second=1e6))
+print(port, flush=True)
+sys.stdin.read()  # until the test is done with the far end
+conn.finish()
+"""
+
+
+def test_a_far_end_serves_no_one_outside_the_allow_list(lab: tuple[Lab, str, str, str]) -> None:
+    # The requester asks for a far end; a host the agent's --allow refuses reaches it
+    # first (routed through the agent's host) and asks it to send (-R).
+    the_lab, _a, c, v = lab
+    _tool_or_skip("iperf3")
+    iperf3 = shutil.which("iperf3") or str(PEERS / "iperf3")
+    before = _counters(the_lab, v)
+    holder = subprocess.Popen(["ip", "netns", "exec", c, sys.executable, "-c", _HOLDER, AGENT,
+                               str(AGENT_PORT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=_env())
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        port = int(holder.stdout.readline())
+        the_lab.run(v, [iperf3, "-c", AGENT, "-p", str(port), "-R", "-b", "0", "-t", "2",
+                        "--connect-timeout", "2000"], timeout=20)
+        holder.stdin.close()
+        holder.wait(20)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(5)
+    data = _counters(the_lab, v)["data"] - before["data"]
+    _record("far end asked by a host outside --allow", f"{data} bytes of data reached it")
+    assert data == 0, f"the far end sent {data} bytes to a host outside --allow"
 
 
 def _descendants(pid: int) -> list[str]:
