@@ -421,3 +421,22 @@ def test_a_killed_requester_takes_its_far_end_with_it(lab: tuple[Lab, str, str, 
 def test_the_agent_says_how_it_holds_its_far_ends(lab: tuple[Lab, str, str, str]) -> None:
     log = _LOG
     assert re.search(r"far ends held by the kernel", _read(log)), _read(log)
+
+
+def test_an_agent_without_a_fence_says_its_limits_bind_only_after_the_fact() -> None:
+    # nft is in /usr/sbin: without it on PATH no fence can be put up (as on a host without
+    # root or nftables). The agent must say so, not be silently weaker.
+    from netprobe.agent.client import agent_status
+
+    from .servers import netprobe_server
+
+    if shutil.which("nft", path="/usr/bin:/bin"):
+        pytest.skip("nft is in /usr/bin or /bin here: it cannot be hidden")
+    with netprobe_server("--max-rate", "1M", env={"PATH": "/usr/bin:/bin"}) as server:
+        end = time.monotonic() + 10
+        while time.monotonic() < end and "after the fact" not in _read(Path(server.log_path)):
+            time.sleep(0.1)
+        said = _read(Path(server.log_path))
+        status = agent_status("127.0.0.1", port=server.port)
+    assert "held only after the fact" in said and "nft is not installed" in said, said
+    assert "after the fact" in str(status.get("far_end_limits")), status
