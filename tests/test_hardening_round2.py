@@ -518,7 +518,10 @@ def test_a_driven_far_end_is_held_to_the_agents_limits() -> None:
         took = time.monotonic() - started
         agent.finish()
         agent.close()
-    assert agent.stopped and "connections" in agent.stopped, agent.stopped
+    # Stopped by the guard, or (issue 33) refused at accept by the kernel fence, which
+    # the agent says (test_agent_fence.py counts the connections).
+    fenced = any("fence dropped" in note for note in agent.output_notes)
+    assert fenced or (agent.stopped and "connections" in agent.stopped), agent.stopped
     assert took < 4, f"the far end served {took:.1f} s of an 8 s, 8-stream test"
     moved = json.loads(run.stdout or "{}").get("end", {}).get("sum_received", {}).get("bytes", 0)
     assert moved < 2e9, moved  # what it served in the moment before the guard saw it
@@ -549,7 +552,10 @@ def test_a_far_end_talking_outside_the_allow_list_is_stopped() -> None:
         agent.finish()
         agent.close()
     assert run.returncode is not None
-    assert agent.stopped and "127.0.0.5" in agent.stopped, agent.stopped
+    # Stopped by the guard, or (issue 33) never reached: the kernel fence lets the far end
+    # talk to its requester only, and the agent says it dropped the rest.
+    fenced = any("fence dropped" in note for note in agent.output_notes)
+    assert fenced or (agent.stopped and "127.0.0.5" in agent.stopped), agent.stopped
 
 
 def test_a_third_party_target_outside_the_allow_list_is_refused() -> None:

@@ -164,7 +164,7 @@ def test_bufferbloat_verdict_counts_probe_loss_and_lines_break_when_idle(  # typ
     # closed); the rule also drops the UDP handshake's hello and proof datagrams, which are
     # retried and are no probes (a full suite once counted 45 drops for 44 lost)
     dropped = _dropped(lab, b)
-    assert 0 < dropped and dropped - 3 <= up_lost <= dropped + 3
+    assert dropped > 0 and dropped - 3 <= up_lost <= dropped + 3
     assert 0.1 < up_lost / sent < 0.35
     # The queue is 5 ms deep: the DSLReports grade (mean bloat) stays A, but a fifth of
     # the probes lost is a call no one can hold: the verdict is the loss's cap, never A.

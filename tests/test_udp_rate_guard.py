@@ -196,9 +196,13 @@ def test_a_udp_far_end_past_the_agents_rate_is_stopped(tool: str, binary: str) -
         agent.finish()  # type: ignore[attr-defined]
         agent.close()  # type: ignore[attr-defined]
         stopped = agent.stopped  # type: ignore[attr-defined]
+        notes = agent.output_notes  # type: ignore[attr-defined]
         left = [name for name, pid, _started in udpcount.tables() if pid == server.pid]
-    assert stopped and "Mbit/s" in stopped, stopped
-    assert took < 5, f"the far end served {took:.1f} s of an 8 s unlimited UDP test"
+    # Stopped by the guard, or (issue 33) held by the kernel fence before the bytes left,
+    # which the agent says: test_agent_fence.py counts what got out.
+    fenced = any("fence dropped" in note for note in notes)
+    assert fenced or (stopped and "Mbit/s" in stopped), (stopped, notes)
+    assert fenced or took < 5, f"the far end served {took:.1f} s of an 8 s unlimited UDP test"
     assert left == [], f"the agent left its counter tables {left}"
 
 

@@ -9,6 +9,7 @@ another one and streams the result back. ``tools`` lists what this host can run.
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import threading
 import time
@@ -18,8 +19,10 @@ from typing import Any, Callable, Optional
 import attrs
 
 from netprobe import convert
-from netprobe.agent import udpcount
-from netprobe.agent.guard import CHECK_S, Guard, limits_for, listens
+from netprobe.agent import fence, udpcount
+from netprobe.agent.fence import Fence, FenceUnavailable
+from netprobe.agent.guard import CHECK_S, EXTRA_CONNECTIONS, Guard, limits_for, listens
+from netprobe.agent.liveness import RequesterWatch, keep_alive
 from netprobe.agent.udpcount import CounterUnavailable, UdpCounter
 from netprobe.driven import DrivenProcess, port_is_free
 from netprobe.engine.log import client, escape
@@ -43,6 +46,7 @@ def handlers(loader: RegistryLoader = load_registry) -> dict[str, Callable[[Any,
     """The request handlers to give the engine's server (the agent starting up: what a
     killed predecessor left of its far ends' counters is removed first)."""
     udpcount.remove_stale()
+    fence.remove_stale()
     return {
         "tools": lambda session, msg: _tools(session, loader),
         "far_end": lambda session, msg: _far_end(session, msg, loader),
@@ -63,7 +67,25 @@ def _status(session: Session) -> None:
     session.channel.send({"type": "status", "state": "busy" if running else "idle",
                           "running": running, "slots": server.config.max_tests,
                           "served": server.served,
-                          "third_party": server.config.allow_third_party})
+                          "third_party": server.config.allow_third_party,
+                          "far_end_limits": limits_note()})
+
+
+@functools.lru_cache(maxsize=1)
+def _fence_missing() -> Optional[str]:
+    """Why far ends cannot be fenced on this host (None: they are); found once."""
+    return fence.unavailable()
+
+
+def limits_note() -> str:
+    """How this agent holds its far ends to its limits, for its start line and status:
+    never silently weaker than the kernel would allow."""
+    missing = _fence_missing()
+    if missing is None:
+        return ("far ends held by the kernel: own cgroup, nftables rate limit, connection "
+                "count and only the requester as destination")
+    return (f"far ends held only after the fact (watched and stopped): no kernel fence "
+            f"here ({missing})")
 
 
 # --- tools ------------------------------------------------------------------------------
@@ -126,36 +148,48 @@ def _far_end(session: Session, message: dict, loader: RegistryLoader) -> None:
     tool = _tool(session, message, loader)
     spec = session.checked_spec(message, tool.refusals)
     with session.slot(spec, "far_end"):
-        server, stopped = _run_far_end(session, tool, spec)
+        server, stopped, dropped = _run_far_end(session, tool, spec)
         if stopped:
             session.server.log(f"{client(session.peer)}: {tool.name} server stopped: {stopped}",
                                event="refused", client=client(session.peer), reason="limit")
-        _send_output(session, server.raw(), stopped, server.output_note())
+        notes = [n for n in (server.output_note(), _dropped_note(dropped)) if n]
+        _send_output(session, server.raw(), stopped, "; ".join(notes) or None)
+
+
+def _dropped_note(dropped: int) -> Optional[str]:
+    # Said, not failed: an honest test at the allowed rate may see a burst's few drops.
+    if not dropped:
+        return None
+    return (f"the agent's fence dropped {dropped} packets of its far end past this agent's "
+            "limits (rate, streams or addresses)")
 
 
 def _run_far_end(session: Session, tool: Tool,
-                 spec: TestSpec) -> tuple[DrivenProcess, Optional[str]]:
-    """Start the far end, serve it under its guard, stop it (its counter goes with it);
-    the stopped process and why the agent stopped it, if it did."""
+                 spec: TestSpec) -> tuple[DrivenProcess, Optional[str], int]:
+    """Start the far end, serve it under its guard and fence, stop it (its counter and
+    fence go with it); the stopped process, why the agent stopped it, if it did, and the
+    packets its fence dropped."""
     who = client(session.peer)
-    with _udp_counter(session, spec) as (counter, no_udp):
+    keep_alive(session.channel.sock)
+    with _udp_counter(session, spec) as (counter, no_udp), _fence(session, spec) as held:
         family = socket.AF_INET6 if ":" in session.local_address else socket.AF_INET
-        server, port = _start_far_end(session, tool, spec, family)
+        server, port = _start_far_end(session, tool, spec, family, held)
         session.server.log(f"{who}: started {tool.name} server, pid {server.pid}",
                            event="far-end", client=who, tool=tool.name, pid=server.pid,
                            state="started")
         try:
             guard = _guard(session, spec, server, counter, no_udp)
-            return server, _serve_far_end(session, guard, server, port)
+            stopped = _serve_far_end(session, guard, server, port)
         finally:
             code = server.stop()
             session.server.log(f"{who}: {tool.name} server ended ({code})", event="far-end",
                                client=who, tool=tool.name, pid=server.pid, state="stopped",
                                exit_code=code)
+        return server, stopped, held.dropped() if held is not None else 0
 
 
-def _start_far_end(session: Session, tool: Tool, spec: TestSpec,
-                   family: int) -> tuple[DrivenProcess, int]:
+def _start_far_end(session: Session, tool: Tool, spec: TestSpec, family: int,
+                   held: Optional[Fence] = None) -> tuple[DrivenProcess, int]:
     """Start the tool's server on a free block of ports, listening by its own PID.
 
     The port is chosen and the tool started under one lock, and it is ready only once a
@@ -170,6 +204,8 @@ def _start_far_end(session: Session, tool: Tool, spec: TestSpec,
             argv = tool.far_end_argv(spec, session.local_address, port)
             if argv is None:
                 session.refuse(f"{tool.name} has no server side for an agent to start")
+            if held is not None:
+                argv = held.argv(argv)  # it joins its cgroup before the tool runs
             server = DrivenProcess(argv, name="server", die_with_parent=True).start()
             if _wait_ready(server, port):
                 return server, port
@@ -199,8 +235,34 @@ def _udp_counter(session: Session,
         yield counter, None
 
 
+@contextlib.contextmanager
+def _fence(session: Session, spec: TestSpec) -> Iterator[Optional[Fence]]:
+    """The far end's kernel fence (see :mod:`netprobe.agent.fence`), taken down after; None
+    where this host has none (the guard alone holds it then, as the start line said)."""
+    if _fence_missing() is not None:
+        yield None
+        return
+    config = session.server.config
+    directions = len(spec.flow_directions())
+    rate = (config.max_rate_bps * spec.streams * directions / 8
+            if config.max_rate_bps else None)
+    try:
+        held = Fence.put_up(str(session.peer[0]), spec.streams * directions + EXTRA_CONNECTIONS,
+                            rate)
+    except FenceUnavailable as exc:
+        session.server.log(f"{client(session.peer)}: far end not fenced ({exc}): "
+                           "only watched", event="far-end", state="unfenced")
+        yield None
+        return
+    with held:
+        yield held
+
+
 def _guard(session: Session, spec: TestSpec, server: DrivenProcess,
            counter: Optional[UdpCounter], no_udp: Optional[str]) -> Guard:
+    # Behind a fence too: the fence holds what leaves, the guard stops a far end whose
+    # client asks for more than it was allowed (what it tries, counted before the fence),
+    # so that the test fails and says why rather than measuring the fence.
     config = session.server.config
     return Guard(server.pid, limits_for(
         spec.streams, len(spec.flow_directions()), spec.planned_s() or config.max_duration_s,
@@ -315,9 +377,18 @@ def _third_party(session: Session, message: dict, loader: RegistryLoader) -> Non
         session.server.log(f"{who}: third-party {tool.name} {what}",
                            event="test", client=who, tool=tool.name, target=spec.host)
         reply: dict[str, Any] = {"type": "result"}
+        keep_alive(session.channel.sock)
         try:
-            reply["result"] = convert.unstructure(
-                run_spec(tool, spec, _Forward(session), agent=AgentAccess(secret=config.secret)))
+            with RequesterWatch(session.channel.sock) as watch:
+                result = run_spec(tool, spec, _Forward(session),
+                                  agent=AgentAccess(secret=config.secret))
+            reply["result"] = convert.unstructure(result)
+        except KeyboardInterrupt:
+            # Only the watch raises it here (the agent's own Ctrl-C reaches its main
+            # thread): the requester is gone, so is the test; no one is left to tell.
+            session.server.log(f"{who}: third-party {tool.name} stopped: {watch.gone}",
+                               event="test", client=who, tool=tool.name, state="stopped")
+            return
         except TestFailed as exc:
             reply["error"] = str(exc)
             reply["result"] = convert.unstructure(exc.partial) if exc.partial else None

@@ -182,7 +182,7 @@ class _LogFile:
 def _serve_logged(args: argparse.Namespace, config: Any, log: Any,
                   pidfile: _PidFile | None) -> None:
     """Serve until Ctrl-C, the pidfile written once listening and removed at the end."""
-    from netprobe.agent.service import handlers
+    from netprobe.agent.service import handlers, limits_note
     from netprobe.engine.server import describe, serve
 
     where = args.bind or "all addresses"
@@ -192,6 +192,7 @@ def _serve_logged(args: argparse.Namespace, config: Any, log: Any,
             pidfile.write()
         log(f"netprobe server listening on {where} port {port}: {describe(config)}",
             event="listening", address=args.bind, port=port)
+        log(f"netprobe server: {limits_note()}", event="limits")
 
     try:
         serve(config, log=log, handlers=handlers(), ready=ready)
