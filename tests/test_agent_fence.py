@@ -46,9 +46,10 @@ import json, sys, time, attrs
 from netprobe.agent.client import AgentConnection
 from netprobe.plugin import NullReporter, load_registry
 from netprobe.schema import TestSpec
-tool_name, protocol, direction, streams, agent, port = sys.argv[1:7]
+tool_name, protocol, direction, streams, agent, port, told_streams = sys.argv[1:8]
 told = TestSpec(tool=tool_name, host=agent, duration_s=TOLD_S, protocol=protocol,
-                direction=direction, streams=1, rate_bits_per_second=1e6)
+                direction=direction, streams=int(told_streams),
+                rate_bits_per_second=1e6 / int(told_streams))  # the 1M, shared
 started = time.monotonic()  # before the fence goes up: its bucket starts full
 conn = AgentConnection.open(agent, int(port), None)
 far = conn.far_end(tool_name, told)
@@ -182,9 +183,10 @@ def _env() -> dict[str, str]:
 
 
 def _request(lab: Lab, c: str, tool: str, protocol: str, direction: str,
-             streams: int) -> dict:
+             streams: int, told_streams: int = 1) -> dict:
     done = subprocess.run(["ip", "netns", "exec", c, sys.executable, "-c", _REQUESTER, tool,
-                           protocol, direction, str(streams), AGENT, str(AGENT_PORT)],
+                           protocol, direction, str(streams), AGENT, str(AGENT_PORT),
+                           str(told_streams)],
                           capture_output=True, text=True, timeout=60, env=_env())
     if "cannot honour" in done.stderr:  # the tool has no such test (ntttcp --reverse)
         pytest.skip(done.stderr.strip().splitlines()[-1])
@@ -220,6 +222,18 @@ def test_what_leaves_a_far_end_is_held_to_the_rate(lab: tuple[Lab, str, str, str
     assert moved <= allowed, (f"{moved} bytes left the far end in {outcome['far_s']:.1f} s, "
                               f"more than the {allowed:.0f} the rate allows: {outcome}")
     assert moved > 2000, f"nothing moved: the fence stopped the test itself: {outcome}"
+
+
+def test_max_rate_is_the_tests_not_each_streams(lab: tuple[Lab, str, str, str]) -> None:
+    # --max-rate bounds a test's streams together, as on the native server: a far end told
+    # 4 streams at --max-rate 1M may move 1 Mbit/s in all, not 4 (it was rate x streams).
+    the_lab, a, c, _v = lab
+    _tool_or_skip("iperf3")
+    before = _counters(the_lab, a)
+    outcome = _request(the_lab, c, "iperf3", "tcp", "normal", 4, told_streams=4)
+    received = _counters(the_lab, a)["to_far"] - before["to_far"]
+    allowed = RATE_BYTES_S * outcome["far_s"] + max(RATE_BYTES_S, fence.MIN_BURST_BYTES)
+    assert 2000 < received <= allowed, (received, allowed, outcome)
 
 
 @pytest.mark.parametrize("protocol", ["tcp", "udp"])

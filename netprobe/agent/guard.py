@@ -9,8 +9,8 @@ breach:
 * it holds more established TCP connections than the spec's streams allow (plus the
   tool's control and sync connections);
 * a connected socket of it talks to an address the agent's ``--allow`` list refuses;
-* with ``--max-rate``, it moves more bytes per second than the streams at that rate
-  could. Two counts, the larger taken: its sockets' own byte counts, which see every way
+* with ``--max-rate``, it moves more bytes per second than the test may (the limit is the
+  test's, every stream and direction together). Two counts, the larger taken: its sockets' own byte counts, which see every way
   of sending (write, send, sendto, sendmsg, sendfile, splice, zero-copy, GSO): for TCP each
   connection's ``tcp_info`` through sock_diag (:mod:`netprobe.driven.tcpbytes`), for UDP
   an nftables counter on its UDP sockets' ports (:mod:`netprobe.agent.udpcount`: the
@@ -63,7 +63,8 @@ def limits_for(streams: int, directions: int, planned_s: float, rate_bps: Option
     """The limits of a far end for ``streams`` per direction, starting now."""
     per_s = None
     if rate_bps:
-        per_s = rate_bps * streams * directions / 8 * RATE_SLACK + RATE_FLOOR_BYTES_S
+        # The test's total, streams and directions together (--max-rate is per test).
+        per_s = rate_bps / 8 * RATE_SLACK + RATE_FLOOR_BYTES_S
     return Limits(deadline=time.monotonic() + planned_s + GRACE_S,
                   max_connections=streams * directions + EXTRA_CONNECTIONS,
                   max_bytes_per_s=per_s, allowed=allowed)

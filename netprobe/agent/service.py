@@ -244,8 +244,9 @@ def _fence(session: Session, spec: TestSpec) -> Iterator[Optional[Fence]]:
         return
     config = session.server.config
     directions = len(spec.flow_directions())
-    rate = (config.max_rate_bps * spec.streams * directions / 8
-            if config.max_rate_bps else None)
+    # --max-rate is what one test may move, every stream and direction together (as for
+    # the native server's tests), not a figure per stream.
+    rate = config.max_rate_bps / 8 if config.max_rate_bps else None
     try:
         held = Fence.put_up(str(session.peer[0]), spec.streams * directions + EXTRA_CONNECTIONS,
                             rate)
