@@ -308,11 +308,14 @@ def _define(cls: type, defs: dict[str, Any]) -> None:
     hints = _hints(cls)
     properties: dict[str, Any] = {}
     required = []
+    docs = _attribute_docs(cls)
     for attribute in attrs.fields(cls):
         prop = _type_schema(hints[attribute.name], defs)
         choices = _choices(attribute)
         if choices:
             prop = {**prop, "enum": list(choices) + ([None] if "anyOf" in prop else [])}
+        if attribute.name in docs:
+            prop = {"description": docs[attribute.name], **prop}
         properties[attribute.name] = prop
         if attribute.default is attrs.NOTHING:
             required.append(attribute.name)
@@ -322,6 +325,31 @@ def _define(cls: type, defs: dict[str, Any]) -> None:
         "properties": properties,
         "required": required,
     }
+
+
+def _attribute_docs(cls: type) -> dict[str, str]:
+    """Each field's docstring (the string literal under it in the class body, as the schema
+    module writes them), for the JSON Schema's descriptions; inherited fields included.
+    Read from the source with ast: Python keeps no attribute docstrings at run time."""
+    import ast
+    import inspect
+    import textwrap
+
+    found: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not attrs.has(klass):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):  # no source here: no descriptions
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)):
+                found[node.target.id] = " ".join(after.value.value.split())
+    return found
 
 
 def _choices(attribute: attrs.Attribute) -> tuple[Any, ...] | None:

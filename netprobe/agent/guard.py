@@ -10,13 +10,14 @@ breach:
   tool's control and sync connections);
 * a connected socket of it talks to an address the agent's ``--allow`` list refuses;
 * with ``--max-rate``, it moves more bytes per second than the test may (the limit is the
-  test's, every stream and direction together). Two counts, the larger taken: its sockets' own byte counts, which see every way
-  of sending (write, send, sendto, sendmsg, sendfile, splice, zero-copy, GSO): for TCP each
-  connection's ``tcp_info`` through sock_diag (:mod:`netprobe.driven.tcpbytes`), for UDP
-  an nftables counter on its UDP sockets' ports (:mod:`netprobe.agent.udpcount`: the
-  kernel keeps no per-socket UDP count); and the bytes it read and wrote (/proc/PID/io,
-  read/write only). Where no UDP counter could be installed, a far end that opens a UDP
-  socket is stopped: its rate could not be held.
+  test's, every stream and direction together). Two counts, the larger taken: its
+  sockets' own byte counts, which see every way of sending (write, send, sendto, sendmsg,
+  sendfile, splice, zero-copy, GSO): for TCP each connection's ``tcp_info`` through
+  sock_diag (:mod:`netprobe.driven.tcpbytes`), for UDP an nftables counter on its UDP
+  sockets' ports (:mod:`netprobe.agent.udpcount`: the kernel keeps no per-socket UDP
+  count); and the bytes it read and wrote (/proc/PID/io, read/write only). Where no UDP
+  counter could be installed, a far end that opens a UDP socket is stopped: its rate could
+  not be held.
 """
 from __future__ import annotations
 
