@@ -184,3 +184,16 @@ def test_parse_duration(text: str, seconds: float) -> None:
 def test_parse_duration_refuses(text: str) -> None:
     with pytest.raises((ValueError, config.FleetFileError)):
         config._seconds(text, "k", "f")
+
+
+def test_spec_rates_and_sizes_take_suffixes_as_the_command_line_does() -> None:
+    # duration = "3s" was taken, rate = "50M" refused: the same units as -b, -l, -w, -n.
+    text = FLEET.replace('spec = { tool = "iperf3", protocol = "udp" }',
+                         'spec = { tool = "iperf3", protocol = "udp", rate = "50M", '
+                         'length = "1k", window = "4M", bytes = "1G" }')
+    edge = _parse(text).groups[1]
+    assert edge.spec.rate_bits_per_second == 50_000_000
+    assert edge.spec.length_bytes == 1024 and edge.spec.window_bytes == 4 * 2**20
+    assert edge.spec.bytes_total == 2**30
+    with pytest.raises(config.FleetFileError, match=r"groups\.edge.*spec\.rate.*bit rate"):
+        _parse(FLEET.replace('protocol = "udp" }', 'protocol = "udp", rate = "fast" }'))

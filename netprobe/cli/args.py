@@ -14,8 +14,8 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from netprobe.cli.exitcodes import UsageError
-from netprobe.cli.units import parse_bitrate, parse_bytes, parse_dscp, parse_seconds
 from netprobe.limits import LONGEST_S
+from netprobe.units import parse_bitrate, parse_bytes, parse_dscp, parse_seconds
 
 if TYPE_CHECKING:
     from netprobe.schema import TestSpec

@@ -7,73 +7,12 @@ Two conventions, on purpose different (they are what iperf3 does, and what peopl
 * Rates (``--bitrate``) are bits per second with **SI** suffixes: ``100M`` is
   100,000,000 bit/s.
 
-Suffixes are case-insensitive; a trailing ``B``/``iB`` (bytes) or ``bit``/``bps``/``b``
-(rates) is accepted and ignored. Every parser raises ValueError with a message fit to
-show the user. Nothing here imports rich, so the module stays cheap to load.
+Reading them is :mod:`netprobe.units`' (re-exported here); this module shows them. Nothing
+here imports rich, so the module stays cheap to load.
 """
 from __future__ import annotations
 
-import math
-import re
-
-_NUMBER = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)\s*([a-z/]*)\s*$", re.IGNORECASE)
-_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
-_BYTE_TAILS = ("", "b", "ib")
-_RATE_TAILS = ("", "b", "bit", "bits", "bps", "bit/s", "b/s")
-
-DSCP_NAMES = {
-    "df": 0, "be": 0, "le": 1, "ef": 46, "va": 44,
-    **{f"cs{n}": 8 * n for n in range(8)},
-    **{f"af{c}{d}": 8 * c + 2 * d for c in range(1, 5) for d in range(1, 4)},
-}
-"""DSCP names (RFC 2474, 2597, 3246, 5865, 8622) and their code points."""
-
-
-def _split(text: str, tails: tuple[str, ...], what: str) -> tuple[float, int]:
-    match = _NUMBER.match(text)
-    if not match or match.group(3).lower() not in tails:
-        raise ValueError(f"not a {what}: {text!r}")
-    return float(match.group(1)), _POWERS[match.group(2).lower()]
-
-
-def parse_bytes(text: str) -> int:
-    """Parse a byte count: ``65536``, ``64k``, ``1.5M``, ``2G`` (suffixes are 1024-based)."""
-    value, power = _split(text, _BYTE_TAILS, "byte count (e.g. 128k, 1.5M, 2G)")
-    return round(value * 1024**power)
-
-
-def parse_bitrate(text: str) -> float:
-    """Parse a rate in bits per second: ``100M``, ``1.5g``, ``64k`` (SI: 1M = 10**6)."""
-    value, power = _split(text, _RATE_TAILS, "bit rate (e.g. 100M, 1.5G, 64k)")
-    return value * 1000**power
-
-
-def parse_seconds(text: str) -> float:
-    """Parse a duration in seconds (``10``, ``0.5``); an optional trailing ``s`` is allowed."""
-    stripped = text.strip().lower()
-    stripped = stripped[:-1] if stripped.endswith("s") else stripped
-    try:
-        value = float(stripped)
-    except ValueError:
-        raise ValueError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"seconds must be a finite number >= 0, got {text!r}")
-    return value
-
-
-def parse_dscp(text: str) -> int:
-    """Parse a DSCP code point: a number 0-63 (decimal or 0x hex) or a name like EF, AF41, CS1."""
-    key = text.strip().lower()
-    if key in DSCP_NAMES:
-        return DSCP_NAMES[key]
-    try:
-        value = int(key, 16) if key.startswith("0x") else int(key, 10)
-    except ValueError:
-        raise ValueError(f"not a DSCP value (0-63, or a name like EF, AF41, CS1): {text!r}"
-                         ) from None
-    if not 0 <= value <= 63:
-        raise ValueError(f"DSCP must be 0-63, got {text!r}")
-    return value
+from netprobe.units import POWERS
 
 
 def format_bytes(value: float | None) -> str:
@@ -149,7 +88,7 @@ class Units:
         """A rate in the chosen unit."""
         if self.letter is None or bits_per_second is None:
             return format_rate(bits_per_second)
-        power = _POWERS[self.letter.lower()]
+        power = POWERS[self.letter.lower()]
         if self.letter.isupper():
             return f"{_three_figures(bits_per_second / 8 / 1024**power)} " \
                    f"{self.letter}Byte/s"
@@ -159,5 +98,5 @@ class Units:
         """A byte count in the chosen unit's prefix (1024-based)."""
         if self.letter is None or value is None:
             return format_bytes(value)
-        power = _POWERS[self.letter.lower()]
+        power = POWERS[self.letter.lower()]
         return f"{value / 1024**power:.2f} {self.letter.upper()}Bytes"

@@ -37,6 +37,7 @@ from netprobe.engine.protocol import DEFAULT_PORT
 from netprobe.errors import SpecError
 from netprobe.limits import FLEET_FILE_MAX_BYTES, LONGEST_S, InputTooLarge, read_at_most
 from netprobe.schema import TestSpec
+from netprobe.units import parse_bitrate, parse_bytes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -472,6 +473,9 @@ _SPEC_KEYS = {
     "congestion": "congestion", "dscp": "dscp", "ip_version": "ip_version",
 }
 _SECONDS_KEYS = {"duration", "omit", "interval"}
+# Written as on the command line: "50M" bits/s (SI), "128k" bytes (1024-based).
+_SUFFIXED = {"rate": parse_bitrate, "bytes": parse_bytes, "length": parse_bytes,
+             "window": parse_bytes}
 UDP_DEFAULT_RATE = 1_000_000  # as `netprobe run -u`: a forgotten rate floods no link
 
 
@@ -482,6 +486,8 @@ def _spec(value: Any, key: str, path: str) -> TestSpec:
     for name, item in body.items():
         if name in _SECONDS_KEYS:
             item = _seconds(item, f"{key}.{name}", path)
+        elif name in _SUFFIXED and isinstance(item, str):
+            item = _suffixed(item, name, f"{key}.{name}", path)
         fields[_SPEC_KEYS[name]] = item
     if fields.get("protocol") == "udp":
         fields.setdefault("rate_bits_per_second", UDP_DEFAULT_RATE)
@@ -527,6 +533,14 @@ def _seconds(value: Any, key: str, path: str, positive: bool = False,
         raise FleetFileError(f"{path}: {key}: must be at most {most:g} s "
                              f"({most / 86400:g} days), got {value!r}")
     return seconds
+
+
+def _suffixed(text: str, name: str, key: str, path: str) -> float:
+    """A rate or byte count written with a unit suffix, as ``-b`` and ``-l`` take them."""
+    try:
+        return _SUFFIXED[name](text)
+    except ValueError as exc:
+        raise FleetFileError(f"{path}: {key}: {exc}") from None
 
 
 def _table(value: Any, key: str, path: str) -> Mapping[str, Any]:
