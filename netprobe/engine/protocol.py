@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
-import hmac
 import json
 import math
 import select
@@ -124,6 +122,10 @@ def udp_nonce(key: bytes, hello: DataHello, peer: tuple) -> bytes:
     secret ``key`` of the stream and the address and port, so the server keeps no state
     for hellos (a flood of them costs it nothing) and only who receives at ``peer`` learns
     it."""
+    # Imported here: hmac loads hashlib and OpenSSL, which a TCP test's start-up need not.
+    import hashlib
+    import hmac
+
     what = f"{hello.stream_id}|{hello.direction}|{peer[0]}|{peer[1]}".encode()
     return hmac.new(key, hello.cookie + what, hashlib.sha256).digest()[:NONCE_BYTES]
 
