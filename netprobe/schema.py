@@ -126,12 +126,14 @@ def _typed(kind: type, optional: bool = False, most_chars: Optional[int] = None)
     return check
 
 
-@attrs.frozen
 class _Choice:
     """A validator that a value is one of ``options`` (SpecError naming the field);
     ``options`` is also what the generated JSON Schema lists as the field's enum."""
 
-    options: tuple[str, ...]
+    __slots__ = ("options",)
+
+    def __init__(self, options: tuple[str, ...]) -> None:
+        self.options = options
 
     def __call__(self, instance: object, attribute: attrs.Attribute, value: object) -> None:
         if not isinstance(value, str) or value not in self.options:

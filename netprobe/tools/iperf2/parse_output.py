@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from netprobe import plugin
 from netprobe.errors import ParseError
 from netprobe.schema import Endpoint, FlowSummary, Interval, Latency, SideSummary, StreamResult
 from netprobe.tools._iperf_common import Parts, side_directions, side_of, tcp_rtt_latency
@@ -169,6 +170,9 @@ class TextReader:
         self.buffer: dict[str, int] = {}
         """The process's "Read"/"Write buffer size" headers: its -l."""
         self._server_report = False
+        self.not_kept = 0
+        """Interval lines read past :data:`netprobe.plugin.MAX_INTERVALS_KEPT`, not kept."""
+        self._latest: dict[tuple[str, str, str], _Record] = {}
 
     def feed(self, line: str) -> Interval | None:
         """Take one line; return the interval sample it holds, if it is one (summary lines
@@ -186,10 +190,21 @@ class TextReader:
         record = self._data_line(line)
         if record is None:
             return None
-        self.records.append(record)
+        self._keep(record)
         if not self.intervals_on or self._is_summary(record):
             return None
         return record.sample
+
+    def _keep(self, record: _Record) -> None:
+        # Past the limit only each stream's latest line is held (the final one, once it
+        # comes, is its summary): an hour at -i 0.01 read whole took 47x the log in memory.
+        if len(self.records) < plugin.MAX_INTERVALS_KEPT:
+            self.records.append(record)
+            return
+        key = (record.label, record.direction, record.role)
+        if key in self._latest:
+            self.not_kept += 1
+        self._latest[key] = record
 
     def _header(self, line: str) -> bool:
         if "bits/sec" in line:
@@ -307,8 +322,13 @@ class TextReader:
 
     def parts(self) -> Parts:
         """Intervals and summaries of everything read so far."""
-        parts = build_parts(self.records, self.ooo, self.intervals_on)
+        parts = build_parts([*self.records, *self._latest.values()], self.ooo,
+                            self.intervals_on)
         parts.call_lengths = self.call_lengths()
+        if self.not_kept:
+            parts.warnings.append(
+                f"{len(parts.intervals)} interval reports kept in the result, "
+                f"{self.not_kept} more read and not kept; the summaries are iperf's own")
         return parts
 
     def call_lengths(self) -> dict[tuple[str, str], int]:
@@ -581,9 +601,29 @@ def endpoints(reader: TextReader) -> tuple[Endpoint, Endpoint]:
 def read_text(text: str, process_is_client: bool, keys: StreamKeys | None = None) -> TextReader:
     """Feed a whole saved output through a TextReader."""
     reader = TextReader(process_is_client, keys)
-    for line in text.splitlines():
+    for line in _lines(text):
         reader.feed(line)
     return reader
+
+
+RAW_KEPT_CHARS = 1 << 20
+"""Most of a saved log kept as the result's raw output (its head, where the banner and the
+first reports are): the rest is said, not copied."""
+
+
+def kept_raw(text: str) -> str:
+    """``text`` for the result's raw output: whole, or its head and how much was left out."""
+    if len(text) <= RAW_KEPT_CHARS:
+        return text
+    return (text[:RAW_KEPT_CHARS] +
+            f"\n[netprobe: {len(text) - RAW_KEPT_CHARS} more characters not kept]\n")
+
+
+def _lines(text: str | Iterable[str]) -> Iterable[str]:
+    # One line at a time: a str's splitlines() would hold a second copy of a big log.
+    if not isinstance(text, str):
+        return text
+    return (found.group() for found in re.finditer(r"[^\n]*\n|[^\n]+$", text))
 
 
 def _read_until_first_connection(text: str) -> TextReader:

@@ -167,7 +167,7 @@ class Iperf2Tool(IperfTool):
         parts.latency = p2.latency(parts)
         status = "failed" if parts.errors else "ok"
         spec = _spec_from(sources, parts)
-        raw = tuple(RawOutput(name=name, text=text) for name, text in sources)
+        raw = tuple(RawOutput(name=name, text=p2.kept_raw(text)) for name, text in sources)
         return assemble(
             parts,
             tool=ToolInfo(name=self.name),
