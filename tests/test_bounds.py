@@ -281,3 +281,34 @@ def test_a_long_iperf2_log_keeps_a_bounded_number_of_intervals_and_an_exact_summ
     sender = result.summaries[0].sender
     assert sender is not None and sender.bits_per_second == 10.0e9  # the final line, exact
     assert sum(len(r.text) for r in result.raw) < len(text)  # the raw text is cut, and said
+
+
+def test_a_test_past_the_spool_limit_is_read_from_disk_with_the_same_figures(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from netprobe.tools.iperf2 import parse_output as p2
+    from netprobe.tools.iperf2.tool import Iperf2Tool
+
+    lines = list(_iperf2_log(300))
+    whole = [str(t) for t in Iperf2Tool().split_tests(iter(lines))]
+    monkeypatch.setattr(p2, "SPOOL_CHARS", 2000)
+    spooled = list(Iperf2Tool().split_tests(iter(lines)))
+    assert len(spooled) == 1 and isinstance(spooled[0], p2.SpooledLog)
+    assert "".join(spooled[0]) == whole[0]  # every line, in order, read again
+    one, two = (Iperf2Tool().parse([("client", t)]) for t in (whole[0], spooled[0]))
+    assert one.summaries == two.summaries and one.intervals == two.intervals
+    assert one.spec == two.spec
+
+
+def test_a_long_iperf2_csv_log_keeps_a_bounded_number_of_intervals(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from netprobe import plugin
+    from netprobe.tools.iperf2 import parse_output as p2
+
+    monkeypatch.setattr(plugin, "MAX_INTERVALS_KEPT", 50)
+    rows = [f"20261205090000,127.0.0.1,40000,127.0.0.1,5001,1,{k}.0-{k + 1}.0,1000,8000\n"
+            for k in range(500)]
+    rows.append("20261205090000,127.0.0.1,40000,127.0.0.1,5001,1,0.0-500.0,500000,8000\n")
+    parts = p2.parse_csv("".join(rows), True)
+    assert len(parts.intervals) <= 51
+    assert parts.summaries[0].sender.bytes == 500000  # the final row, exact
+    assert any("not kept" in w for w in parts.warnings)
