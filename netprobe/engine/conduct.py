@@ -50,7 +50,10 @@ READ_AHEAD_STEPS = 8
 ahead of the test loop: a burst of 258 samples a step at -P 128 --bidir passes whole."""
 SLACK_STEPS = 3
 """Interval steps a peer may report beyond its elapsed time: the warm-up boundary, the
-tail, and a clock that started a little before ours."""
+tail, and a step under way."""
+SLACK_S = 2.0
+"""Seconds the peer's clock may run ahead of ours: it starts when it sends ``start``, ours
+when that arrives, a one-way delay later (300 ms over a geostationary satellite)."""
 PEER_TEXT_CHARS = 1000
 """Longest error, warning or system text kept from a peer (cut and escaped past it)."""
 PEER_NOTES = 32
@@ -331,11 +334,12 @@ class Conductor:
     def _samples_allowed(self) -> int:
         """The most interval samples the peer can have taken by now: per step, one per
         stream and direction and a sum per direction, over the steps its elapsed time
-        holds, plus :data:`SLACK_STEPS`; what a hostile peer can make this side hold."""
+        holds (with :data:`SLACK_S`), plus :data:`SLACK_STEPS`: what a hostile peer can make
+        this side hold."""
         spec = self.side.spec
         step = spec.interval_s or 1.0
         elapsed = core.monotonic() - self.side.t0 if self.side.t0 else 0.0
-        return int(samples_per_step(spec) * (elapsed / step + SLACK_STEPS))
+        return int(samples_per_step(spec) * ((elapsed + SLACK_S) / step + SLACK_STEPS))
 
     def _fail(self, reason: str) -> None:
         if self.outcome.error is None:
