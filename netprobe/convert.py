@@ -35,8 +35,42 @@ def _finite_float(value: Any) -> float:
     return number
 
 
+def _strict_int(value: Any) -> int:
+    # JSON has one number type: a float (1.9), a boolean (true is 1 to Python) or a string
+    # ("2") where a count belongs is a peer's mistake or a probe, never silently rounded.
+    if type(value) is not int:
+        raise ValueError(f"expected an integer, not {_shown(value)}")
+    return value
+
+
+def _strict_float(value: Any) -> float:
+    if type(value) not in (int, float):  # an integer is a number; true and "1.5" are not
+        raise ValueError(f"expected a number, not {_shown(value)}")
+    return _finite_float(value)
+
+
+def _strict_str(value: Any) -> str:
+    if type(value) is not str:
+        raise ValueError(f"expected a string, not {_shown(value)}")
+    return value
+
+
+def _strict_bool(value: Any) -> bool:
+    if type(value) is not bool:
+        raise ValueError(f"expected true or false, not {_shown(value)}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    # A JSON kind and a short cut of the value: what the peer sent is data, never echoed whole.
+    text = repr(value)
+    return f"a JSON {_json_kind(value)} ({text[:40]}{'...' if len(text) > 40 else ''})"
+
+
 _SCALAR_STRUCTURE: dict[Any, Callable[[Any], Any]] = {
-    int: int, float: _finite_float, str: str, bool: bool}
+    int: _strict_int, float: _strict_float, str: _strict_str, bool: _strict_bool}
+"""Each scalar type strictly, as JSON carries it: what every record read from a peer, a
+saved file or an archive goes through, so one check covers every field."""
 
 
 class _FieldError(ValueError):

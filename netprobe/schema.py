@@ -99,6 +99,55 @@ def _check_bounds(spec: Any) -> None:
                         f" got {spec.length_bytes}")
 
 
+CONGESTION_MAX_CHARS = 15
+"""Longest congestion control name: the kernel keeps 16 bytes with the closing NUL
+(TCP_CA_NAME_MAX) and cuts a longer name, so one past 15 can never be the one in use."""
+TEXT_MAX_CHARS = 255
+"""Longest host name, address or tool name a spec takes (a DNS name is at most 253)."""
+
+_KIND_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def _typed(kind: type, optional: bool = False, most_chars: Optional[int] = None) -> Any:
+    """A validator that ``value`` is of ``kind`` exactly as JSON would carry it (a bool is
+    not an integer, "2" and 1.9 are not one; an integer is a number), and a string no
+    longer than ``most_chars``: SpecError naming the field otherwise, so misuse through the
+    API is told as the command line tells it, never a TypeError from deep inside."""
+    allowed = (int, float) if kind is float else (kind,)
+
+    def check(instance: object, attribute: attrs.Attribute, value: object) -> None:
+        if value is None and optional:
+            return
+        if type(value) not in allowed:
+            shown = repr(value)[:40]
+            raise SpecError(f"{attribute.name} must be {_KIND_WORDS[kind]}"
+                            f"{' or None' if optional else ''}, got {shown}")
+        if most_chars is not None and len(str(value)) > most_chars:
+            raise SpecError(f"{attribute.name} must be at most {most_chars} characters, "
+                            f"got {len(str(value))}")
+
+    return check
+
+
+class _Choice:
+    """A validator that a value is one of ``options`` (SpecError naming the field);
+    ``options`` is also what the generated JSON Schema lists as the field's enum."""
+
+    __slots__ = ("options",)
+
+    def __init__(self, options: tuple[str, ...]) -> None:
+        self.options = options
+
+    def __call__(self, instance: object, attribute: attrs.Attribute, value: object) -> None:
+        if not isinstance(value, str) or value not in self.options:
+            raise SpecError(f"{attribute.name} must be one of {', '.join(self.options)}, "
+                            f"got {repr(value)[:40]}")
+
+
+def _choice(choices: tuple[str, ...]) -> Any:
+    return _Choice(choices)
+
+
 def _port_or_none(instance: object, attribute: attrs.Attribute, value: object) -> None:
     if value is not None and not (isinstance(value, int) and 1 <= value <= 65535):
         raise SpecError(f"{attribute.name} must be a port number 1-65535, got {value!r}")
@@ -110,48 +159,59 @@ class TestSpec(Record):
 
     __test__ = False  # not a pytest test class
 
-    tool: str = "native"
+    tool: str = field(default="native", validator=_typed(str, most_chars=TEXT_MAX_CHARS))
     """Name of the tool plugin that runs the test."""
-    host: Optional[str] = None
+    host: Optional[str] = field(default=None,
+                                validator=_typed(str, optional=True, most_chars=TEXT_MAX_CHARS))
     """The far end; None means this machine (the tool runs both sides on loopback)."""
-    protocol: str = field(default="tcp", validator=_one_of(PROTOCOLS))
+    protocol: str = field(default="tcp", validator=_choice(PROTOCOLS))
     """``tcp`` or ``udp``."""
-    direction: str = field(default="normal", validator=_one_of(DIRECTIONS))
+    direction: str = field(default="normal", validator=_choice(DIRECTIONS))
     """``normal`` (client sends), ``reverse`` (server sends) or ``bidir`` (both at once)."""
-    streams: int = field(default=1, validator=_positive_or_none)
+    streams: int = field(default=1, validator=[_typed(int), _positive_or_none])
     """Parallel streams (per direction)."""
-    duration_s: Optional[float] = field(default=10.0, validator=_positive_or_none)
+    duration_s: Optional[float] = field(
+        default=10.0, validator=[_typed(float, optional=True), _positive_or_none])
     """How long to send; None when ``bytes_total`` bounds the test instead."""
-    bytes_total: Optional[int] = field(default=None, validator=_positive_or_none)
+    bytes_total: Optional[int] = field(
+        default=None, validator=[_typed(int, optional=True), _positive_or_none])
     """Bytes to send per stream (byte-count mode, like iperf3 -n); overrides duration."""
-    interval_s: Optional[float] = field(default=1.0, validator=_positive_or_none)
+    interval_s: Optional[float] = field(
+        default=1.0, validator=[_typed(float, optional=True), _positive_or_none])
     """Interval between live reports; None for no interval reports."""
-    omit_s: float = field(default=0.0, validator=_non_negative_or_none)
+    omit_s: float = field(default=0.0, validator=[_typed(float), _non_negative_or_none])
     """Warm-up seconds before ``duration_s`` (as iperf3 -O), excluded from the summary
     (kept in the intervals, marked omitted)."""
-    length_bytes: Optional[int] = field(default=None, validator=_positive_or_none)
+    length_bytes: Optional[int] = field(
+        default=None, validator=[_typed(int, optional=True), _positive_or_none])
     """Buffer (TCP) or datagram payload (UDP) length; None for the tool's default."""
-    window_bytes: Optional[int] = field(default=None, validator=_positive_or_none)
+    window_bytes: Optional[int] = field(
+        default=None, validator=[_typed(int, optional=True), _positive_or_none])
     """Socket buffer size requested (SO_SNDBUF/SO_RCVBUF)."""
-    rate_bits_per_second: Optional[float] = field(default=None, validator=_positive_or_none)
+    rate_bits_per_second: Optional[float] = field(
+        default=None, validator=[_typed(float, optional=True), _positive_or_none])
     """Rate limit per stream in bits per second (SI: 1M = 10**6); None is unlimited."""
-    mss_bytes: Optional[int] = field(default=None, validator=_positive_or_none)
+    mss_bytes: Optional[int] = field(
+        default=None, validator=[_typed(int, optional=True), _positive_or_none])
     """TCP maximum segment size to request."""
-    nodelay: bool = False
+    nodelay: bool = field(default=False, validator=_typed(bool))
     """Disable Nagle (TCP_NODELAY)."""
-    dscp: Optional[int] = None
+    dscp: Optional[int] = field(default=None, validator=_typed(int, optional=True))
     """DSCP code point (0-63) for the traffic."""
-    congestion: Optional[str] = None
+    congestion: Optional[str] = field(
+        default=None, validator=_typed(str, optional=True, most_chars=CONGESTION_MAX_CHARS))
     """TCP congestion control algorithm (e.g. cubic, bbr)."""
-    ip_version: Optional[int] = None
+    ip_version: Optional[int] = field(default=None, validator=_typed(int, optional=True))
     """4 or 6 to force an address family; None lets the host name decide."""
-    port: Optional[int] = field(default=None, validator=_port_or_none)
+    port: Optional[int] = field(default=None,
+                                validator=[_typed(int, optional=True), _port_or_none])
     """Server port; None for the tool's default."""
-    bind_address: Optional[str] = None
+    bind_address: Optional[str] = field(
+        default=None, validator=_typed(str, optional=True, most_chars=TEXT_MAX_CHARS))
     """Local address to bind to."""
-    zerocopy: bool = False
+    zerocopy: bool = field(default=False, validator=_typed(bool))
     """Zero-copy send (sendfile), like iperf3 -Z."""
-    skip_rx_copy: bool = False
+    skip_rx_copy: bool = field(default=False, validator=_typed(bool))
     """Discard received data in the kernel (MSG_TRUNC), like iperf3 --skip-rx-copy."""
 
     def __attrs_post_init__(self) -> None:

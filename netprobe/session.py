@@ -228,9 +228,27 @@ def run(host: Optional[str] = None, *, tool: str = "native", from_host: Optional
     """
     from netprobe.plugin import NullReporter, load_registry
 
+    _check_call(tool, from_host, reporter, agent, tool_options)
     test = _spec(tool, host, spec)
     chosen = load_registry(only=tool).get(tool)(tool_options)
     return run_spec(chosen, test, reporter or NullReporter(), from_host=from_host, agent=agent)
+
+
+def _check_call(tool: Any, from_host: Any, reporter: Any, agent: Any, options: Any) -> None:
+    """SpecError naming the argument of :func:`run` that is not what it must be: misuse is
+    told as such, not as a TypeError from the resolver or the plugin loader."""
+    is_reporter = all(callable(getattr(reporter, name, None)) for name in ("interval", "note"))
+    checks = [
+        ("tool", tool, isinstance(tool, str), "a tool name (string)"),
+        ("from_host", from_host, from_host is None or isinstance(from_host, str), "a host name"),
+        ("reporter", reporter, reporter is None or is_reporter,
+         "a Reporter (with interval() and note())"),
+        ("agent", agent, isinstance(agent, AgentAccess), "an AgentAccess"),
+        ("tool_options", options, options is None or isinstance(options, dict), "a dict"),
+    ]
+    for name, value, right, what in checks:
+        if not right:
+            raise SpecError(f"{name} must be {what}, got {repr(value)[:40]}")
 
 
 def _spec(tool: str, host: Optional[str], fields: dict[str, Any]) -> TestSpec:

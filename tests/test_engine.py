@@ -214,8 +214,8 @@ def test_options_reach_the_socket(data_path: str) -> None:
 
 
 def test_unknown_congestion_control_fails_clearly() -> None:
-    with pytest.raises(SpecError, match="--congestion no-such-algorithm refused"):
-        selftest(congestion="no-such-algorithm")
+    with pytest.raises(SpecError, match="--congestion no-such-algo refused"):
+        selftest(congestion="no-such-algo")
 
 
 @pytest.fixture

@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import socket
 import sys
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from netprobe.cli.exitcodes import UsageError
+from netprobe.errors import SpecError, listen_error
 from netprobe.limits import LONGEST_S
 from netprobe.units import parse_bitrate, parse_bytes, parse_dscp, parse_seconds
 
@@ -351,6 +353,50 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         port=args.port, bind_address=args.bind, zerocopy=args.zerocopy,
         skip_rx_copy=args.skip_rx_copy,
     )
+
+
+HOST_OPTIONS = (("host", "HOST"), ("client", "-c/--client"), ("to_host", "--to"),
+                ("from_host", "--from"))
+"""Where a far host can be given, and how its error names it."""
+
+
+def check_addresses(args: argparse.Namespace) -> None:
+    """SpecError naming the option (``-B/--bind``, ``HOST``, ``--from``...) whose address
+    does not resolve, or, for ``-B``, is no address of this host: said before anything
+    runs, where the engine's own lookup gave a bare resolver errno and no option."""
+    for dest, option in HOST_OPTIONS:
+        value = getattr(args, dest, None)
+        if value:
+            _resolves(option, value)
+    if getattr(args, "bind", None) and not getattr(args, "from_host", None):
+        _bindable("-B/--bind", args.bind)  # with --from the far agent binds it, not here
+
+
+def _ascii(name: str) -> str | bytes:
+    # getaddrinfo encodes a str with the idna codec, an import a run's start-up need not
+    # pay (see engine.sockets.resolve); an ASCII name is the same bytes.
+    return name.encode("ascii") if name.isascii() else name
+
+
+def _resolves(option: str, host: str) -> None:
+    try:
+        socket.getaddrinfo(_ascii(host), None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else "not a valid name"
+        raise SpecError(f"{option} {host}: cannot resolve host {host!r}: {reason}") from None
+
+
+def _bindable(option: str, address: str) -> None:
+    try:
+        found = socket.getaddrinfo(_ascii(address), 0, type=socket.SOCK_DGRAM,
+                                   flags=socket.AI_PASSIVE)
+        with socket.socket(found[0][0], socket.SOCK_DGRAM) as probe:
+            probe.bind(found[0][4])
+    except (socket.gaierror, UnicodeError) as exc:
+        gai = exc if isinstance(exc, socket.gaierror) else socket.gaierror(0, "not a valid name")
+        raise listen_error(option, address, 0, gai) from None
+    except OSError as exc:
+        raise listen_error(option, address, 0, exc) from None
 
 
 def _rate(args: argparse.Namespace) -> float | None:

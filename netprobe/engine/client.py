@@ -10,7 +10,8 @@ from typing import Any, Optional
 from netprobe import convert, core
 from netprobe.engine import auth, greeting, protocol
 from netprobe.engine.assemble import build_result
-from netprobe.engine.conduct import Conductor, Outcome, Reader
+from netprobe.engine.conduct import PEER_TEXT_CHARS, Conductor, Outcome, Reader
+from netprobe.engine.log import escape
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side
 from netprobe.engine.sockets import apply_options, family_for, resolve
@@ -101,7 +102,8 @@ class Client:
                 self._authenticate()
         except (OSError, ProtocolError) as exc:
             raise TestFailed(f"server at {self.host}: {protocol.reason(exc)}") from None
-        self.reporter.note(f"connected to {self.welcome.get('server', 'a netprobe server')}")
+        server = _peer_text(self.welcome, "server") or "a netprobe server"
+        self.reporter.note(f"connected to {server}")
 
     def _say_hello(self) -> socket.socket:
         sock = self._tcp_socket()
@@ -239,9 +241,7 @@ class Client:
             host=self.host,
             address=str(self.address[0]),
             port=self.port,
-            system=self.welcome.get("system")
-            if isinstance(self.welcome.get("system"), str)
-            else None,
+            system=_peer_text(self.welcome, "system"),
         )
         return build_result(
             spec=self.spec,
@@ -265,6 +265,13 @@ def _warm_up_error(spec: TestSpec, side: Side) -> list[str]:
     return [f"the test ended {ended:.2f} s after the start, inside the {spec.omit_s:g} s "
             "warm-up (-O): nothing is left to summarise; make -O shorter or the byte count "
             "larger"]
+
+
+def _peer_text(message: dict[str, Any], key: str) -> Optional[str]:
+    """A text field of the server's, cut and escaped (None unless a string): what a server
+    says about itself reaches the result and the screen as data, bounded."""
+    value = message.get(key)
+    return escape(value, PEER_TEXT_CHARS) if isinstance(value, str) else None
 
 
 def _addr(getname: Any) -> Optional[str]:

@@ -9,6 +9,7 @@ Messages after ``start`` (either direction):
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from typing import Any, Callable, Optional
@@ -16,6 +17,7 @@ from typing import Any, Callable, Optional
 import attrs
 
 from netprobe import convert, core
+from netprobe.engine.log import escape
 from netprobe.engine.protocol import SEND_TIMEOUT_S, Channel
 from netprobe.engine.side import Side, default_length
 from netprobe.errors import NetprobeError, ProtocolError
@@ -38,6 +40,24 @@ REPORT_BYTES_PER_STREAM = 4096
 600 bytes, its error or warning up to a few hundred more): at -P 128 a report passed the
 64 KiB frame limit and neither end ever received the other's. Bounded by the streams the
 server accepted (--max-streams)."""
+READ_AHEAD = 64
+"""Messages the reader thread holds ahead of the test loop (each at most one frame) before
+the test says how many it may produce (:data:`READ_AHEAD_STEPS`): past it the reader stops
+reading and the peer's sends wait. Unbounded, 2,000 interval samples of 60 KB from a
+hostile server took a client whose reporter spends 2 ms a sample to 478 MB (peak RSS)."""
+READ_AHEAD_STEPS = 8
+"""Interval steps of samples (every stream's and the sums, both ways) the reader may hold
+ahead of the test loop: a burst of 258 samples a step at -P 128 --bidir passes whole."""
+SLACK_STEPS = 3
+"""Interval steps a peer may report beyond its elapsed time: the warm-up boundary, the
+tail, and a step under way."""
+SLACK_S = 2.0
+"""Seconds the peer's clock may run ahead of ours: it starts when it sends ``start``, ours
+when that arrives, a one-way delay later (300 ms over a geostationary satellite)."""
+PEER_TEXT_CHARS = 1000
+"""Longest error, warning or system text kept from a peer (cut and escaped past it)."""
+PEER_NOTES = 32
+"""Most errors and most warnings kept from a peer's report (the rest counted)."""
 CLOSED = "__closed__"
 LOCAL = "__local__"
 
@@ -48,7 +68,7 @@ class Reader:
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
-        self.messages: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.messages: queue.Queue[dict[str, Any]] = queue.Queue(READ_AHEAD)
         self._thread = threading.Thread(target=self._run, name="np-control-reader", daemon=True)
         self._thread.start()
 
@@ -58,11 +78,32 @@ class Reader:
                 message = self.channel.recv(None)
             except (OSError, NetprobeError) as exc:
                 reason = str(exc) if isinstance(exc, NetprobeError) else (exc.strerror or str(exc))
-                self.messages.put({"type": CLOSED, "reason": reason})
+                self._put({"type": CLOSED, "reason": reason})
                 return
-            self.messages.put(message)
-            if message.get("type") in ("bye", "abort"):
+            if not self._put(message) or message.get("type") in ("bye", "abort"):
                 return
+
+    def _put(self, message: dict[str, Any]) -> bool:
+        # A full queue holds the reader (and so the peer's sends) until the loop takes one;
+        # False once the channel is closed, so a reader never outlives its test waiting.
+        while True:
+            try:
+                self.messages.put(message, timeout=IDLE_POLL_S)
+                return True
+            except queue.Full:
+                if self.channel.sock.fileno() < 0:
+                    return False
+
+    def allow(self, count: int) -> None:
+        """Let the queue hold ``count`` messages (never fewer than it does)."""
+        with self.messages.mutex:
+            self.messages.maxsize = max(self.messages.maxsize, count)
+            self.messages.not_full.notify_all()
+
+    def wake(self) -> None:
+        """Wake the loop from any thread without waiting (a full queue wakes it anyway)."""
+        with contextlib.suppress(queue.Full):
+            self.messages.put_nowait({"type": LOCAL})
 
     def get(self, timeout: float) -> Optional[dict[str, Any]]:
         """The next message, or None if none arrived within ``timeout``."""
@@ -119,7 +160,9 @@ class Conductor:
         self._peer_sent_at: Optional[float] = None
         self._last_udp_counts: tuple = ()
         # Wake the loop at once when a local stream finishes, not at the next poll.
-        side.on_change = lambda: reader.messages.put({"type": LOCAL})
+        side.on_change = reader.wake
+        reader.allow(READ_AHEAD_STEPS * samples_per_step(side.spec))
+        self._peer_samples = 0
 
     def send(self, message: dict[str, Any]) -> bool:
         """Send a message from any thread; False if the connection is gone or the peer
@@ -252,30 +295,51 @@ class Conductor:
                                 sent_datagrams(message.get("datagrams")))
         elif kind == "report":
             try:
-                self.outcome.peer_report = check_report(message)
+                self.outcome.peer_report = check_report(message, len(self.side.streams))
             except ProtocolError as exc:
                 self._fail(f"{exc}: only this side's figures are kept")
         elif kind == "abort":
             self.outcome.aborted_by_peer = True
-            self.outcome.error = (
-                f"peer aborted the test: {message.get('reason', 'no reason given')}"
-            )
+            told = escape(message.get("reason", "no reason given"), PEER_TEXT_CHARS)
+            self.outcome.error = f"peer aborted the test: {told}"
             self.side.stop()
         elif kind == "error":
-            self._fail(f"peer reported: {message.get('message', 'an error')}")
+            told = escape(message.get("message", "an error"), PEER_TEXT_CHARS)
+            self._fail(f"peer reported: {told}")
         elif kind == CLOSED:
             self._fail(f"control connection lost: {message.get('reason')}")
         else:
-            self._fail(f"unexpected message '{kind}' during the test")
+            self._fail(f"unexpected message '{escape(kind, 40)}' during the test")
 
     def _peer_interval(self, message: dict[str, Any]) -> None:
+        self._peer_samples += 1
+        allowed = self._samples_allowed()
+        if self._peer_samples > allowed:
+            self._fail(f"the peer sent {self._peer_samples} interval samples, more than "
+                       f"{allowed} this test can produce so far: only this side's figures "
+                       "are kept")
+            return
         try:
             sample = convert.structure(message.get("sample"), Interval)
-        except NetprobeError:
-            self._fail("peer sent a malformed interval")
+        except NetprobeError as exc:
+            self._fail(f"peer sent a malformed interval ({escape(exc, PEER_TEXT_CHARS)})")
+            return
+        wrong = foreign_sample(sample, self.side.spec)
+        if wrong:
+            self._fail(f"peer sent an interval of {wrong}: only this side's figures are kept")
             return
         self.outcome.peer_kept.add(sample)
         self.side.emit_to(self.on_peer_interval, sample)
+
+    def _samples_allowed(self) -> int:
+        """The most interval samples the peer can have taken by now: per step, one per
+        stream and direction and a sum per direction, over the steps its elapsed time
+        holds (with :data:`SLACK_S`), plus :data:`SLACK_STEPS`: what a hostile peer can make
+        this side hold."""
+        spec = self.side.spec
+        step = spec.interval_s or 1.0
+        elapsed = core.monotonic() - self.side.t0 if self.side.t0 else 0.0
+        return int(samples_per_step(spec) * ((elapsed + SLACK_S) / step + SLACK_STEPS))
 
     def _fail(self, reason: str) -> None:
         if self.outcome.error is None:
@@ -298,6 +362,31 @@ def sent_datagrams(items: Any) -> dict[tuple[int, str], int]:
                 and isinstance(item[1], str) and _count(item[2]):
             counts[(item[0], item[1])] = item[2]
     return counts
+
+
+def samples_per_step(spec: Any) -> int:
+    """The most interval samples one end takes at each step of a test of ``spec``: one per
+    stream and direction, and a sum per direction."""
+    return len(spec.flow_directions()) * (spec.streams + 1)
+
+
+def foreign_sample(sample: Interval, spec: Any) -> Optional[str]:
+    """What is wrong with a peer's sample for a test of ``spec`` (a stream or direction the
+    test does not have), or None: a peer can make this side keep only its own streams."""
+    if sample.direction not in spec.flow_directions():
+        return f"direction {sample.direction}, which the test does not run"
+    if sample.stream_id is not None and not 1 <= sample.stream_id <= spec.streams:
+        return f"stream {sample.stream_id}, which the test does not have"
+    return None
+
+
+def peer_notes(items: list[Any]) -> list[str]:
+    """A peer's errors or warnings as at most :data:`PEER_NOTES` strings, each cut and
+    escaped to :data:`PEER_TEXT_CHARS` (the rest counted in a last note)."""
+    notes = [escape(item, PEER_TEXT_CHARS) for item in items[:PEER_NOTES]]
+    if len(items) > PEER_NOTES:
+        notes.append(f"... and {len(items) - PEER_NOTES} more from the peer, not kept")
+    return notes
 
 
 def _count(value: Any) -> bool:
@@ -326,7 +415,7 @@ def local_report(side: Side) -> dict[str, Any]:
     }
 
 
-def check_report(message: dict[str, Any]) -> dict[str, Any]:
+def check_report(message: dict[str, Any], max_streams: int) -> dict[str, Any]:
     """Validate the shape of a peer's report before it is used (ProtocolError if it is
     not one); its errors and warnings come back as lists of strings."""
     streams, errors = message.get("streams"), message.get("errors")
@@ -334,5 +423,9 @@ def check_report(message: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(streams, list) or not all(isinstance(s, dict) for s in streams) \
             or not isinstance(errors, list) or not isinstance(warnings, list):
         raise ProtocolError("malformed report from peer")
-    return {**message, "errors": [str(e) for e in errors],
-            "warnings": [str(w) for w in warnings]}
+    if len(streams) > max_streams:
+        raise ProtocolError(f"report from peer of {len(streams)} streams, where the test has "
+                            f"{max_streams}")
+    system = message.get("system")
+    return {**message, "errors": peer_notes(errors), "warnings": peer_notes(warnings),
+            "system": escape(system, PEER_TEXT_CHARS) if isinstance(system, str) else None}

@@ -35,7 +35,6 @@ import json
 import re
 import threading
 import time
-from datetime import datetime, timezone
 from typing import Any, Callable, Optional, Protocol
 
 MAX_VALUE_CHARS = 256
@@ -59,6 +58,10 @@ def escape(text: object, limit: int = MAX_VALUE_CHARS) -> str:
 
 def utc_timestamp() -> str:
     """Now, as ``2026-12-01T10:30:00.123Z``."""
+    # Imported here: the client escapes a server's text with this module, and a run's
+    # start-up need not load datetime for that.
+    from datetime import datetime, timezone
+
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

@@ -38,6 +38,7 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     from netprobe.results.trials import Skipped, screen
 
     spec = _one_datagram_size(opts.spec_from_args(args))
+    opts.check_addresses(args)  # a bad -B or HOST named by its option, before any run
     registry = load()
     names = _tool_names(args.tools, registry.names())
     tools = [make_tool(registry, name, secret_options(args))

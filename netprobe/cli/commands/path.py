@@ -45,6 +45,7 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     from netprobe.session import prepare, run_spec
 
     spec = opts.spec_from_args(args)
+    opts.check_addresses(args)  # a bad -B or HOST named by its option, before any run
     tool = make_tool(registry_for(load, spec.tool), spec.tool, secret_options(args))
     prepare(tool, spec, from_host=args.hops[0])  # refused: exit 2 before any segment
     access = agent_access(args)

@@ -49,6 +49,7 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     from netprobe.session import prepare, run_spec
 
     spec = opts.spec_from_args(args)
+    opts.check_addresses(args)  # a bad -B or HOST named by its option, before any run
     if args.pause is not None and args.repeat is None:
         raise UsageError("--pause needs --repeat")
     registry = registry_for(load, spec.tool)

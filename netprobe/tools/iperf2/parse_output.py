@@ -16,11 +16,12 @@ from __future__ import annotations
 import datetime
 import re
 import threading
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, Union
 
 import attrs
 
+from netprobe import plugin
 from netprobe.errors import ParseError
 from netprobe.schema import Endpoint, FlowSummary, Interval, Latency, SideSummary, StreamResult
 from netprobe.tools._iperf_common import Parts, side_directions, side_of, tcp_rtt_latency
@@ -148,6 +149,38 @@ def _rate(value: str, unit: str) -> float:
     return float(value) * 1000 ** _BYTE_UNITS[unit.upper()]
 
 
+class _KeptRecords:
+    """The report lines a reader keeps: the first :data:`netprobe.plugin.MAX_INTERVALS_KEPT`,
+    then only each stream's latest (the final one, once it comes, is its summary), and a
+    count of the rest. Read whole, an hour of -i 0.01 took 47x its log in memory."""
+
+    def __init__(self) -> None:
+        self.records: list[_Record] = []
+        self.latest: dict[tuple[str, str, str], _Record] = {}
+        self.not_kept = 0
+
+    def add(self, record: _Record) -> None:
+        """Keep ``record``, or hold it as its stream's latest past the limit."""
+        if len(self.records) < plugin.MAX_INTERVALS_KEPT:
+            self.records.append(record)
+            return
+        key = (record.label, record.direction, record.role)
+        if key in self.latest:
+            self.not_kept += 1
+        self.latest[key] = record
+
+    def all(self) -> list[_Record]:
+        """What was kept, in order: the first records, then each stream's latest."""
+        return [*self.records, *self.latest.values()]
+
+    def warn(self, parts: Parts) -> None:
+        """Say in ``parts`` how many interval lines were read and not kept."""
+        if self.not_kept:
+            parts.warnings.append(
+                f"{len(parts.intervals)} interval reports kept in the result, "
+                f"{self.not_kept} more read and not kept; the summaries are iperf's own")
+
+
 class TextReader:
     """Reads one iperf 2 process's human output line by line (live or from a file)."""
 
@@ -157,7 +190,8 @@ class TextReader:
         self.is_client = process_is_client
         self.keys = keys or StreamKeys()
         self.intervals_on = intervals
-        self.records: list[_Record] = []
+        self._kept = _KeptRecords()
+        self.records = self._kept.records
         self.failures: list[str] = []
         self.listening: set[int] = set()
         self.connections: dict[str, tuple[str, int, str, int, str]] = {}
@@ -186,7 +220,7 @@ class TextReader:
         record = self._data_line(line)
         if record is None:
             return None
-        self.records.append(record)
+        self._kept.add(record)
         if not self.intervals_on or self._is_summary(record):
             return None
         return record.sample
@@ -307,8 +341,9 @@ class TextReader:
 
     def parts(self) -> Parts:
         """Intervals and summaries of everything read so far."""
-        parts = build_parts(self.records, self.ooo, self.intervals_on)
+        parts = build_parts(self._kept.all(), self.ooo, self.intervals_on)
         parts.call_lengths = self.call_lengths()
+        self._kept.warn(parts)
         return parts
 
     def call_lengths(self) -> dict[tuple[str, str], int]:
@@ -593,26 +628,99 @@ def endpoints(reader: TextReader) -> tuple[Endpoint, Endpoint]:
     )
 
 
-def read_text(text: str, process_is_client: bool, keys: StreamKeys | None = None) -> TextReader:
+def read_text(text: Text, process_is_client: bool, keys: StreamKeys | None = None) -> TextReader:
     """Feed a whole saved output through a TextReader."""
     reader = TextReader(process_is_client, keys)
-    for line in text.splitlines():
+    for line in _lines(text):
         reader.feed(line)
     return reader
 
 
-def _read_until_first_connection(text: str) -> TextReader:
+RAW_KEPT_CHARS = 1 << 20
+"""Most of a saved log kept as the result's raw output (its head, where the banner and the
+first reports are): the rest is said, not copied."""
+
+
+def kept_raw(text: Text) -> str:
+    """``text`` for the result's raw output: whole, or its head and how much was left out."""
+    if len(text) <= RAW_KEPT_CHARS:
+        return text if isinstance(text, str) else text.head(RAW_KEPT_CHARS)
+    head = text[:RAW_KEPT_CHARS] if isinstance(text, str) else text.head(RAW_KEPT_CHARS)
+    return (head +
+            f"\n[netprobe: {len(text) - RAW_KEPT_CHARS} more characters not kept]\n")
+
+
+SPOOL_CHARS = 8 << 20
+"""Most of one test's text :func:`split_tests` holds in memory; past it, a temporary file."""
+
+
+class SpooledLog:
+    """One test's lines from a saved log, in memory up to :data:`SPOOL_CHARS` and in a
+    temporary file past it, so that reading a log of any size holds a bounded part of it.
+    Read as the parser reads a str: its lines (again and again), ``in``, ``len``."""
+
+    def __init__(self) -> None:
+        import tempfile  # only a parse of saved logs needs it (a run's start-up does not)
+
+        self._file = tempfile.SpooledTemporaryFile(  # noqa: SIM115 (lives with the object)
+            max_size=SPOOL_CHARS, mode="w+", encoding="utf-8", errors="surrogateescape")
+        self.chars = 0
+
+    def add(self, line: str) -> None:
+        """Append one line (its newline kept)."""
+        self._file.seek(0, 2)
+        self._file.write(line)
+        self.chars += len(line)
+
+    def __len__(self) -> int:
+        return self.chars
+
+    def __iter__(self) -> Iterator[str]:
+        position = 0  # each iteration its own: a guess that stops early leaves no trace
+        while True:
+            self._file.seek(position)
+            line = self._file.readline()
+            if not line:
+                return
+            position = self._file.tell()
+            yield line
+
+    def __contains__(self, text: object) -> bool:
+        return any(str(text) in line for line in self)
+
+    def head(self, chars: int) -> str:
+        """The first ``chars`` characters."""
+        self._file.seek(0)
+        return self._file.read(chars)
+
+    def text(self) -> str:
+        """The whole text (for a test small enough to be held)."""
+        return self.head(self.chars)
+
+
+Text = Union[str, SpooledLog]
+"""A test's saved output as the parser takes it: a str, or a SpooledLog of a big one."""
+
+
+def _lines(text: Text | Iterable[str]) -> Iterable[str]:
+    # One line at a time: a str's splitlines() would hold a second copy of a big log.
+    if not isinstance(text, str):
+        return text
+    return (found.group() for found in re.finditer(r"[^\n]*\n|[^\n]+$", text))
+
+
+def _read_until_first_connection(text: Text) -> TextReader:
     # What the guess needs (the listening ports, the port it connected to, the first
     # connection) comes before the first report: reading on would cost a second full parse.
     reader = TextReader(True)
-    for line in text.splitlines():
+    for line in _lines(text):
         reader.feed(line)
         if reader.connections:
             break
     return reader
 
 
-def guess_is_client(text: str, name: str = "") -> bool | None:
+def guess_is_client(text: Text, name: str = "") -> bool | None:
     """Whether a saved output came from the client: by its name, else by whether its first
     connection was the one it opened. None if it cannot tell."""
     words = [w for w in re.split(r"[^a-z]+", name.lower()) if w]
@@ -667,9 +775,9 @@ _V21_TCP = ["time", "src", "sport", "dst", "dport", "id", "interval", "bytes", "
 _V21_UDP = [*_V21_TCP, "jitter", "lost", "total", "pct", "ooo"]
 
 
-def looks_like_csv(text: str) -> bool:
+def looks_like_csv(text: Text) -> bool:
     """True for ``-y C`` output (data rows, or a 2.2 header row)."""
-    for line in text.splitlines():
+    for line in _lines(text):
         cells = line.strip().split(",")
         if len(cells) >= 8:
             stamp = re.fullmatch(r"\d{14}(\.\d+)?", cells[0])
@@ -677,22 +785,27 @@ def looks_like_csv(text: str) -> bool:
     return False
 
 
-def parse_csv(text: str, process_is_client: bool, source: str = "<input>") -> Parts:
+def parse_csv(text: Text, process_is_client: bool, source: str = "<input>") -> Parts:
     """Intervals and summaries from ``-y C`` rows. Direction: the row's source end opened
-    the connection; rows to the main server port flow client to server."""
-    rows = list(_csv_rows(text, source))
-    if not rows:
+    the connection; rows to the main server port flow client to server. Read twice, row
+    by row (the main port first), so that memory does not grow with the rows."""
+    first = min(_csv_rows(text, source), default=None,
+                key=lambda r: (r[1].get("id", 1e9) or 1e9, r[0]))
+    if first is None:
         raise ParseError("no iperf CSV rows found", source)
-    main_port = min(rows, key=lambda r: (r[1].get("id", 1e9) or 1e9, r[0]))[1].get("dport")
+    main_port = first[1].get("dport")
     keys = StreamKeys()
-    records = [_csv_record(row, process_is_client, main_port, keys) for _, row in rows]
-    parts = build_parts(records, {}, True)
+    kept = _KeptRecords()
+    for _, row in _csv_rows(text, source):
+        kept.add(_csv_record(row, process_is_client, main_port, keys))
+    parts = build_parts(kept.all(), {}, True)
+    kept.warn(parts)
     return parts
 
 
-def _csv_rows(text: str, source: str) -> Iterable[tuple[int, dict[str, Any]]]:
+def _csv_rows(text: Text, source: str) -> Iterable[tuple[int, dict[str, Any]]]:
     header: list[str] | None = None
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(_lines(text), start=1):
         cells = [c.strip() for c in line.strip().split(",")]
         if len(cells) < 8:
             continue  # iperf's banner lines, blank lines
@@ -767,12 +880,15 @@ def _csv_record(row: dict[str, Any], is_client: bool, main_port: Any, keys: Stre
 # --- one test at a time from a log of many ----------------------------------------------------
 
 
-def split_tests(lines: Iterable[str]) -> Iterable[str]:
+def split_tests(lines: Iterable[str]) -> Iterable[Text]:
     """The text of each test in a saved log that may hold several (a server's log, a file
     of appended runs), read line by line so that only one test is in memory at a time.
     See :func:`_tests_of` and, for CSV rows without a time, :func:`_unstamped_apart`."""
     for chunk in _tests_of(lines):
-        yield from _unstamped_apart(chunk)
+        if isinstance(chunk, str):
+            yield from _unstamped_apart(chunk)
+        else:  # spooled (past SPOOL_CHARS): long, so never a log of bare summary rows
+            yield chunk
 
 
 _UNSTAMPED = "19700101"
@@ -816,7 +932,7 @@ def _span_of(cells: list[str]) -> tuple[float, float] | None:
     return start, end
 
 
-def _tests_of(lines: Iterable[str]) -> Iterable[str]:
+def _tests_of(lines: Iterable[str]) -> Iterable[Text]:
     """The tests of a log as its lines tell them apart.
 
     Text: a test ends when, after it printed report lines, another connection is accepted
@@ -824,21 +940,28 @@ def _tests_of(lines: Iterable[str]) -> Iterable[str]:
     reverse half of the same test: ``-r``, ``-d``) or another ``Server listening`` banner
     begins. CSV: see :class:`_CsvTests`.
     """
-    chunk: list[str] = []
+    chunk = SpooledLog()
     banner: list[str] = []  # the process's banner, which says whether it is the server
     text_tests, csv_tests = _TextTests(), _CsvTests()
     for line in lines:
         cells = line.strip().split(",")
         starts = csv_tests.starts_test(cells) if len(cells) >= 8 else text_tests.starts_test(line)
-        if starts and chunk:
-            yield "".join(chunk)
-            chunk = [] if _LISTENING.search(line) else list(banner)
+        if starts and chunk.chars:
+            yield _held(chunk)
+            chunk = SpooledLog()
+            for kept in [] if _LISTENING.search(line) else banner:
+                chunk.add(kept)
         elif (text_tests.banner_line(line) and not text_tests.reported
               and (len(cells) < 8 or cells[0].strip().lower() == "time")):
             banner.append(line)  # a CSV data row is a test's, never a banner's
-        chunk.append(line)
-    if chunk:
-        yield "".join(chunk)
+        chunk.add(line)
+    if chunk.chars:
+        yield _held(chunk)
+
+
+def _held(chunk: SpooledLog) -> Text:
+    # A test that fits in memory is a str, as it always was; a bigger one stays spooled.
+    return chunk.text() if chunk.chars <= SPOOL_CHARS else chunk
 
 
 class _TextTests:

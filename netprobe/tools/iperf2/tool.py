@@ -13,7 +13,7 @@ about): the output is checked for those messages and they fail the test.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -147,8 +147,10 @@ class Iperf2Tool(IperfTool):
         return fill_missing(result, both, far_end)
 
     def split_tests(self, lines: Iterable[str]) -> Iterator[str]:
-        """Each test of a log that holds several (see p2.split_tests)."""
-        yield from p2.split_tests(lines)
+        """Each test of a log that holds several (see p2.split_tests). A test past
+        p2.SPOOL_CHARS comes as a p2.SpooledLog, which this tool's parse reads as it reads
+        a str: the parse command passes each test from split_tests to parse untouched."""
+        yield from cast(Iterator[str], p2.split_tests(lines))
 
     def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
         """Saved iperf 2 output (``-e`` or legacy text, or ``-y C`` CSV, with or without
@@ -167,7 +169,7 @@ class Iperf2Tool(IperfTool):
         parts.latency = p2.latency(parts)
         status = "failed" if parts.errors else "ok"
         spec = _spec_from(sources, parts)
-        raw = tuple(RawOutput(name=name, text=text) for name, text in sources)
+        raw = tuple(RawOutput(name=name, text=p2.kept_raw(text)) for name, text in sources)
         return assemble(
             parts,
             tool=ToolInfo(name=self.name),
@@ -260,7 +262,6 @@ def _read_source(name: str, text: str, keys: p2.StreamKeys) -> tuple[Parts, bool
 
 
 def _spec_from(sources: Sequence[tuple[str, str]], parts: Parts) -> TestSpec:
-    text = "\n".join(t for _, t in sources)
     directions = {f.direction for f in parts.summaries}
     direction = (
         "bidir"
@@ -273,7 +274,8 @@ def _spec_from(sources: Sequence[tuple[str, str]], parts: Parts) -> TestSpec:
         if s.direction == ("server_to_client" if direction == "reverse" else "client_to_server")
     ]
     intervals = [i for i in parts.intervals if i.stream_id is not None]
-    udp = "UDP port" in text or any(i.jitter_ms is not None for i in parts.intervals)
+    udp = any("UDP port" in text for _, text in sources) or any(
+        i.jitter_ms is not None for i in parts.intervals)
     return TestSpec(
         tool="iperf2",
         host=parts.remote.host if parts.remote else None,
