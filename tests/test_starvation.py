@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from typing import Optional
 
 import pytest
 
-from netprobe.starvation import STARVED_SHARE, starvation_warning
+from netprobe.starvation import DEMAND_SHARE, STARVED_SHARE, Starvation, starvation_warning
 
 from .netlab import A_ADDR, B_ADDR, Lab, wait_listening
 
@@ -28,6 +29,33 @@ def test_the_rule_names_the_reason() -> None:
     shared = starvation_warning(0.0, 0.40, "tester")
     assert shared and "waited for a CPU 40% of the time" in shared
     assert starvation_warning(STARVED_SHARE / 2, STARVED_SHARE / 2, "tester") is None
+
+
+def test_only_a_thread_that_wanted_a_cpu_counts() -> None:
+    # (waited, lived, ran) in seconds: ntttcp's sender on an idle 100 Mbit/s link on a
+    # loaded host, then a loopback sender sharing its core with a busy loop.
+    link_bound = Starvation(waits=[(0.16, 1.83, 0.03)])
+    assert link_bound.wait_share() == 0.0
+    assert link_bound.warning(1.83, "tester") is None
+    shared = Starvation(waits=[(0.9, 1.8, 0.9)])
+    assert shared.wait_share() == pytest.approx(0.5)
+    warning = shared.warning(1.8, "tester")
+    assert warning and "waited for a CPU 50%" in warning
+    assert Starvation(waits=[(0.3, 1.0, DEMAND_SHARE - 0.31)]).wait_share() == 0.0
+
+
+@pytest.mark.parametrize("tool", ["nuttcp", "iperf3", "iperf2"])
+def test_a_driven_tool_under_a_cpu_quota_is_flagged(quota_cgroup: Path, tool: str) -> None:
+    if shutil.which({"iperf2": "iperf"}.get(tool, tool)) is None:
+        pytest.skip(f"{tool} is not installed")
+    argv = " ".join([*NETPROBE, "run", "127.0.0.1", "--tool", tool, "-t", "2", "--json"])
+    done = subprocess.run(
+        ["sh", "-c", f"echo $$ > {quota_cgroup / 'cgroup.procs'} && exec {argv}"],
+        capture_output=True, text=True, timeout=90)
+    assert done.stdout, done.stderr
+    starved = _starved(json.loads(done.stdout))
+    assert any(w.startswith(f"{tool} client CPU-starved: throttled by its cgroup's CPU quota")
+               for w in starved), starved
 
 
 def _free_port() -> int:
@@ -133,7 +161,10 @@ def test_a_client_sharing_its_core_is_flagged(loopback_server: int) -> None:
     assert "waited for a CPU" in starved[0]
 
 
-def test_an_idle_shaped_link_is_not_flagged_native() -> None:
+@pytest.fixture(scope="module")
+def shaped_link() -> Iterator[tuple[Lab, str]]:
+    """Namespaces a and b on a 100 Mbit/s tbf link, a netprobe server (the agent that
+    starts each driven tool's far end) in b; yields (lab, a)."""
     why = Lab.available()
     if why:
         pytest.skip(why)
@@ -142,14 +173,29 @@ def test_an_idle_shaped_link_is_not_flagged_native() -> None:
         dev_a, dev_b = lab.link(a, f"{A_ADDR}/24", b, f"{B_ADDR}/24")
         lab.shape(a, dev_a, 100)
         lab.shape(b, dev_b, 100)
-        lab.start(b, [*NETPROBE, "server", "-B", B_ADDR, "-p", "5301"])
-        wait_listening(lab, b, 5301)
-        done = lab.run(a, [*NETPROBE, "-c", B_ADDR, "-p", "5301", "-t", "2", "--json"],
-                       timeout=60)
-        result = json.loads(done.stdout)
-    assert result["status"] == "ok"
-    assert result["summaries"][0]["receiver"]["bits_per_second"] < 101e6
+        server = lab.start(b, [*NETPROBE, "server", "-B", B_ADDR, "-p", "5301"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_listening(lab, b, 5301)
+            yield lab, a
+        finally:
+            lab.stop(server)
+
+
+@pytest.mark.parametrize("tool", ["native", "nuttcp", "iperf3", "iperf2", "ntttcp", "qperf"])
+def test_an_idle_shaped_link_is_not_flagged(shaped_link: tuple[Lab, str], tool: str) -> None:
+    lab, a = shaped_link
+    listed = lab.run(a, [*NETPROBE, "tools", "--json"], timeout=60)
+    found = {t["name"]: t for t in json.loads(listed.stdout)}
+    if found.get(tool, {}).get("status") != "available":
+        pytest.skip(f"{tool} is not available here")
+    done = lab.run(a, [*NETPROBE, "run", B_ADDR, "--tool", tool, "-t", "2", "--json"],
+                   timeout=90)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    receiver = result["summaries"][0]["receiver"] or result["summaries"][0]["sender"]
+    assert 0 < receiver["bits_per_second"] < 101e6
     # The host rule (under 5% idle) may rightly fire while other work fills this machine's
-    # CPUs; no data thread may be called busy or starved.
+    # CPUs; no tester may be called starved, nor a data thread busy.
     assert not [w for w in result["warnings"]
                 if "CPU-starved" in w or "data thread" in w], result["warnings"]

@@ -516,7 +516,8 @@ class Side:
             return None
         starvation = self._starvation
         starvation.waits = [
-            (s.waited_s, s.ended_at - s.started_at) for s in self.streams
+            (s.waited_s, s.ended_at - s.started_at, s.user_s + s.system_s)
+            for s in self.streams
             if s.waited_s is not None and s.started_at is not None and s.ended_at is not None]
         wall = (self.ended_at or core.monotonic()) - self.t0
         return starvation.warning(wall, "tester")
