@@ -147,6 +147,8 @@ def test_a_client_under_a_cpu_quota_is_flagged(loopback_server: int,
 
 
 def test_a_client_sharing_its_core_is_flagged(loopback_server: int) -> None:
+    if shutil.which("taskset") is None:
+        pytest.skip("taskset (util-linux) is not installed")
     cpu = sorted(os.sched_getaffinity(0))[0]
     busy = subprocess.Popen([sys.executable, "-c",
                              "import time\nend = time.time() + 15\nwhile time.time() < end: pass"])
