@@ -15,6 +15,14 @@ A flow that reached the rate the spec asked for (``--bitrate``, within
 ``RATE_REACHED``) was limited by that rate, not by CPU, however busy its threads were
 (nuttcp spins to pace UDP: 99% %TX at exactly 100 Mbit/s); it gets no warning.
 
+nuttcp paces by busy-waiting: at any set rate its sender spins on a whole core between
+writes (99% of a core at 10 Mbit/s with nuttcp 6.1.2). So a nuttcp sender at a set rate
+of ``BUSY_WAIT_RATE`` or less per stream (far below what a core sends) that falls short of
+the rate gets a warning that says so, not one that calls its CPU the limit.
+
+The starvation warnings (:mod:`netprobe.starvation`: a cgroup quota, a run queue) go
+the same way: dropped when every flow reached the rate asked, since the rate held it.
+
 Plugins call :func:`with_cpu_warnings` on the Result they built (part of the public plugin
 API, like :mod:`netprobe.plugin`); it adds each warning once.
 """
@@ -27,8 +35,8 @@ import attrs
 
 from netprobe.schema import Cpu, FlowSummary, Result, SideSummary
 
-__all__ = ["BUSY_PERCENT", "IDLE_PERCENT", "RATE_REACHED", "cpu_warnings", "side_warning",
-           "with_cpu_warnings"]
+__all__ = ["BUSY_PERCENT", "BUSY_WAIT_RATE", "IDLE_PERCENT", "RATE_REACHED", "STARVED",
+           "cpu_warnings", "side_warning", "with_cpu_warnings"]
 
 BUSY_PERCENT = 90.0
 """A data thread at or above this share of one core may be what limited the figure."""
@@ -37,6 +45,14 @@ IDLE_PERCENT = 5.0
 
 RATE_REACHED = 0.97
 """Share of the asked rate a flow must reach to count as limited by that rate."""
+
+BUSY_WAIT_RATE = 1e9
+"""A set rate per stream at or below which a nuttcp sender's busy CPU is its pacing loop:
+nuttcp sent 7-17 Gbit/s on one core on loopback here, so a rate this far below is not
+what a spinning core is short of."""
+
+STARVED = " CPU-starved: "
+"""The mark of a warning from :mod:`netprobe.starvation`."""
 
 _WHERE = {
     ("client_to_server", "sender"): "client",
@@ -80,6 +96,11 @@ def cpu_warnings(result: Result) -> list[str]:
                 continue
             where = _WHERE.get((flow.direction, role), "")
             warning = side_warning(side.cpu, role, f"{flow.direction}, {where}")
+            if warning is not None and role == "sender" and _busy_wait_paced(result):
+                warning = (f"{role} ({flow.direction}, {where}): nuttcp paces by "
+                           f"busy-waiting, so its sender uses a whole core at any set rate "
+                           f"({warning.split(': ', 1)[1].split(';')[0]}); that is its "
+                           "pacing loop, not a CPU limit")
             if warning is not None:
                 found.append(warning)
     return found
@@ -93,9 +114,20 @@ def _reached_the_asked_rate(result: Result, flow: FlowSummary) -> bool:
     return measured.bits_per_second >= RATE_REACHED * rate * result.spec.streams
 
 
+def _busy_wait_paced(result: Result) -> bool:
+    """True for nuttcp sending at a set rate far below what a core can send."""
+    rate = result.spec.rate_bits_per_second
+    return (result.tool.name == "nuttcp" and rate is not None
+            and 0 < rate <= BUSY_WAIT_RATE)
+
+
 def with_cpu_warnings(result: Result) -> Result:
-    """``result`` with :func:`cpu_warnings` added to its warnings (each only once)."""
-    new = [w for w in cpu_warnings(result) if w not in result.warnings]
-    if not new:
+    """``result`` with :func:`cpu_warnings` added to its warnings (each only once), and
+    without starvation warnings when every flow reached the rate asked."""
+    kept = result.warnings
+    if result.summaries and all(_reached_the_asked_rate(result, f) for f in result.summaries):
+        kept = tuple(w for w in kept if STARVED not in w)
+    new = [w for w in cpu_warnings(result) if w not in kept]
+    if not new and kept == result.warnings:
         return result
-    return attrs.evolve(result, warnings=(*result.warnings, *new))
+    return attrs.evolve(result, warnings=(*kept, *new))

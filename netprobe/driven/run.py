@@ -33,6 +33,7 @@ from netprobe.driven.net import is_listening
 from netprobe.driven.process import DrivenProcess
 from netprobe.plugin import KeptIntervals, Reporter, intervals_not_kept
 from netprobe.schema import Interval, RawOutput
+from netprobe.starvation import WATCH_EVERY_S, ProcessWatch
 
 POLL_S = 0.05
 """How often a waiting run delivers intervals and looks at its processes again."""
@@ -84,12 +85,16 @@ class DrivenRun:
         self._pending = KeptIntervals(MAX_PENDING)  # the same bound, emptied at each delivery
         self._not_shown = 0  # samples past the pending bound: never reached the reporter
         self._lock = threading.Lock()
+        self._watches: dict[str, ProcessWatch] = {}  # CPU starvation, by role
 
     # -- processes ---------------------------------------------------------------------
 
     def start(self, role: str, argv: Sequence[str], on_line: Callable[[str], None] | None = None,
-              env: Mapping[str, str] | None = None, cwd: str | None = None) -> DrivenProcess:
-        """Start ``argv`` as the process ``role`` (ToolUnavailable if it cannot be run).
+              env: Mapping[str, str] | None = None, cwd: str | None = None,
+              watch: bool = True) -> DrivenProcess:
+        """Start ``argv`` as the process ``role`` (ToolUnavailable if it cannot be run);
+        with ``watch``, whether it was starved of CPU is looked at while it runs (for a
+        process that moves the test's data; not for a latency probe, say).
 
         The tool dies with the thread that started it (PR_SET_PDEATHSIG): a run is entered
         and left on one thread, which stops its processes on every way out but SIGKILL;
@@ -98,6 +103,8 @@ class DrivenRun:
                                 die_with_parent=True)
         self.processes[role] = process
         process.start()
+        if watch:
+            self._watches[role] = ProcessWatch.begin(process.pid)
         self.note(f"{self.tool} {role} started (pid {process.pid})")
         return process
 
@@ -146,6 +153,8 @@ class DrivenRun:
 
     def _pause(self, seconds: float = POLL_S) -> None:
         self.deliver()
+        for watch in self._watches.values():
+            watch.sample(WATCH_EVERY_S)
         time.sleep(seconds)
 
     # -- the reporter ------------------------------------------------------------------
@@ -201,7 +210,8 @@ class DrivenRun:
                          f"them faster than the live output took them (more than "
                          f"{self._pending.limit} waiting); the summaries cover the whole "
                          "test")
-        notes = (process.output_note() for process in self.processes.values())
+        notes = [process.output_note() for process in self.processes.values()]
+        notes += [watch.warning(f"{self.tool} {role}") for role, watch in self._watches.items()]
         return [*found, *(note for note in notes if note)]
 
     def _call(self, event: str, value: object) -> None:

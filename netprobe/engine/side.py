@@ -31,6 +31,7 @@ from netprobe.engine import kernel, lengthprobe, summary
 from netprobe.engine.sockets import datagram_waiting, socket_drops, socket_info
 from netprobe.errors import CoreError
 from netprobe.schema import Cpu, Interval, SideSummary, SocketInfo, TestSpec
+from netprobe.starvation import Starvation, run_wait_s
 
 # Why TCP moves 256 KiB or 1 MiB per call, measured at the start of a test: see
 # netprobe/engine/lengthprobe.py. The kernel's window, not the write size, decides
@@ -155,6 +156,7 @@ class LocalStream:
     call_length_bytes: Optional[int] = None  # TCP: the length its loop's calls kept
     user_s: float = 0.0
     system_s: float = 0.0
+    waited_s: Optional[float] = None  # waiting on a run queue while its loop ran
     last: summary.Snapshot = attrs.field(factory=summary.Snapshot)
     base: summary.Snapshot = attrs.field(factory=summary.Snapshot)
     rtt_samples: list = attrs.field(factory=list)
@@ -235,6 +237,7 @@ class Side:
         self._cpu_end: Optional[tuple[core.Rusage, core.HostCpu]] = None
         self._sampler_user_s = 0.0
         self._sampler_system_s = 0.0
+        self._starvation: Optional[Starvation] = None
         self._rcvbuf_base: Optional[int] = None
         self._lock = threading.Lock()
         self._nice = 0
@@ -257,6 +260,7 @@ class Side:
             # The host's count stands in only for a lone receiver whose own cannot be read.
             self._rcvbuf_base = kernel.udp_receive_buffer_errors()
         self._cpu_start = (core.rusage("process"), core.host_cpu())
+        self._starvation = Starvation.begin()
         self._nice = data_nice(len(self.streams), _cpus())
         self._wake_bytes = wake_bytes(sum(s.role == "receiver" and s.is_tcp for s in self.streams))
         for stream in self.streams:
@@ -281,6 +285,7 @@ class Side:
         _lower_thread_priority(self._nice)
         stream.started_at = core.monotonic()
         before = core.rusage("thread")
+        waited = run_wait_s()
         try:
             self._loop(stream)
         except CoreError as exc:
@@ -292,6 +297,9 @@ class Side:
             after = core.rusage("thread")
             stream.user_s = after.user_s - before.user_s
             stream.system_s = after.system_s - before.system_s
+            now_waited = run_wait_s()
+            if waited is not None and now_waited is not None:
+                stream.waited_s = now_waited - waited
             if stream.drops_base is not None:
                 # Read as the loop returns: what arrives once nothing reads is not the
                 # test's loss (the peer's last words, stray datagrams).
@@ -436,6 +444,8 @@ class Side:
         if end > prev:
             self._tick(prev, end, emit, tail=True)
         self._cpu_end = (core.rusage("process"), core.host_cpu())
+        if self._starvation is not None:
+            self._starvation.end()
         after = core.rusage("thread")
         self._sampler_user_s = after.user_s - before.user_s
         self._sampler_system_s = after.system_s - before.system_s
@@ -494,7 +504,23 @@ class Side:
             if foreign:
                 notes.append(f"stream {s.stream_id} ({s.direction}): {foreign} datagrams not "
                              "of this test (forged or stray) left out of the figures")
+        starved = self._starved()
+        if starved:
+            notes.append(starved)
         return notes
+
+    def _starved(self) -> Optional[str]:
+        """The warning when this side's cgroup quota or a CPU's other tasks held its data
+        threads back (netprobe.starvation), None otherwise or before the end."""
+        if self._starvation is None or self._cpu_end is None:
+            return None
+        starvation = self._starvation
+        starvation.waits = [
+            (s.waited_s, s.ended_at - s.started_at, s.user_s + s.system_s)
+            for s in self.streams
+            if s.waited_s is not None and s.started_at is not None and s.ended_at is not None]
+        wall = (self.ended_at or core.monotonic()) - self.t0
+        return starvation.warning(wall, "tester")
 
     def stream_summaries(self) -> list[tuple[LocalStream, SideSummary]]:
         """Each stream's summary over the test (after the warm-up)."""

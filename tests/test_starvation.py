@@ -1,0 +1,203 @@
+"""A starved tester says so (netprobe.starvation): a real client under a cgroup CPU quota,
+a real client sharing its core with a busy process, and no warning on an idle shaped link."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from netprobe.starvation import DEMAND_SHARE, STARVED_SHARE, Starvation, starvation_warning
+
+from .netlab import A_ADDR, B_ADDR, Lab, wait_listening
+
+NETPROBE = [sys.executable, "-m", "netprobe"]
+
+
+def test_the_rule_names_the_reason() -> None:
+    quota = starvation_warning(0.78, 0.0, "tester")
+    assert quota and "throttled by its cgroup's CPU quota for 78% of the test" in quota
+    shared = starvation_warning(0.0, 0.40, "tester")
+    assert shared and "waited for a CPU 40% of the time" in shared
+    assert starvation_warning(STARVED_SHARE / 2, STARVED_SHARE / 2, "tester") is None
+
+
+def test_only_a_thread_that_wanted_a_cpu_counts() -> None:
+    # (waited, lived, ran) in seconds: ntttcp's sender on an idle 100 Mbit/s link on a
+    # loaded host, then a loopback sender sharing its core with a busy loop.
+    link_bound = Starvation(waits=[(0.16, 1.83, 0.03)])
+    assert link_bound.wait_share() == 0.0
+    assert link_bound.warning(1.83, "tester") is None
+    shared = Starvation(waits=[(0.9, 1.8, 0.9)])
+    assert shared.wait_share() == pytest.approx(0.5)
+    warning = shared.warning(1.8, "tester")
+    assert warning and "waited for a CPU 50%" in warning
+    assert Starvation(waits=[(0.3, 1.0, DEMAND_SHARE - 0.31)]).wait_share() == 0.0
+
+
+@pytest.mark.parametrize("tool", ["nuttcp", "iperf3", "iperf2"])
+def test_a_driven_tool_under_a_cpu_quota_is_flagged(quota_cgroup: Path, tool: str) -> None:
+    if shutil.which({"iperf2": "iperf"}.get(tool, tool)) is None:
+        pytest.skip(f"{tool} is not installed")
+    argv = " ".join([*NETPROBE, "run", "127.0.0.1", "--tool", tool, "-t", "2", "--json"])
+    done = subprocess.run(
+        ["sh", "-c", f"echo $$ > {quota_cgroup / 'cgroup.procs'} && exec {argv}"],
+        capture_output=True, text=True, timeout=90)
+    assert done.stdout, done.stderr
+    starved = _starved(json.loads(done.stdout))
+    assert any(w.startswith(f"{tool} client CPU-starved: throttled by its cgroup's CPU quota")
+               for w in starved), starved
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def loopback_server() -> Iterator[int]:
+    """A native server on loopback, pinned to the last CPU (stopped by its PID)."""
+    port = _free_port()
+    cpus = sorted(os.sched_getaffinity(0))
+    server = subprocess.Popen([*NETPROBE, "server", "-B", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        os.sched_setaffinity(server.pid, {cpus[-1]})
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        yield port
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+
+
+def _client(port: int, before: str = "", wrap: str = "") -> dict:
+    shell = f"{before}exec {wrap}" + " ".join(
+        [*NETPROBE, "-c", "127.0.0.1", "-p", str(port), "-t", "2", "--json"])
+    done = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=60)
+    assert done.stdout, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def _cpu_cgroup_root() -> Optional[Path]:
+    """Where a child cgroup with a CPU quota can be made: this process's own cgroup in the
+    v2 hierarchy when it delegates the cpu controller, else in the v1 cpu hierarchy."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if line.startswith("0::"):
+            for mount in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+                control = Path(mount + path) / "cgroup.subtree_control"
+                if control.is_file() and "cpu" in control.read_text().split():
+                    return control.parent
+        elif "cpu" in controllers.split(","):
+            node = Path("/sys/fs/cgroup/cpu" + path)
+            if (node / "cpu.cfs_quota_us").is_file():
+                return node
+    return None
+
+
+@pytest.fixture
+def quota_cgroup() -> Iterator[Path]:
+    """A child cgroup limited to 0.2 of a core (removed afterwards)."""
+    root = _cpu_cgroup_root()
+    if root is None or not os.access(root, os.W_OK):
+        pytest.skip("no writable cgroup with the cpu controller (v2 cpu.max or v1 cfs quota)")
+    node = root / f"nk-quota-{os.getpid()}"
+    node.mkdir()
+    try:
+        if (node / "cpu.max").exists():
+            (node / "cpu.max").write_text("20000 100000")
+        else:
+            (node / "cpu.cfs_period_us").write_text("100000")
+            (node / "cpu.cfs_quota_us").write_text("20000")
+        yield node
+    finally:
+        for _ in range(50):  # the client has exited; its cgroup empties at once
+            try:
+                node.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def _starved(result: dict) -> list[str]:
+    return [w for w in result.get("warnings", []) if "CPU-starved" in w]
+
+
+def test_a_client_under_a_cpu_quota_is_flagged(loopback_server: int,
+                                               quota_cgroup: Path) -> None:
+    result = _client(loopback_server, f"echo $$ > {quota_cgroup / 'cgroup.procs'} && ")
+    starved = _starved(result)
+    assert starved, result.get("warnings")
+    assert "throttled by its cgroup's CPU quota" in starved[0]
+
+
+def test_a_client_sharing_its_core_is_flagged(loopback_server: int) -> None:
+    if shutil.which("taskset") is None:
+        pytest.skip("taskset (util-linux) is not installed")
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    busy = subprocess.Popen([sys.executable, "-c",
+                             "import time\nend = time.time() + 15\nwhile time.time() < end: pass"])
+    try:
+        os.sched_setaffinity(busy.pid, {cpu})
+        result = _client(loopback_server, wrap=f"taskset -c {cpu} ")
+    finally:
+        busy.kill()
+        busy.wait(timeout=10)
+    starved = _starved(result)
+    assert starved, result.get("warnings")
+    assert "waited for a CPU" in starved[0]
+
+
+@pytest.fixture(scope="module")
+def shaped_link() -> Iterator[tuple[Lab, str]]:
+    """Namespaces a and b on a 100 Mbit/s tbf link, a netprobe server (the agent that
+    starts each driven tool's far end) in b; yields (lab, a)."""
+    why = Lab.available()
+    if why:
+        pytest.skip(why)
+    with Lab(prefix="nk") as lab:
+        a, b = lab.host("a"), lab.host("b")
+        dev_a, dev_b = lab.link(a, f"{A_ADDR}/24", b, f"{B_ADDR}/24")
+        lab.shape(a, dev_a, 100)
+        lab.shape(b, dev_b, 100)
+        server = lab.start(b, [*NETPROBE, "server", "-B", B_ADDR, "-p", "5301"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_listening(lab, b, 5301)
+            yield lab, a
+        finally:
+            lab.stop(server)
+
+
+@pytest.mark.parametrize("tool", ["native", "nuttcp", "iperf3", "iperf2", "ntttcp", "qperf"])
+def test_an_idle_shaped_link_is_not_flagged(shaped_link: tuple[Lab, str], tool: str) -> None:
+    lab, a = shaped_link
+    listed = lab.run(a, [*NETPROBE, "tools", "--json"], timeout=60)
+    found = {t["name"]: t for t in json.loads(listed.stdout)}
+    if found.get(tool, {}).get("status") != "available":
+        pytest.skip(f"{tool} is not available here")
+    done = lab.run(a, [*NETPROBE, "run", B_ADDR, "--tool", tool, "-t", "2", "--json"],
+                   timeout=90)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    receiver = result["summaries"][0]["receiver"] or result["summaries"][0]["sender"]
+    assert 0 < receiver["bits_per_second"] < 101e6
+    # The host rule (under 5% idle) may rightly fire while other work fills this machine's
+    # CPUs; no tester may be called starved, nor a data thread busy.
+    assert not [w for w in result["warnings"]
+                if "CPU-starved" in w or "data thread" in w], result["warnings"]
