@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +80,15 @@ def test_own_lengths_and_length_together_is_a_one_line_error(
     code, _, err = _compare(capsys, "--own-lengths", "-l", "64K")
     assert code != 0 and "Traceback" not in err
     assert "--own-lengths" in err and len(err.strip().splitlines()) == 1
+
+
+def test_report_of_a_saved_comparison_says_the_call_lengths(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    saved = tmp_path / "compare.jsonl"
+    code, _, err = _compare(capsys, "-u", "-b", "20M", "-q", "-o", str(saved))
+    assert code == 0, err
+    code, out, err = run_main(capsys, "report", str(saved), registry=builtin_registry())
+    assert code == 0, err
+    assert "every tool at 1448 B datagrams" in out  # was: the rates alone
+    native = next(line for line in out.splitlines() if line.split()[:2] == ["native", "1448"])
+    assert "many datagrams per call" in native
