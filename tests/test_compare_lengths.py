@@ -92,3 +92,17 @@ def test_report_of_a_saved_comparison_says_the_call_lengths(
     assert "every tool at 1448 B datagrams" in out  # was: the rates alone
     native = next(line for line in out.splitlines() if line.split()[:2] == ["native", "1448"])
     assert "many datagrams per call" in native
+
+
+def test_a_tool_left_out_for_the_common_length_is_told_how_to_run_it(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # tcponly takes no -l: left out of the like-for-like run, with the way to include it
+    code, out, err = run_main(capsys, "compare", "--tools", "replay,tcponly", "-n", "1", "-t",
+                              "1", "-i", "0")
+    assert code == 0, err
+    left_out = next(line for line in out.splitlines() if line.startswith("left out: tcponly"))
+    assert "--own-lengths" in left_out
+    code, out, err = run_main(capsys, "compare", "--tools", "replay,tcponly", "-n", "1", "-t",
+                              "1", "-i", "0", "--own-lengths")
+    assert code == 0, err
+    assert "left out" not in out and "not like for like" in out

@@ -42,12 +42,15 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     from netprobe.cli.trialsink import run_trials_shown
     from netprobe.results.trials import Skipped, screen
 
-    spec = _equal_lengths(opts.spec_from_args(args), args.own_lengths)
+    given = opts.spec_from_args(args)
+    spec = _equal_lengths(given, args.own_lengths)
     registry = load()
     names = _tool_names(args.tools, registry.names())
     tools = [make_tool(registry, name, secret_options(args))
              for name in names]  # an unknown name is exit 3
     ready, skipped = screen(tools, spec)
+    if spec.length_bytes != given.length_bytes:  # compare's length, not the user's
+        skipped = [_own_lengths_hint(entry) for entry in skipped]
     skipped += [Skipped(f.name, (f"failed to load: {f.error}",)) for f in registry.failures
                 if args.tools is None and f.name not in registry.tools]  # not a shadowed name
     if not ready:
@@ -89,6 +92,18 @@ def _equal_lengths(spec: Any, own: bool) -> Any:
         words = f"every tool writes and reads {_kib(length)} per call"
     print_note(f"{words} (-l sets another, --own-lengths each tool's default)")
     return attrs.evolve(spec, length_bytes=length)
+
+
+def _own_lengths_hint(entry: Any) -> Any:
+    """``entry`` with a refused ``--length`` that compare chose saying how to include it."""
+    refused = f"{entry.tool} cannot honour --length"
+    if not any(reason.startswith(refused) for reason in entry.reasons):
+        return entry
+    import attrs
+
+    return attrs.evolve(entry, reasons=tuple(
+        f"{reason} (compare's common length; --own-lengths runs each tool at its own)"
+        if reason.startswith(refused) else reason for reason in entry.reasons))
 
 
 def _kib(length: int) -> str:
