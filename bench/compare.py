@@ -6,7 +6,13 @@ machine hits all alike, N repetitions each. Each tool's server and client are se
 processes started here; their CPU time comes from the kernel (wait4 rusage, or
 /proc/PID/stat for a server that does not exit by itself). Prints, per case and tool, the
 median receiver throughput, datagrams per second (UDP), CPU seconds per gigabit (sender +
-receiver processes) and the ratios native/peer.
+receiver processes), what each send call carried, and the ratios native/peer.
+
+The call column matters more than it looks: over TCP on loopback the write length alone
+moves the rate by tens of percent, and the native UDP sender hands the kernel many
+datagrams per call (sendmmsg of GSO messages) where the peers send one. ``tcp1`` runs each
+tool at its own default length; ``tcp1eq`` gives every tool 128K writes (``compare``'s
+default), the like-for-like figure.
 
     python bench/compare.py [--reps 3] [--time 5] [--cases tcp1,tcp4,udp64] [--tools ...]
 
@@ -43,6 +49,7 @@ class Run:
     cpu_s: float  # client + server process CPU (rusage)
     host_cpu_s: float = 0.0  # every core's busy time while the client ran (/proc/stat)
     seconds: float = 0.0  # test duration asked for
+    call: str = ""  # what one send call carried: the write length, or datagrams per call
 
     @property
     def gigabits(self) -> float:
@@ -64,6 +71,7 @@ class Case:
 CASES = {
     "tcp1": Case("TCP, 1 stream", False, 1, None),
     "tcp4": Case("TCP, 4 streams", False, 4, None),
+    "tcp1eq": Case("TCP, 1 stream, 128K writes for every tool", False, 1, 128 * 1024),
     "udp64": Case("UDP, 64-byte payload, unlimited", True, 1, 64),
     # Zero-copy compared only with zero-copy: iperf3 -Z (sendfile) against native -Z.
     "tcp1z": Case("TCP, 1 stream, zero-copy send (-Z)", False, 1, None, zerocopy=True),
@@ -180,6 +188,8 @@ def run_native(case: Case, seconds: float) -> Run:
     args += ["-Z"] if case.zerocopy else []
     if case.udp:
         args += ["-u", "-b", "0", "-l", str(case.length)]
+    elif case.length:
+        args += ["-l", str(case.length)]
     out, _, cpu = measure(
         [*np, "server", "-1", "-B", HOST, "-p", str(port)],
         [*np, "run", HOST, "-p", str(port), "--json", *args],
@@ -187,17 +197,21 @@ def run_native(case: Case, seconds: float) -> Run:
         True,
         seconds,
     )
-    receiver = json.loads(out)["summaries"][0]["receiver"]
+    flow = json.loads(out)["summaries"][0]
+    receiver = flow["receiver"]
     span = receiver["end_s"] - receiver["start_s"]
     pps = receiver["packets"] / span if case.udp else None
-    return Run(receiver["bits_per_second"], pps, cpu)
+    call = (f"{case.length} B, many per call (GSO)" if case.udp
+            else _writes(flow["sender"]["call_length_bytes"], case))
+    return Run(receiver["bits_per_second"], pps, cpu, call=call)
 
 
 def run_iperf3(case: Case, seconds: float) -> Run:
     port = free_port()
     args = ["-t", str(seconds), "-P", str(case.streams)]
-    if case.udp:
-        args += ["-u", "-b", "0", "-l", str(case.length)]
+    if case.udp or case.length:
+        args += ["-u", "-b", "0"] if case.udp else []
+        args += ["-l", str(case.length)]
     out, _, cpu = measure(
         ["iperf3", "-s", "-1", "-p", str(port)],
         ["iperf3", "-c", HOST, "-p", str(port), "-J", *args],
@@ -205,12 +219,15 @@ def run_iperf3(case: Case, seconds: float) -> Run:
         True,
         seconds,
     )
-    end = json.loads(out)["end"]
+    report = json.loads(out)
+    end = report["end"]
     if case.udp:
         total = end["sum"]
         received = total["packets"] - total["lost_packets"]
-        return Run(received * case.length * 8 / total["seconds"], received / total["seconds"], cpu)
-    return Run(end["sum_received"]["bits_per_second"], None, cpu)
+        return Run(received * case.length * 8 / total["seconds"], received / total["seconds"], cpu,
+                   call=ONE_DATAGRAM.format(case.length))
+    call = _writes(report["start"]["test_start"]["blksize"], case)
+    return Run(end["sum_received"]["bits_per_second"], None, cpu, call=call)
 
 
 def run_nuttcp(case: Case, seconds: float) -> Run:
@@ -218,6 +235,8 @@ def run_nuttcp(case: Case, seconds: float) -> Run:
     args = ["-T", str(seconds), "-N", str(case.streams), "-fparse"]
     if case.udp:
         args += ["-u", "-R", "100g", "-l", str(case.length)]
+    elif case.length:
+        args += ["-l", str(case.length)]
     # --nofork: "-1" alone forks a detached daemon, whose CPU wait4 would never see.
     out, _, cpu = measure(
         ["nuttcp", "-1", "--nofork", "-P", str(ctl), "-p", str(data)],
@@ -230,7 +249,9 @@ def run_nuttcp(case: Case, seconds: float) -> Run:
     pps = None
     if case.udp:  # megabytes received are 2^20 bytes; pkt is datagrams received
         pps = (float(fields["megabytes"]) * 2**20 / case.length) / float(fields["real_seconds"])
-    return Run(float(fields["rate_Mbps"]) * 1e6, pps, cpu)
+    # -fparse does not print the buffer length: without -l it is nuttcp's 64K default.
+    call = ONE_DATAGRAM.format(case.length) if case.udp else _writes(case.length or 65536, case)
+    return Run(float(fields["rate_Mbps"]) * 1e6, pps, cpu, call=call)
 
 
 def run_iperf2(case: Case, seconds: float) -> Run:
@@ -240,17 +261,30 @@ def run_iperf2(case: Case, seconds: float) -> Run:
     ready = (lambda: wait_listening(port, udp=True)) if case.udp else (lambda: wait_listening(port))
     if case.udp:
         args += ["-u", "-b", "100000000000", "-l", str(case.length)]
+    elif case.length:
+        args += ["-l", str(case.length)]
     out, server_out, cpu = measure(
         server, ["iperf", "-c", HOST, "-p", str(port), *args], ready, False, seconds
     )
     if case.udp:  # the receiver's figures are in the server's CSV row
         row = [r.split(",") for r in server_out.splitlines() if r.count(",") >= 12][-1]
         span = float(row[6].split("-")[1]) - float(row[6].split("-")[0])
-        return Run(float(row[8]), (int(row[11]) - int(row[10])) / span, cpu)
+        return Run(float(row[8]), (int(row[11]) - int(row[10])) / span, cpu,
+                   call=ONE_DATAGRAM.format(case.length))
     rows = [r.split(",") for r in out.splitlines() if r.count(",") >= 8]
     summed = [r for r in rows if r[5] == "-1"]
     bps = float(summed[-1][8]) if summed else sum(float(r[8]) for r in rows)
-    return Run(bps, None, cpu)
+    # -y C does not print the buffer length: without -l it is iperf 2's 128K default.
+    return Run(bps, None, cpu, call=_writes(case.length or 128 * 1024, case))
+
+
+ONE_DATAGRAM = "{} B, one per call"
+
+
+def _writes(length: Optional[int], case: Case) -> str:
+    """A TCP sender's call: its write length, marked when the tool chose it itself."""
+    shown = "?" if not length else (f"{length // 1024}K" if length % 1024 == 0 else f"{length} B")
+    return f"{shown} writes" + ("" if case.length else " (own)")
 
 
 ZEROCOPY_TOOLS = ("native", "iperf3")  # nuttcp and iperf 2 have no zero-copy mode
@@ -266,7 +300,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--time", type=float, default=5.0)
-    parser.add_argument("--cases", default="tcp1,tcp4,udp64,tcp1z")
+    parser.add_argument("--cases", default="tcp1,tcp1eq,tcp4,udp64,tcp1z")
     parser.add_argument("--tools", default="native,iperf3,nuttcp,iperf")
     args = parser.parse_args()
     wanted = [t for t in args.tools.split(",") if t == "native" or shutil.which(TOOLS[t][0])]
@@ -297,10 +331,11 @@ def report(case: Case, runs: dict[str, list[Run]], failures: dict[str, str]) -> 
     count = max((len(r) for r in runs.values()), default=0)
     print(f"\n{case.name}  (median of {count} runs; ratios are native/peer)")
     print(
-        f"{'tool':8} {'Gbit/s':>8} {'Mpkt/s':>7} {'proc CPU s/Gbit':>16} {'host CPU s/Gbit':>16}"
-        f" {'thr ratio':>10} {'proc CPU ratio':>15} {'host CPU ratio':>15}"
+        f"{'tool':8} {'each call':26} {'Gbit/s':>8} {'Mpkt/s':>7} {'proc CPU s/Gbit':>16}"
+        f" {'host CPU s/Gbit':>16} {'thr ratio':>10} {'proc CPU ratio':>15} {'host CPU ratio':>15}"
     )
     med = {t: _medians(r) for t, r in runs.items() if r}
+    calls = {t: "/".join(sorted({run.call for run in r})) for t, r in runs.items() if r}
     base = med.get("native")
     for tool, (bps, pps, proc, host) in med.items():
         peer = base is not None and tool != "native"
@@ -316,8 +351,8 @@ def report(case: Case, runs: dict[str, list[Run]], failures: dict[str, str]) -> 
         ]
         shown_pps = f"{pps / 1e6:7.3f}" if pps else f"{'':7}"
         print(
-            f"{tool:8} {bps / 1e9:8.3f} {shown_pps} {proc:16.4f} {host:16.4f} {cells[0]:>10} "
-            f"{cells[1]:>15} {cells[2]:>15}"
+            f"{tool:8} {calls[tool]:26} {bps / 1e9:8.3f} {shown_pps} {proc:16.4f} {host:16.4f}"
+            f" {cells[0]:>10} {cells[1]:>15} {cells[2]:>15}"
         )
     for tool, why in failures.items():
         print(f"{tool:8} failed at least once: {why}")

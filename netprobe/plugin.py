@@ -355,6 +355,10 @@ class Tool(abc.ABC):
     the tool option of the same name: ``receive`` (only the receiving end, on this machine,
     for a sender started elsewhere) and ``no_sync`` (no start handshake between the ends,
     for a peer run without one). The CLI refuses a mode a tool does not list."""
+    udp_batched_send: ClassVar[bool] = False
+    """True if the tool's UDP sender hands the kernel many datagrams per call (sendmmsg,
+    GSO messages); False for one datagram per send call. ``compare`` says which, since a
+    rate per call decides UDP throughput on a fast path."""
 
     def __init__(self, options: Optional[dict[str, Any]] = None) -> None:
         self.options: dict[str, Any] = dict(options or {})

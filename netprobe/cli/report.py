@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -24,10 +24,10 @@ from netprobe.cli.tabulate import (
     stats_rows,
 )
 from netprobe.cli.textsafe import for_terminal
-from netprobe.cli.units import format_rate
+from netprobe.cli.units import format_length, format_rate
 from netprobe.engine.latency import run_verdict
 from netprobe.results.analysis import GroupStats, throughput_series
-from netprobe.results.trials import Skipped
+from netprobe.results.trials import CallLength, Skipped
 from netprobe.schema import Result
 
 SPARK_WIDTH = 30
@@ -119,6 +119,39 @@ def skipped_text(skipped: Sequence[Skipped]) -> Text:
         text.append("left out: ", style="bold yellow")
         text.append(f"{entry.tool}: {'; '.join(entry.reasons)}")
     return text
+
+
+def call_length_table(lengths: Sequence[CallLength]) -> Group:
+    """A row per tool: the call length it ran at and what each of its calls carried, under
+    a title saying whether the tools ran like for like (one length asked of all)."""
+    asked = {entry.asked for entry in lengths}
+    common = asked.pop() if len(asked) == 1 else None
+    batched = {entry.batched for entry in lengths if entry.protocol == "udp"}
+    if common is None:
+        title = "Call lengths: each tool's own, so the rates are not like for like"
+    elif len(batched) > 1:  # one datagram size, but not the same datagrams per call
+        title = (f"Call lengths: every tool at {format_length(common)} datagrams, sent "
+                 "in unlike calls (below), so the rates are not like for like")
+    else:
+        title = f"Call lengths: every tool at {format_length(common)} (like for like)"
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for name in ("Tool", "call length", "each call"):
+        table.add_column(name, no_wrap=True)
+    for entry in lengths:
+        table.add_row(Text(for_terminal(entry.tool, one_line=True)),
+                      "own default" if entry.asked is None else format_length(entry.asked),
+                      _each_call(entry))
+    return Group(Text(title, style="bold"), table)  # the title unwrapped, wider than the table
+
+
+def _each_call(entry: CallLength) -> str:
+    if entry.protocol == "udp":  # the rate per call, not the datagram, decides a fast path
+        return ("many datagrams per call (sendmmsg of GSO messages)" if entry.batched
+                else "one datagram per call")
+    if not entry.sender and not entry.receiver:
+        return "lengths not reported by the tool"
+    return (f"writes {'/'.join(map(format_length, entry.sender)) or '-'}, "
+            f"reads {'/'.join(map(format_length, entry.receiver)) or '-'}")
 
 
 def stats_table(stats: Sequence[GroupStats], group_title: str = "Group",

@@ -13,7 +13,7 @@ import argparse
 import io
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Optional
 
 from netprobe.cli.common import agent_access, error, warning
@@ -23,7 +23,7 @@ from netprobe.cli.outfile import append_text, check_target, choose_formats, writ
 from netprobe.convert import to_json, unstructure
 from netprobe.plugin import NullReporter, Reporter, Tool
 from netprobe.results.analysis import GroupStats, group_results, group_stats
-from netprobe.results.trials import Skipped, Trial, TrialRun, run_trials
+from netprobe.results.trials import Skipped, Trial, TrialRun, call_lengths, run_trials
 from netprobe.schema import Result, TestSpec
 
 # --- run --repeat and compare ------------------------------------------------------------
@@ -39,6 +39,7 @@ def run_trials_shown(args: argparse.Namespace, spec: TestSpec, tools: Sequence[T
     if chosen.warning:
         warning(chosen.warning)
     sink = TrialSink(chosen.stdout, args.output, quiet=args.quiet, file_fmt=chosen.file)
+    sink.batched = frozenset(tool.name for tool in tools if tool.udp_batched_send)
     sink.begin(_plan_note(spec, tools, rounds, args.pause), skipped)
     reporter = sink.progress(spec)
     try:
@@ -90,6 +91,8 @@ class TrialSink:
         self._planned: Optional[int] = None
         self._progress: Any = None  # the TrialProgress on a terminal
         self._csv_started = False
+        self.batched: frozenset[str] = frozenset()
+        """The tools whose UDP sender sends many datagrams per call (the call table)."""
 
     @property
     def _human(self) -> bool:
@@ -180,7 +183,7 @@ class TrialSink:
         elif self.fmt == "human":
             from netprobe.cli.render import stdout_console
 
-            _print_closing(stdout_console(), self.results, run, self.path)
+            _print_closing(stdout_console(), self.results, run, self.path, self.batched)
 
     def _text(self, fmt: str, run: Optional[TrialRun]) -> str:
         if fmt == "json":
@@ -188,7 +191,7 @@ class TrialSink:
                               allow_nan=False) + "\n"
         if fmt == "csv":
             return format_csv(self.results)
-        return report_text(self.results, self.skipped, run)
+        return report_text(self.results, self.skipped, run, self.batched)
 
 
 def trial_stats(results: Sequence[Result]) -> list[GroupStats]:
@@ -197,12 +200,16 @@ def trial_stats(results: Sequence[Result]) -> list[GroupStats]:
 
 
 def _print_closing(console: Any, results: Sequence[Result], run: Optional[TrialRun],
-                   path: Optional[str]) -> None:
+                   path: Optional[str], batched: Collection[str] = ()) -> None:
     from rich.text import Text
 
-    from netprobe.cli.report import print_stats
+    from netprobe.cli.report import call_length_table, print_stats
 
     console.print()
+    lengths = call_lengths(results, batched)
+    if len(lengths) > 1:  # a comparison: say what each tool's calls were, before its rates
+        console.print(call_length_table(lengths))
+        console.print()
     print_stats(console, trial_stats(results), "Tool")
     if run is not None:
         ok = sum(r.status == "ok" for r in results)
@@ -214,7 +221,7 @@ def _print_closing(console: Any, results: Sequence[Result], run: Optional[TrialR
 
 
 def report_text(results: Sequence[Result], skipped: Sequence[Skipped],
-                run: Optional[TrialRun]) -> str:
+                run: Optional[TrialRun], batched: Collection[str] = ()) -> str:
     """The human report of a run as plain text, for ``-o FILE`` in the human format."""
     from rich.console import Console
 
@@ -227,7 +234,7 @@ def report_text(results: Sequence[Result], skipped: Sequence[Skipped],
     if skipped:
         console.print(skipped_text(skipped), soft_wrap=True)
     print_trial_lines(console, results)
-    _print_closing(console, results, run, None)
+    _print_closing(console, results, run, None, batched)
     return buffer.getvalue()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Callable, Optional, Protocol
 
 import attrs
@@ -81,6 +81,47 @@ def screen(tools: Sequence[Tool], spec: TestSpec) -> tuple[list[Tool], list[Skip
         else:
             ready.append(tool)
     return ready, skipped
+
+
+# --- call lengths ------------------------------------------------------------------------
+
+@frozen
+class CallLength:
+    """How one tool's trials called the kernel: the length asked and the lengths used."""
+
+    tool: str
+    """The tool's name."""
+    protocol: str
+    """``tcp`` or ``udp``."""
+    asked: Optional[int]
+    """The spec's length (``-l``, or compare's common one); None for the tool's own."""
+    sender: tuple[int, ...]
+    """TCP: the distinct write lengths the trials reported (empty where the tool does not
+    say, and for UDP, whose datagram length is :attr:`asked`)."""
+    receiver: tuple[int, ...]
+    """TCP: the distinct read lengths the trials reported."""
+    batched: bool
+    """UDP: many datagrams per send call (see :attr:`netprobe.plugin.Tool.udp_batched_send`)."""
+
+
+def call_lengths(results: Sequence[Result], batched: Collection[str] = ()) -> list[CallLength]:
+    """Per tool, in the order first seen, the call lengths of ``results``; ``batched``
+    names the tools whose UDP sender sends many datagrams per call."""
+    by_tool: dict[str, list[Result]] = {}
+    for result in results:
+        by_tool.setdefault(result.tool.name, []).append(result)
+    return [_call_length(name, group, name in batched) for name, group in by_tool.items()]
+
+
+def _call_length(name: str, results: Sequence[Result], batched: bool) -> CallLength:
+    spec = results[0].spec
+    asked = {r.spec.length_bytes for r in results}
+    # Where the trials disagree, the asked length is not one figure: say the tool's own.
+    common = asked.pop() if len(asked) == 1 else None
+    sides = [(flow.sender, flow.receiver) for r in results for flow in r.summaries]
+    writes = sorted({s.call_length_bytes for s, _ in sides if s and s.call_length_bytes})
+    reads = sorted({s.call_length_bytes for _, s in sides if s and s.call_length_bytes})
+    return CallLength(name, spec.protocol, common, tuple(writes), tuple(reads), batched)
 
 
 # --- running -----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ class NativeTool(Tool):
     name = "native"
     description = "netprobe's own engine: C data path, one port for control and data"
     capabilities = NATIVE_CAPABILITIES
+    udp_batched_send = True  # whole GSO messages by sendmmsg (docs/performance.md)
 
     def probe(self) -> Availability:
         """Always available: the pure-Python data path stands in for the compiled one."""

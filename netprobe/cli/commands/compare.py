@@ -28,6 +28,11 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                            "C ... so that drift hits every tool alike. Here -n counts trials: "
                            "the byte count is --bytes")
     opts.add_test_options(parser, bytes_flags=("--bytes",))
+    parser.add_argument("--own-lengths", action="store_true",
+                        help="run each tool at its own default call length (without it every "
+                             f"tool writes and reads {_kib(COMPARE_TCP_LENGTH)} over TCP, "
+                             f"{UDP_COMPARE_LENGTH}-byte datagrams over UDP, unless -l "
+                             "says another); the table says each tool's")
     opts.add_socket_options(parser)
     opts.add_output_options(parser)
 
@@ -37,13 +42,16 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     from netprobe.cli.trialsink import run_trials_shown
     from netprobe.results.trials import Skipped, screen
 
-    spec = _one_datagram_size(opts.spec_from_args(args))
+    given = opts.spec_from_args(args)
+    spec = _equal_lengths(given, args.own_lengths)
     opts.check_addresses(args)  # a bad -B or HOST named by its option, before any run
     registry = load()
     names = _tool_names(args.tools, registry.names())
     tools = [make_tool(registry, name, secret_options(args))
              for name in names]  # an unknown name is exit 3
     ready, skipped = screen(tools, spec)
+    if spec.length_bytes != given.length_bytes:  # compare's length, not the user's
+        skipped = [_own_lengths_hint(entry) for entry in skipped]
     skipped += [Skipped(f.name, (f"failed to load: {f.error}",)) for f in registry.failures
                 if args.tools is None and f.name not in registry.tools]  # not a shadowed name
     if not ready:
@@ -54,22 +62,53 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     return run_trials_shown(args, spec, ready, args.trials, skipped)
 
 
+COMPARE_TCP_LENGTH = 128 * 1024
+"""The write and read length every tool gets in a TCP ``compare`` without ``-l``: iperf3's
+and iperf 2's own default, so that those two run as their users know them. Left to
+themselves the tools differ (native 256 KiB or 1 MiB by its length probe, nuttcp 64 KiB),
+and on loopback the call length alone moves the rate by tens of percent."""
+
 UDP_COMPARE_LENGTH = 1448
 """Datagram payload every tool gets in ``compare -u`` without ``-l``: one datagram in a
 1500-byte MTU over IPv4 and IPv6. Left to themselves the tools differ (native 1448, iperf3
 32768 or the MTU, nuttcp 8192, iperf2 1470), and so would their loss and rate."""
 
 
-def _one_datagram_size(spec: Any) -> Any:
-    if spec.protocol != "udp" or spec.length_bytes is not None:
+def _equal_lengths(spec: Any, own: bool) -> Any:
+    """``spec`` with one call length for every tool, said on stderr; as given with ``-l``
+    or ``--own-lengths`` (with both, a SpecError)."""
+    if own and spec.length_bytes is not None:
+        raise SpecError("--own-lengths and -l/--length contradict each other: give one")
+    if own or spec.length_bytes is not None:
         return spec
     import attrs
 
     from netprobe.cli.render import print_note
 
-    print_note(f"every tool sends {UDP_COMPARE_LENGTH}-byte datagrams (-l sets another "
-               "size)")
-    return attrs.evolve(spec, length_bytes=UDP_COMPARE_LENGTH)
+    if spec.protocol == "udp":
+        length = UDP_COMPARE_LENGTH
+        words = f"every tool sends {length}-byte datagrams"
+    else:
+        length = COMPARE_TCP_LENGTH
+        words = f"every tool writes and reads {_kib(length)} per call"
+    print_note(f"{words} (-l sets another, --own-lengths each tool's default)")
+    return attrs.evolve(spec, length_bytes=length)
+
+
+def _own_lengths_hint(entry: Any) -> Any:
+    """``entry`` with a refused ``--length`` that compare chose saying how to include it."""
+    refused = f"{entry.tool} cannot honour --length"
+    if not any(reason.startswith(refused) for reason in entry.reasons):
+        return entry
+    import attrs
+
+    return attrs.evolve(entry, reasons=tuple(
+        f"{reason} (compare's common length; --own-lengths runs each tool at its own)"
+        if reason.startswith(refused) else reason for reason in entry.reasons))
+
+
+def _kib(length: int) -> str:
+    return f"{length // 1024}K"
 
 
 def _tool_names(given: Optional[str], installed: list[str]) -> list[str]:

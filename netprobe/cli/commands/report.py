@@ -86,8 +86,17 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
         write_page(args.html, results, groups, stats, sources=sources, keys=keys,
                    sections=sections)
     if not args.quiet:
-        _print_report(args.format, results, stats, keys, args.summary_only)
+        _print_report(args.format, results, stats, keys, args.summary_only,
+                      _batched(results, _load))
     return ExitCode.OK
+
+
+def _batched(results: Sequence[Result], load: RegistryLoader) -> list[str]:
+    # Which tools send many UDP datagrams per call is the tool's, not the saved result's:
+    # the registry is loaded only for a UDP result.
+    if not any(result.spec.protocol == "udp" for result in results):
+        return []
+    return [name for name, tool in load().tools.items() if tool.udp_batched_send]
 
 
 def _archived(urls: Sequence[str]) -> tuple[list[Result], list[tuple[str, str]]]:
@@ -139,7 +148,7 @@ def _warn(lines: Sequence[str]) -> None:
 
 
 def _print_report(fmt: str, results: Sequence[Result], stats: Sequence[GroupStats],
-                  keys: Sequence[str], summary_only: bool) -> None:
+                  keys: Sequence[str], summary_only: bool, batched: Sequence[str] = ()) -> None:
     from netprobe.cli.outfile import write_stdout
     from netprobe.cli.tabulate import RECORD_STATS, stats_records
 
@@ -157,7 +166,19 @@ def _print_report(fmt: str, results: Sequence[Result], stats: Sequence[GroupStat
         print_trial_lines(console, results)
         console.print()
     title = "Tool" if list(keys) == ["tool"] else "Group"
+    if title == "Tool":  # a comparison: each tool's call length before its rates
+        _print_call_lengths(console, results, batched)
     print_stats(console, stats, title)
+
+
+def _print_call_lengths(console: Any, results: Sequence[Result], batched: Sequence[str]) -> None:
+    from netprobe.cli.report import call_length_table
+    from netprobe.results.trials import call_lengths
+
+    lengths = call_lengths(results, batched)
+    if len(lengths) > 1:
+        console.print(call_length_table(lengths))
+        console.print()
 
 
 def _records_csv(records: list[dict[str, Any]], stats_names: Sequence[str]) -> str:
