@@ -14,7 +14,13 @@ from netprobe.engine.conduct import Conductor, Outcome, Reader
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side
 from netprobe.engine.sockets import apply_options, family_for, resolve
-from netprobe.errors import NetprobeError, ProtocolError, TestFailed, TestInterrupted
+from netprobe.errors import (
+    NetprobeError,
+    ProtocolError,
+    SecretMissing,
+    TestFailed,
+    TestInterrupted,
+)
 from netprobe.plugin import KeptIntervals, Reporter, utc_now_iso
 from netprobe.schema import Endpoint, Interval, Result, TestSpec
 
@@ -143,9 +149,7 @@ class Client:
         if method != auth.METHOD:
             raise ProtocolError(f"server asks for unknown authentication {method!r}")
         if not self.secret:
-            raise ProtocolError(
-                f"server requires a shared secret: set ${auth.SECRET_ENV} or use --secret-file"
-            )
+            raise SecretMissing(self.host)  # not a ProtocolError: the caller says whose
         ours = auth.new_challenge()
         response = auth.respond(self.secret, str(self.welcome.get("challenge")), "client")
         self.channel.send({"type": "auth", "response": response, "challenge": ours})

@@ -29,6 +29,7 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                            "the byte count is --bytes")
     opts.add_test_options(parser, bytes_flags=("--bytes",))
     opts.add_socket_options(parser)
+    opts.add_agent_options(parser)  # --agent-port, --no-agent, --from/--to: as run has them
     opts.add_output_options(parser)
 
 
