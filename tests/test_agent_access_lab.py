@@ -121,3 +121,29 @@ def test_a_source_agent_without_the_secret_is_named(hosts: Hosts, tool: str) -> 
     assert f"the agent at {hosts.address('a')} has no shared secret" in message, message
     assert f"{hosts.address('b')} requires one" in message, message
     assert "start that agent with --secret-file" in message, message
+
+
+def test_exporter_probe_from_an_agent_to_another_port(hosts: Hosts, tmp_path: Path) -> None:
+    # The source's agent on one port, the target's on another, both with the secret: the
+    # exporter told the source only its own port, so it looked for the target's there.
+    source_port, target_port, http_port = 5394, 5393, 9135
+    hosts.agent("a", source_port, "--allow-third-party", "--secret-file", str(hosts.secret))
+    hosts.agent("b", target_port, "--secret-file", str(hosts.secret))
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'[fleet]\nsecret_file = "{hosts.secret}"\n'
+                     f'[agents.a]\naddress = "{hosts.address("a")}"\nport = {source_port}\n'
+                     f'[agents.b]\naddress = "{hosts.address("b")}"\nport = {target_port}\n'
+                     '[groups.g]\ntype = "mesh"\n')
+    config = tmp_path / "exporter.toml"
+    config.write_text(f'[exporter]\nfleet = "{fleet}"\n'
+                      '[modules.m]\ntool = "iperf3"\nfleet_agents = true\nsources = ["a"]\n')
+    c = hosts.hosts["c"][0]
+    hosts.lab.start(c, [*NETPROBE, "exporter", "--port", str(http_port), "--config",
+                        str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_listening(hosts.lab, c, http_port)
+    got = hosts.lab.run(c, ["curl", "-s", "--max-time", "30", f"http://127.0.0.1:{http_port}"
+                            "/probe?module=m&target=b&from=a&duration=1"], timeout=40)
+    assert "netprobe_up" in got.stdout, got.stdout + got.stderr
+    up = [line for line in got.stdout.splitlines() if line.startswith("netprobe_up")]
+    failed = [line for line in got.stdout.splitlines() if "failed_info" in line]
+    assert up and up[0].endswith(" 1.0"), (up, failed)
