@@ -147,3 +147,26 @@ def test_exporter_probe_from_an_agent_to_another_port(hosts: Hosts, tmp_path: Pa
     up = [line for line in got.stdout.splitlines() if line.startswith("netprobe_up")]
     failed = [line for line in got.stdout.splitlines() if "failed_info" in line]
     assert up and up[0].endswith(" 1.0"), (up, failed)
+
+
+OTHER_PORT = 5395  # a with the secret, b with another one
+
+
+@pytest.mark.parametrize("tool", ["native", "iperf3"])
+def test_two_different_secrets_are_named(hosts: Hosts, tool: str, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.write_text("another secret\n")
+    if tool == "native":  # the fixture is the module's: the agents are started once
+        hosts.agent("a", OTHER_PORT, "--allow-third-party", "--secret-file", str(hosts.secret))
+        hosts.agent("b", OTHER_PORT, "--secret-file", str(other))
+    third = hosts.from_c("run", "--from", hosts.address("a"), "--to", hosts.address("b"),
+                         "--agent-port", str(OTHER_PORT), "--secret-file", str(hosts.secret),
+                         "--tool", tool, "-t", "1")
+    assert third.returncode == 5, third.stderr
+    assert (f"the agent at {hosts.address('b')} refused the shared secret of the agent at "
+            f"{hosts.address('a')}") in third.stderr, third.stderr
+    direct = hosts.from_c("run", hosts.address("b"), "--agent-port", str(OTHER_PORT),
+                          "--secret-file", str(hosts.secret), "--tool", tool, "-t", "1")
+    assert direct.returncode == 5, direct.stderr
+    assert (f"at {hosts.address('b')} refused this side's shared secret: the two hold "
+            "different secrets") in direct.stderr, direct.stderr

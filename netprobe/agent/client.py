@@ -15,7 +15,15 @@ import attrs
 from netprobe import convert
 from netprobe.engine import protocol
 from netprobe.engine.auth import METHOD, new_challenge, respond, verify
-from netprobe.errors import NetprobeError, ProtocolError, SecretMissing, TestFailed, unresolved
+from netprobe.errors import (
+    NetprobeError,
+    ProtocolError,
+    SecretMissing,
+    SecretRefused,
+    TestFailed,
+    refused_secret,
+    unresolved,
+)
 from netprobe.plugin import Reporter, Tool
 from netprobe.schema import Interval, RawOutput, Result, TestSpec
 
@@ -69,7 +77,17 @@ class AgentConnection:
         ours = new_challenge()
         self.channel.send({"type": "auth", "challenge": ours,
                            "response": respond(secret, str(welcome.get("challenge")), "client")})
-        reply = self._expect("auth_ok")
+        try:
+            reply = self.channel.recv(timeout=REPLY_TIMEOUT_S)
+        except (OSError, ProtocolError) as exc:
+            raise TestFailed(f"agent at {self.host}: {protocol.reason(exc)}") from None
+        if refused_secret(reply):
+            self.close()
+            raise SecretRefused(self.host, "agent")
+        if reply.get("type") != "auth_ok":
+            self.close()
+            raise TestFailed(f"agent at {self.host}: expected 'auth_ok', got "
+                             f"'{reply.get('type')}'")
         if not verify(secret, ours, "server", reply.get("response")):
             raise TestFailed(f"the agent at {self.host} could not prove it knows the secret")
 

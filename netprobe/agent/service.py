@@ -27,7 +27,7 @@ from netprobe.agent.udpcount import CounterUnavailable, UdpCounter
 from netprobe.driven import DrivenProcess, port_is_free
 from netprobe.engine.log import client, escape
 from netprobe.engine.server import Session
-from netprobe.errors import NetprobeError, SecretMissing, TestFailed
+from netprobe.errors import NetprobeError, SecretMissing, SecretRefused, TestFailed
 from netprobe.plugin import Registry, Tool, load_registry
 from netprobe.schema import Interval, RawOutput, TestSpec
 from netprobe.session import AgentAccess, availability, run_spec
@@ -396,6 +396,10 @@ def _third_party(session: Session, message: dict, loader: RegistryLoader) -> Non
             reply["error"] = (f"the agent at {session.local_address} has no shared secret, "
                               f"and the one at {exc.host} requires one: start that agent "
                               "with --secret-file (the secret of the agents it tests to)")
+        except SecretRefused as exc:
+            reply["error"] = (f"the agent at {exc.host} refused the shared secret of the agent "
+                              f"at {session.local_address}: the two agents were started with "
+                              "different secrets (--secret-file)")
         except TestFailed as exc:
             reply["error"] = str(exc)
             reply["result"] = convert.unstructure(exc.partial) if exc.partial else None
