@@ -46,6 +46,36 @@ class TestInterrupted(TestFailed):
     __test__ = False
 
 
+class SecretMissing(TestFailed):
+    """The netprobe server or agent at ``host`` requires a shared secret and this side was
+    given none. Its own class, so that an agent acting as the client of another can say
+    that it is the one without the secret (not tell its user to set the one they set)."""
+
+    __test__ = False
+
+    def __init__(self, host: str, kind: str = "netprobe server") -> None:
+        super().__init__(f"the {kind} at {host} requires a shared secret and this side has "
+                         "none: give it with --secret-file or $NETPROBE_SECRET")
+        self.host = host
+
+
+class SecretRefused(TestFailed):
+    """The netprobe server or agent at ``host`` refused the shared secret this side gave:
+    the two hold different ones."""
+
+    __test__ = False
+
+    def __init__(self, host: str, kind: str = "netprobe server") -> None:
+        super().__init__(f"authentication failed: the {kind} at {host} refused this side's "
+                         "shared secret: the two hold different secrets")
+        self.host = host
+
+
+def refused_secret(message: dict[str, Any]) -> bool:
+    """Whether ``message``, the answer to this side's proof of the secret, refuses it."""
+    return message.get("type") == "error" and message.get("code") == "auth"
+
+
 class ProtocolError(NetprobeError):
     """A control-protocol message was malformed, too large, or out of place."""
 

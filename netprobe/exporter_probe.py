@@ -61,7 +61,9 @@ class Probe:
     secret_file: Optional[str] = None
     """The file holding the agents' secret (read by the child, which runs the test)."""
     agent_port: Optional[int] = None
-    """The agents' port."""
+    """The agents' port (``source``'s, with a source)."""
+    target_agent_port: Optional[int] = None
+    """With a source: the target's agent port, which the source's agent is told."""
     far_end: bool = True
     """The target runs an agent that starts the tool's far end (False: its own server)."""
 
@@ -102,12 +104,15 @@ def resolve(config: ExporterConfig, query: Mapping[str, list[str]],
             raise ProbeRefused(403, f"/probe parameter from: {source!r} is not one of module "
                                     f"{name}'s sources")
         agent = config.agents[source]
+        target_agent_port = agent_port  # the source's agent goes there, not to its own port
         source, secret, agent_port = agent.address, agent.secret_file, agent.port
+    else:
+        target_agent_port = None
     try:
         spec = TestSpec(host=host, port=port, **fields)
     except (SpecError, TypeError, ValueError) as exc:
         raise ProbeRefused(400, f"/probe: {exc}") from None
-    return Probe(name, spec, source, secret, agent_port, far_end)
+    return Probe(name, spec, source, secret, agent_port, target_agent_port, far_end)
 
 
 def _fields(module: Module, asked: Mapping[str, str], scrape_timeout_s: Optional[float]
@@ -204,7 +209,8 @@ def run_watched(probe: Probe, client: Optional[socket.socket]) -> Result:
     request = json.dumps({
         "spec": _unstructure(probe.spec), "from": probe.source,
         "secret_file": probe.secret_file,
-        "agent_port": probe.agent_port, "far_end": probe.far_end})
+        "agent_port": probe.agent_port, "target_agent_port": probe.target_agent_port,
+        "far_end": probe.far_end})
     deadline = time.monotonic() + (probe.spec.duration_s or 0) + (probe.spec.omit_s or 0) \
         + START_MARGIN_S
     child = subprocess.Popen([sys.executable, "-m", "netprobe.exporter_probe"],
@@ -334,6 +340,7 @@ def _child() -> int:
         result = run_spec(tool, spec, NullReporter(), from_host=asked["from"],
                           agent=AgentAccess(secret=load_secret(secret_file),
                                             port=asked["agent_port"],
+                                            target_port=asked.get("target_agent_port"),
                                             far_end=asked["far_end"]))
         answer = {"result": unstructure(result)}
     except NetprobeError as exc:

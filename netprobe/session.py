@@ -39,6 +39,9 @@ class AgentAccess(Record):
     """The agents' port; None for the tool option ``agent_port`` or netprobe's default."""
     far_end: bool = True
     """Ask the target's agent to start the tool's server side (``--no-agent``: False)."""
+    target_port: Optional[int] = None
+    """In a third-party test, the port of the target's agent when it is not ``port`` (a
+    fleet's agents each have their own)."""
 
 
 NO_SECRET = AgentAccess()
@@ -203,7 +206,8 @@ def _run(tool: Tool, spec: TestSpec, reporter: Reporter, from_host: Optional[str
 
     if from_host is not None:
         return client.third_party(from_host, spec, reporter, agent.secret,
-                                  agent.port or client.protocol.DEFAULT_PORT, modes_of(tool))
+                                  agent.port or client.protocol.DEFAULT_PORT, modes_of(tool),
+                                  target_port=agent.target_port or agent.port)
     return client.run(tool, spec, reporter, agent.secret, use_agent=agent.far_end,
                       port=agent.port)
 

@@ -1,5 +1,6 @@
 """A real fleet: six namespaces on a bridge, each a ``netprobe server --allow-third-party``
-agent behind its own veth shaped to 100 Mbit/s both ways (tbf, overhead 24, as a wire).
+agent behind its own veth shaped to 100 Mbit/s both ways (tbf, overhead 24, as a wire),
+each started with ``--secret-file`` as every shipped deployment starts them.
 
 A mesh run must start no two tests of one host within a test's span of each other, and
 give every ordered pair well over the 47 Mbit/s two tests sharing a link would read, and
@@ -40,15 +41,23 @@ WIRE_MBIT = 100 * 1448 / 1538  # 94.1: TCP payload of a 100 Mbit/s Ethernet
 SHARED_MBIT = WIRE_MBIT / 2  # what each of two tests sharing one host's link would read
 
 
-def _agent(lab: Lab, ns: str, address: str) -> subprocess.Popen:
-    return lab.start(ns, [*NETPROBE, "server", "-B", address, "--allow-third-party"],
+def _agent(lab: Lab, ns: str, address: str, secret: Path) -> subprocess.Popen:
+    # With the secret: an agent is then the client of another in each of its tests, and
+    # once used no secret there (every pair of such a fleet failed).
+    return lab.start(ns, [*NETPROBE, "server", "-B", address, "--allow-third-party",
+                          "--secret-file", str(secret)],
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _fleet_file(path: Path, hosts: dict, duration: str, omit: str) -> None:
+def _fleet_file(path: Path, hosts: dict, duration: str, omit: str,
+                secret: Path | None = None) -> None:
+    """The mesh's fleet file; ``secret``: its [fleet] secret_file (None: the runner is
+    given it with ``fleet run --secret-file``)."""
     agents = "".join(f'[agents.{name}]\naddress = "{address}"\n'
                      for name, (_, address) in hosts.items())
-    path.write_text(f'[fleet]\narchive = "sqlite://{path.with_suffix(".db")}"\n{agents}'
+    secret_line = f'secret_file = "{secret}"\n' if secret else ""
+    path.write_text(f'[fleet]\narchive = "sqlite://{path.with_suffix(".db")}"\n{secret_line}'
+                    f'{agents}'
                     '[groups.mesh]\ntype = "mesh"\n'
                     f'spec = {{ duration = "{duration}", omit = "{omit}" }}\n')
 
@@ -61,9 +70,11 @@ def _mbit(records: list) -> dict[tuple[str, str], float]:
 def test_fleet_mesh_on_shaped_links(tmp_path: Path) -> None:
     with switched_hosts(NAMES, subnet="10.77.9", rate_mbit=100, prefix="flt") as (lab, hosts):
         switch = lab.namespaces[0]
+        secret = tmp_path / "secret"
+        secret.write_text("the fleet's shared secret\n")
         agents = {}
         for name, (ns, address) in hosts.items():
-            agents[name] = _agent(lab, ns, address)
+            agents[name] = _agent(lab, ns, address, secret)
         for ns, _ in hosts.values():
             wait_listening(lab, ns, 5301)
         fleet = tmp_path / "mesh.toml"
@@ -73,11 +84,11 @@ def test_fleet_mesh_on_shaped_links(tmp_path: Path) -> None:
         # (4 s after a 1 s warm-up. On a machine loaded by other work a sender starved of
         # CPU leaves the link idle for a moment and its pair reads 1-3 Mbit/s low: re-run
         # this test alone before concluding anything from that.)
-        _fleet_file(fleet, hosts, duration="4s", omit="1s")
+        _fleet_file(fleet, hosts, duration="4s", omit="1s", secret=secret)
         started = time.monotonic()
         run = lab.run(switch, [*NETPROBE, "fleet", "run", str(fleet), "--json"], timeout=120)
         mesh_s = time.monotonic() - started
-        assert run.returncode == 0, run.stderr
+        assert run.returncode == 0, run.stderr + _errors(run.stdout)
         with open_archive(str(archive_path)) as archive:
             (first,) = archive.runs()
             records = archive.records(first.run_id)
@@ -102,10 +113,12 @@ def test_fleet_mesh_on_shaped_links(tmp_path: Path) -> None:
               f"{min(mbit.values()):.2f}..{max(mbit.values()):.2f} Mbit/s")
 
         # 2. One agent stopped: its 10 pairs unreachable, the other 20 run; the run ends.
+        # The secret given on the command line this time, not in the file.
         lab.stop(agents["h4"])
         _fleet_file(fleet, hosts, duration="1s", omit="0s")
         started = time.monotonic()
-        run = lab.run(switch, [*NETPROBE, "fleet", "run", str(fleet), "--json"], timeout=120)
+        run = lab.run(switch, [*NETPROBE, "fleet", "run", str(fleet), "--json",
+                               "--secret-file", str(secret)], timeout=120)
         down_s = time.monotonic() - started
         assert run.returncode == 5, run.stderr  # not every pair ran
         done = json.loads(run.stdout)
@@ -121,15 +134,24 @@ def test_fleet_mesh_on_shaped_links(tmp_path: Path) -> None:
         # 3. h4 back; the runner killed mid-round: what it saw end is archived whole, and
         # nothing half-written is there.
         ns4, address4 = hosts["h4"]
-        agents["h4"] = _agent(lab, ns4, address4)
+        agents["h4"] = _agent(lab, ns4, address4, secret)
         wait_listening(lab, ns4, 5301)
-        _fleet_file(fleet, hosts, duration="1.5s", omit="0s")
+        _fleet_file(fleet, hosts, duration="1.5s", omit="0s", secret=secret)
         runner = lab.start(switch, [*NETPROBE, "fleet", "run", str(fleet), "-q"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         seen = _wait_for_records(archive_path, run_count=3, at_least=4)
         os.killpg(runner.pid, signal.SIGKILL)
         runner.wait(10)
         _check_killed_archive(archive_path, seen)
+
+
+def _errors(stdout: str) -> str:
+    """The distinct errors of a ``fleet run --json``'s failed pairs, for a failure message."""
+    try:
+        records = json.loads(stdout)["records"]
+    except (ValueError, KeyError):
+        return stdout[-500:]
+    return "; ".join(sorted({str(r.get("error")) for r in records if r["outcome"] != "ok"}))
 
 
 def _overlapping(records: list, span_s: float) -> list[tuple[str, str, str]]:

@@ -15,7 +15,15 @@ import attrs
 from netprobe import convert
 from netprobe.engine import protocol
 from netprobe.engine.auth import METHOD, new_challenge, respond, verify
-from netprobe.errors import NetprobeError, ProtocolError, TestFailed, unresolved
+from netprobe.errors import (
+    NetprobeError,
+    ProtocolError,
+    SecretMissing,
+    SecretRefused,
+    TestFailed,
+    refused_secret,
+    unresolved,
+)
 from netprobe.plugin import Reporter, Tool
 from netprobe.schema import Interval, RawOutput, Result, TestSpec
 
@@ -60,14 +68,26 @@ class AgentConnection:
         return agent
 
     def _authenticate(self, welcome: dict[str, Any], secret: Optional[bytes]) -> None:
-        if welcome.get("auth") != METHOD or not secret:
+        if welcome.get("auth") != METHOD:
             self.close()
-            raise TestFailed(f"the agent at {self.host} requires a shared secret "
-                             "(--secret-file or $NETPROBE_SECRET)")
+            raise TestFailed(f"the agent at {self.host} asks for an unknown authentication")
+        if not secret:
+            self.close()
+            raise SecretMissing(self.host, "agent")
         ours = new_challenge()
         self.channel.send({"type": "auth", "challenge": ours,
                            "response": respond(secret, str(welcome.get("challenge")), "client")})
-        reply = self._expect("auth_ok")
+        try:
+            reply = self.channel.recv(timeout=REPLY_TIMEOUT_S)
+        except (OSError, ProtocolError) as exc:
+            raise TestFailed(f"agent at {self.host}: {protocol.reason(exc)}") from None
+        if refused_secret(reply):
+            self.close()
+            raise SecretRefused(self.host, "agent")
+        if reply.get("type") != "auth_ok":
+            self.close()
+            raise TestFailed(f"agent at {self.host}: expected 'auth_ok', got "
+                             f"'{reply.get('type')}'")
         if not verify(secret, ours, "server", reply.get("response")):
             raise TestFailed(f"the agent at {self.host} could not prove it knows the secret")
 
@@ -126,7 +146,10 @@ def run(tool: Tool, spec: TestSpec, reporter: Reporter, secret: Optional[bytes] 
         use_agent: bool = True, port: Optional[int] = None) -> Result:
     """Run ``spec`` with ``tool``; when the target host runs an agent (on ``port``, or
     :func:`agent_port`) and no test port was given, which would mean a server the user
-    started, the agent runs the far end."""
+    started, the agent runs the far end. A tool whose far end is a netprobe server (the
+    native engine) goes to the agent itself: on ``port``, with ``secret``."""
+    if _speaks_netprobe(tool):
+        return _to_the_agent(tool, spec, reporter, secret, port)
     if not _wants_agent(tool, spec, use_agent):
         return tool.run(spec, reporter)
     assert spec.host is not None
@@ -138,6 +161,24 @@ def run(tool: Tool, spec: TestSpec, reporter: Reporter, secret: Optional[bytes] 
         return _run_far(agent, tool, spec, reporter)
     finally:
         agent.close()
+
+
+def _speaks_netprobe(tool: Tool) -> bool:
+    """Whether ``tool``'s far end is netprobe's own server (an agent), not one it starts."""
+    return tool.name == "native" and type(tool).far_end_argv is Tool.far_end_argv
+
+
+def _to_the_agent(tool: Tool, spec: TestSpec, reporter: Reporter, secret: Optional[bytes],
+                  port: Optional[int]) -> Result:
+    """Run the native engine against the agent on ``port`` (unless the spec names a port)
+    with ``secret``: an agent that ran a third-party test once gave its native client
+    neither, and a fleet with a secret, or on another port, failed every pair."""
+    if spec.host and spec.port is None and port is not None:
+        spec = attrs.evolve(spec, port=port)
+    if secret and not tool.options.get("secret"):
+        # A copy: the caller's instance may be shared (the fleet caches one per tool).
+        tool = type(tool)({**tool.options, "secret": secret})
+    return tool.run(spec, reporter)
 
 
 def _wants_agent(tool: Tool, spec: TestSpec, use_agent: bool) -> bool:
@@ -187,15 +228,19 @@ def _stopped(agent: AgentConnection, result: Result) -> Result:
 
 def third_party(source: str, spec: TestSpec, reporter: Reporter, secret: Optional[bytes] = None,
                 port: int = protocol.DEFAULT_PORT,
-                modes: Optional[dict[str, bool]] = None) -> Result:
+                modes: Optional[dict[str, bool]] = None,
+                target_port: Optional[int] = None) -> Result:
     """Ask the agent at ``source`` to run ``spec`` against ``spec.host``; its Result.
     ``modes``: the tool's modes to run it in (:attr:`netprobe.plugin.Tool.modes`); in
-    ``receive`` mode the agent runs only a receiver, for a sender started elsewhere."""
+    ``receive`` mode the agent runs only a receiver, for a sender started elsewhere.
+    ``target_port``: where the agent on ``spec.host`` listens (default: ``port``, as the
+    agents of one deployment do); the source's agent uses its own secret there."""
     agent = AgentConnection.open(source, port, secret)
     if agent is None:
         raise TestFailed(f"no netprobe agent answers at {source} port {port}")
     try:
-        message = {"type": "third_party", "tool": spec.tool, "spec": convert.unstructure(spec)}
+        message = {"type": "third_party", "tool": spec.tool, "spec": convert.unstructure(spec),
+                   "agent_port": target_port or port}
         if modes:
             message["modes"] = modes
         agent.channel.send(message)

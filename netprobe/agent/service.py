@@ -27,7 +27,7 @@ from netprobe.agent.udpcount import CounterUnavailable, UdpCounter
 from netprobe.driven import DrivenProcess, port_is_free
 from netprobe.engine.log import client, escape
 from netprobe.engine.server import Session
-from netprobe.errors import NetprobeError, TestFailed
+from netprobe.errors import NetprobeError, SecretMissing, SecretRefused, TestFailed
 from netprobe.plugin import Registry, Tool, load_registry
 from netprobe.schema import Interval, RawOutput, TestSpec
 from netprobe.session import AgentAccess, availability, run_spec
@@ -372,6 +372,7 @@ def _third_party(session: Session, message: dict, loader: RegistryLoader) -> Non
     if refused:
         session.refuse(f"the target {escape(spec.host)} ({refused[0]}) is outside this agent's "
                        "--allow list: it sends only to addresses it would accept as clients")
+    access = _target_access(session, message)
     with session.slot(spec, "third_party"):
         who = client(session.peer)
         what = "receive-only" if receive else f"test to {escape(str(spec.host))}"
@@ -381,8 +382,7 @@ def _third_party(session: Session, message: dict, loader: RegistryLoader) -> Non
         keep_alive(session.channel.sock)
         try:
             with RequesterWatch(session.channel.sock) as watch:
-                result = run_spec(tool, spec, _Forward(session),
-                                  agent=AgentAccess(secret=config.secret))
+                result = run_spec(tool, spec, _Forward(session), agent=access)
             reply["result"] = convert.unstructure(result)
         except KeyboardInterrupt:
             # Only the watch raises it here (the agent's own Ctrl-C reaches its main
@@ -390,12 +390,33 @@ def _third_party(session: Session, message: dict, loader: RegistryLoader) -> Non
             session.server.log(f"{who}: third-party {tool.name} stopped: {watch.gone}",
                                event="test", client=who, tool=tool.name, state="stopped")
             return
+        except SecretMissing as exc:
+            # Said of this agent, which lacks it: its requester gave its own secret, to
+            # this agent, and cannot give one for the next hop.
+            reply["error"] = (f"the agent at {session.local_address} has no shared secret, "
+                              f"and the one at {exc.host} requires one: start that agent "
+                              "with --secret-file (the secret of the agents it tests to)")
+        except SecretRefused as exc:
+            reply["error"] = (f"the agent at {exc.host} refused the shared secret of the agent "
+                              f"at {session.local_address}: the two agents were started with "
+                              "different secrets (--secret-file)")
         except TestFailed as exc:
             reply["error"] = str(exc)
             reply["result"] = convert.unstructure(exc.partial) if exc.partial else None
         except NetprobeError as exc:
             reply["error"] = str(exc)
         _send_quietly(session, reply)
+
+
+def _target_access(session: Session, message: dict) -> AgentAccess:
+    """How this agent, as the client of a third-party test, reaches the target's agent:
+    with its own secret, on the port the requester names (it was once always 5301)."""
+    port = message.get("agent_port")
+    if port is None:  # a requester older than the field: the default port
+        return AgentAccess(secret=session.server.config.secret)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        session.refuse("bad agent_port in the request")
+    return AgentAccess(secret=session.server.config.secret, port=port)
 
 
 def with_port(spec: TestSpec, port: int) -> TestSpec:

@@ -15,7 +15,15 @@ from netprobe.engine.log import escape
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side
 from netprobe.engine.sockets import apply_options, family_for, resolve
-from netprobe.errors import NetprobeError, ProtocolError, TestFailed, TestInterrupted
+from netprobe.errors import (
+    NetprobeError,
+    ProtocolError,
+    SecretMissing,
+    SecretRefused,
+    TestFailed,
+    TestInterrupted,
+    refused_secret,
+)
 from netprobe.plugin import KeptIntervals, Reporter, utc_now_iso
 from netprobe.schema import Endpoint, Interval, Result, TestSpec
 
@@ -145,13 +153,15 @@ class Client:
         if method != auth.METHOD:
             raise ProtocolError(f"server asks for unknown authentication {method!r}")
         if not self.secret:
-            raise ProtocolError(
-                f"server requires a shared secret: set ${auth.SECRET_ENV} or use --secret-file"
-            )
+            raise SecretMissing(self.host)  # not a ProtocolError: the caller says whose
         ours = auth.new_challenge()
         response = auth.respond(self.secret, str(self.welcome.get("challenge")), "client")
         self.channel.send({"type": "auth", "response": response, "challenge": ours})
-        reply = self.channel.expect("auth_ok", timeout=10.0)
+        reply = self.channel.recv(timeout=10.0)
+        if refused_secret(reply):
+            raise SecretRefused(self.host)
+        if reply.get("type") != "auth_ok":
+            raise ProtocolError(f"expected 'auth_ok', got '{reply.get('type')}'")
         if not auth.verify(self.secret, ours, "server", reply.get("response")):
             raise ProtocolError("the server could not prove it knows the shared secret")
         # A server with a secret says what it is only now, to a client that proved itself.

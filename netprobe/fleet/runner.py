@@ -87,13 +87,15 @@ class RunSummary:
         return sum(r.outcome == outcome for r in self.records)
 
 
-def agent_third_party(source: Agent, spec: TestSpec) -> Result:
+def agent_third_party(source: Agent, spec: TestSpec, target: Optional[Agent] = None) -> Result:
     """Ask ``source``'s agent to run ``spec``, through the one run pipeline
-    (:func:`netprobe.session.run_spec`, a third-party test from ``source``)."""
+    (:func:`netprobe.session.run_spec`, a third-party test from ``source``); ``target``'s
+    agent is reached on its own port (the source's agent uses its own secret there)."""
     from netprobe.engine.auth import load_secret
     from netprobe.session import AgentAccess, run_spec
 
-    access = AgentAccess(secret=load_secret(source.secret_file), port=source.port)
+    access = AgentAccess(secret=load_secret(source.secret_file), port=source.port,
+                         target_port=target.port if target is not None else None)
     return run_spec(tool_for(spec.tool), spec, NullReporter(), from_host=source.address,
                     agent=access)
 
@@ -141,7 +143,8 @@ class FleetRunner:
     fleet: Fleet
     archive: Optional[Archive] = None
     progress: Progress = attrs.field(factory=QuietProgress)
-    third_party: ThirdParty = agent_third_party
+    third_party: Optional[ThirdParty] = None
+    """None: the agents themselves (:func:`agent_third_party`, told the target's port)."""
     status: Status = agent_status
     busy_wait_s: float = BUSY_WAIT_S
     clock: Callable[[], float] = time.monotonic
@@ -290,8 +293,11 @@ class RoundRun:
     def _pair(self, source: str, target: str) -> None:
         started = utc_now_iso()
         spec = pair_spec(self.group, self.runner.agent(target))
+        ask = self.runner.third_party
         try:
-            result: Optional[Result] = self.runner.third_party(self.runner.agent(source), spec)
+            result: Optional[Result] = (
+                agent_third_party(self.runner.agent(source), spec, self.runner.agent(target))
+                if ask is None else ask(self.runner.agent(source), spec))
             outcome, error = "ok", None
             if result is not None and result.status != "ok":
                 outcome = "failed"

@@ -59,7 +59,10 @@ class NativeTool(Tool):
         from netprobe.engine.client import run_test
 
         if spec.host:
-            return run_test(spec, reporter, spec.host, load_secret(self.options.get("secret_file")))
+            # "secret": the secret itself, from whoever holds it (an agent's own, as the
+            # client of a third-party test); else the file, else $NETPROBE_SECRET.
+            secret = self.options.get("secret") or load_secret(self.options.get("secret_file"))
+            return run_test(spec, reporter, spec.host, secret)
         return self._self_test(spec, reporter)
 
     def _self_test(self, spec: TestSpec, reporter: Reporter) -> Result:

@@ -34,6 +34,7 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                              f"{UDP_COMPARE_LENGTH}-byte datagrams over UDP, unless -l "
                              "says another); the table says each tool's")
     opts.add_socket_options(parser)
+    opts.add_agent_options(parser)  # --agent-port, --no-agent, --from/--to: as run has them
     opts.add_output_options(parser)
 
 

@@ -38,10 +38,12 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
     run.add_argument("--group", action="append", metavar="NAME",
                      help="run only this group (repeatable)")
     _archive_option(run)
+    _secret_option(run)
     run.add_argument("-q", "--quiet", action="store_true",
                      help="no progress bar and no table, only errors")
     status = _action(actions, "status", "what each agent of the fleet is doing now", epilog)
     status.set_defaults(handler=handle_status)
+    _secret_option(status)
     matrix = _action(actions, "matrix", "the latest pair-by-pair throughput from the archive",
                      epilog, file_required=False)
     matrix.set_defaults(handler=handle_matrix)
@@ -67,10 +69,28 @@ def _archive_option(parser: argparse.ArgumentParser) -> None:
                              "else FILE's name with .db beside it)")
 
 
-def _load(path: str) -> Fleet:
+def _secret_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--secret-file", metavar="FILE",
+                        help="the agents' shared secret, for each agent the fleet file gives "
+                             "none (its [fleet] or agent secret_file wins); else "
+                             "$NETPROBE_SECRET")
+
+
+def _load(path: str, secret_file: Optional[str] = None) -> Fleet:
+    """The fleet file; ``secret_file`` (``--secret-file``, read once here so that a bad
+    one is one error, not one per pair) for each agent it gives no secret."""
+    import attrs
+
+    from netprobe.engine.auth import load_secret
     from netprobe.fleet.config import load
 
-    return load(path)
+    fleet = load(path)
+    if secret_file is None:
+        return fleet
+    load_secret(secret_file)
+    agents = {name: agent if agent.secret_file else attrs.evolve(agent, secret_file=secret_file)
+              for name, agent in fleet.agents.items()}
+    return attrs.evolve(fleet, agents=agents)
 
 
 def archive_url(args: argparse.Namespace, fleet: Optional[Fleet]) -> str:
@@ -175,7 +195,7 @@ def handle_run(args: argparse.Namespace, _load_registry: RegistryLoader) -> int:
     from netprobe.archives import open_archive
     from netprobe.fleet.runner import FleetRunner, QuietProgress
 
-    fleet = _load(args.file)
+    fleet = _load(args.file, args.secret_file)
     known = {g.name for g in fleet.groups}
     unknown = sorted(set(args.group or ()) - known)
     if unknown:
@@ -291,7 +311,7 @@ def handle_status(args: argparse.Namespace, _load_registry: RegistryLoader) -> i
     """Ask every agent of the fleet, all at once, what it is doing."""
     from netprobe.fleet.runner import agent_status
 
-    fleet = _load(args.file)
+    fleet = _load(args.file, args.secret_file)
     answers: dict[str, Any] = {}
 
     def ask(name: str) -> None:
