@@ -435,8 +435,9 @@ def _summary_row(label: str, side: SideSummary, units: Units | None = None,
 def _call_cell(side: SideSummary) -> str:
     # TCP: the length, what most often explains two tools' rates. UDP: the datagrams a
     # message carried, which says whether the packet rate was the path's (1) or not.
-    if side.datagrams_per_message is not None:
-        return f"{side.datagrams_per_message:g} dgram/msg"
+    per = side.datagrams_per_message
+    if per is not None:
+        return f"{per:g} dgram{'' if per == 1 else 's'}"
     return format_length(side.call_length_bytes)
 
 
