@@ -141,11 +141,13 @@ def _super_packet_warnings(flows: list[FlowSummary]) -> list[str]:
     for flow in flows:
         sent = flow.sender.datagrams_per_message if flow.sender else None
         got = flow.receiver.datagrams_per_message if flow.receiver else None
-        # Within 5%: the last message of a run and a read cut by max_packets are short.
-        if sent and got and sent > 1 and got >= 0.95 * sent:
-            found.append(f"{flow.direction}: the datagrams crossed the path {got:g} to a "
-                         f"packet, as the sender's GSO messages held them ({sent:g}): "
-                         "the packet rate is not the path's (run with --no-gso to send "
+        # Half, not equal: datagrams queued before the receiver turned UDP_GRO on come one
+        # a message and lower its mean (121 of 128 in a loaded run through a router); a
+        # path that cut the messages hands over one a message.
+        if sent and got and sent > 1 and got > sent / 2:
+            found.append(f"{flow.direction}: the receiver read {got:g} datagrams a message "
+                         f"where the sender's GSO messages held {sent:g}: they crossed the "
+                         "path uncut, and the packet rate is not the path's (--no-gso sends "
                          "one datagram a packet)")
     return found
 
