@@ -32,6 +32,7 @@ struct np_counters {
     uint64_t out_of_order;      /* UDP receiver: arrived below the highest sequence seen */
     uint64_t duplicates;        /* UDP receiver: sequence number seen twice */
     uint64_t jitter_ms_bits;    /* IEEE-754 bits of the jitter in ms (atomically readable) */
+    uint64_t messages;          /* UDP: messages sent (GSO) or read (GRO), each 1+ datagrams */
     int stop;                   /* set by np_counters_stop from any thread */
     int reserved;
     const char *failed_call;    /* static name of the call that ended the loop in error */
@@ -51,6 +52,7 @@ struct np_params {
     int zerocopy;               /* TCP send: sendfile from a memfd */
     int skip_copy;              /* TCP recv: recv(MSG_TRUNC), data discarded in the kernel */
     int udp_gro;                /* UDP recv: ask for coalesced datagrams (UDP_GRO) */
+    int udp_gso;                /* UDP send: many datagrams a message (UDP_SEGMENT); 0: one */
     int64_t wake_bytes;         /* TCP recv: bytes let queue before a wake-up; 0: 1 MiB */
 };
 
@@ -104,6 +106,7 @@ uint64_t np_counters_lost(const struct np_counters *c);
 uint64_t np_counters_out_of_order(const struct np_counters *c);
 uint64_t np_counters_duplicates(const struct np_counters *c);
 uint64_t np_counters_foreign(const struct np_counters *c);
+uint64_t np_counters_messages(const struct np_counters *c);
 double np_counters_jitter_ms(const struct np_counters *c);
 void np_counters_stop(struct np_counters *c);
 int np_counters_stopped(const struct np_counters *c);

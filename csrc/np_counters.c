@@ -36,6 +36,11 @@ uint64_t np_counters_foreign(const struct np_counters *c)
     return np_get(&c->rx.foreign);
 }
 
+uint64_t np_counters_messages(const struct np_counters *c)
+{
+    return np_get(&c->messages);
+}
+
 double np_counters_jitter_ms(const struct np_counters *c)
 {
     uint64_t bits = np_get(&c->jitter_ms_bits);

@@ -168,9 +168,9 @@ static void tx_control(struct udp_tx *t, int n)
 
 /* Messages per call: `batch` at most, and no more than NP_TX_CALL_BYTES of data (at least
  * one message). The buffer holds msgs_max * seg datagrams, whatever tx_send falls back to. */
-static int tx_alloc(struct udp_tx *t, int batch, unsigned length)
+static int tx_alloc(struct udp_tx *t, int batch, unsigned length, int gso)
 {
-    unsigned fit = NP_GSO_MAX_BYTES / length, per_call;
+    unsigned fit = gso ? NP_GSO_MAX_BYTES / length : 1, per_call;
     size_t n;
 
     t->length = length;
@@ -242,13 +242,15 @@ static unsigned send_count(struct np_loop *lp, const struct udp_tx *t, uint64_t 
     return (unsigned)np_minu64(n, allowed);
 }
 
-/* Sends n stamped datagrams in one sendmmsg; returns how many went, or -1 (errno set). */
-static int64_t tx_send(struct udp_tx *t, int fd, unsigned n)
+/* Sends n stamped datagrams in one sendmmsg; returns how many went, or -1 (errno set).
+ * *msgs gets the messages that went. */
+static int64_t tx_send(struct udp_tx *t, int fd, unsigned n, uint64_t *msgs)
 {
     int r;
 
     for (;;) {
         r = sendmmsg(fd, t->msgs, tx_layout(t, n), 0);
+        *msgs = r > 0 ? (uint64_t)r : 0;
         if (r >= 0)
             return (int64_t)np_minu64(n, (uint64_t)r * t->seg);
         if (t->seg == 1 || !gso_refused(errno))
@@ -265,7 +267,7 @@ static int64_t udp_send_loop(struct np_loop *lp, struct udp_tx *t, const struct 
 {
     struct np_counters *c = lp->c;
     uint64_t len = (uint64_t)p->length, seq0 = np_get(&c->packets), base = np_get(&c->bytes);
-    uint64_t calls = np_get(&c->calls), sent = 0;
+    uint64_t calls = np_get(&c->calls), sent = 0, msgs = np_get(&c->messages), went;
     uint64_t max_pk = np_minu64(p->max_packets, p->max_bytes / len);
     int64_t now, r;
     unsigned n;
@@ -274,8 +276,10 @@ static int64_t udp_send_loop(struct np_loop *lp, struct udp_tx *t, const struct 
         if ((n = send_count(lp, t, sent, max_pk, &now)) == 0)
             continue; /* slept until the next datagram is due */
         stamp(t, n, c->rx.seq_base + seq0 + sent, lp->timed ? now : np_now_ns());
-        r = tx_send(t, lp->fd, n);
+        r = tx_send(t, lp->fd, n, &went);
         np_put(&c->calls, ++calls);
+        msgs += went;
+        np_put(&c->messages, msgs);
         if (r < 0) {
             int64_t rc = soft_errno(errno) ? np_loop_wait(lp, POLLOUT)
                                            : np_fail(c, "sendmmsg", errno);
@@ -297,7 +301,7 @@ int64_t np_udp_send(int fd, struct np_counters *c, const struct np_params *p)
     double pps = p->rate_pps > 0 ? p->rate_pps : p->rate_bps / (8.0 * (double)p->length);
     int64_t rc;
 
-    if (tx_alloc(&t, p->batch, (unsigned)p->length) < 0)
+    if (tx_alloc(&t, p->batch, (unsigned)p->length, p->udp_gso) < 0)
         return np_fail(c, "malloc", ENOMEM);
     rc = np_loop_begin(&lp, fd, c, p, SO_SNDTIMEO, pps);
     if (rc == 0) {
@@ -511,6 +515,7 @@ static int64_t udp_recv_loop(struct np_loop *lp, struct udp_rx *b, const struct 
     struct rx_tally t = { np_get(&c->packets), np_get(&c->bytes), np_get(&c->out_of_order),
                           np_get(&c->duplicates), np_get(&c->rx.foreign) };
     uint64_t calls = np_get(&c->calls), base = t.bytes, got = 0, walked;
+    uint64_t msgs = np_get(&c->messages);
     int64_t now;
     unsigned want, slots = 1; /* the first call learns what a message holds */
     int r;
@@ -535,6 +540,8 @@ static int64_t udp_recv_loop(struct np_loop *lp, struct udp_rx *b, const struct 
         for (int i = 0; i < r; i++)
             walked += rx_message(&c->rx, &t, b, i, now);
         got += walked;
+        msgs += (uint64_t)r;
+        np_put(&c->messages, msgs);
         slots = rx_slots(p->batch, r, walked);
         rx_publish(c, &t);
     }

@@ -35,6 +35,7 @@ static struct np_params params(int64_t length)
     p.max_bytes = UINT64_MAX;
     p.max_packets = UINT64_MAX;
     p.batch = 32;
+    p.udp_gso = 1;
     return p;
 }
 
@@ -257,10 +258,23 @@ static void test_udp_gro(int gro)
     CHECK(np_udp_recv(fds[1], &rx, &r) == 2000 * 100);
     CHECK(np_counters_packets(&rx) == 2000 && np_counters_lost(&rx) == 0);
     CHECK(np_counters_out_of_order(&rx) == 0 && np_counters_duplicates(&rx) == 0);
+    /* 655 datagrams of 100 bytes fit a GSO message, 2000 take 4 messages (or more after a
+     * fall-back); every message read is counted, one or many datagrams each. */
+    CHECK(np_counters_messages(&tx) >= 4 && np_counters_messages(&tx) <= 2000);
     if (getsockopt(fds[1], IPPROTO_UDP, 104 /* UDP_GRO */, &on, &len) == 0 && on)
-        CHECK(gro && np_counters_calls(&rx) <= 2000 / 8);
+        CHECK(gro && np_counters_calls(&rx) <= 2000 / 8 && np_counters_messages(&rx) < 2000);
     else
-        CHECK(np_counters_calls(&rx) >= 2000);
+        CHECK(np_counters_calls(&rx) >= 2000 && np_counters_messages(&rx) == 2000);
+    /* Without GSO every message is one datagram, whatever the receiver asks. */
+    p = params(100);
+    p.udp_gso = 0;
+    p.max_packets = r.max_packets = 200;
+    memset(&tx, 0, sizeof(tx));
+    CHECK(np_udp_send(fds[0], &tx, &p) == 200 * 100);
+    CHECK(np_counters_messages(&tx) == 200);
+    r.deadline = np_monotonic() + 5.0;
+    CHECK(np_udp_recv(fds[1], &rx, &r) == 200 * 100);
+    CHECK(np_counters_packets(&rx) == 2200 && np_counters_lost(&rx) == 0);
     close(fds[0]);
     close(fds[1]);
 }

@@ -23,7 +23,7 @@ from netprobe.errors import SpecError
 from netprobe.limits import LONGEST_S
 from netprobe.record import Record
 
-SCHEMA_VERSION = "1.10"
+SCHEMA_VERSION = "1.11"
 """Version of the result format; bumped on any change, minor for additions (1.1: latency
 fields documented for plugins, run_id and trial; 1.2: latency under load: phases, one-way
 delay variation, probe loss, RPM, grade, per-interval latency; 1.3: the probes' own samples
@@ -35,8 +35,9 @@ Result.tool_latency; 1.8: the bloat the grade is of, Latency.bloat_us and
 LatencyPhase.bloat_us; 1.9: the length of the data loop's calls,
 SideSummary.call_length_bytes; 1.10: the verdict beside the DSLReports grade, and the
 tail it weighs, Latency.verdict, Latency.tail_increase_us and the same per LatencyPhase;
-netprobe's probes fill Latency.metric). Results of an older minor version load (their
-verdict is worked out again from their phases)."""
+netprobe's probes fill Latency.metric; 1.11: how UDP datagrams travelled,
+SideSummary.datagrams_per_message, and the sender's choice, TestSpec.udp_gso). Results of
+an older minor version load (their verdict is worked out again from their phases)."""
 
 PROTOCOLS = ("tcp", "udp")
 DIRECTIONS = ("normal", "reverse", "bidir")
@@ -213,6 +214,10 @@ class TestSpec(Record):
     """Zero-copy send (sendfile), like iperf3 -Z."""
     skip_rx_copy: bool = field(default=False, validator=_typed(bool))
     """Discard received data in the kernel (MSG_TRUNC), like iperf3 --skip-rx-copy."""
+    udp_gso: Optional[bool] = None
+    """UDP sender: True sends many datagrams a message for the kernel to cut (UDP GSO, like
+    iperf3 --gsro), False one datagram a message; None: the tool's default (the native
+    engine's: off for datagrams under 512 bytes, where the packet rate is the figure)."""
 
     def __attrs_post_init__(self) -> None:
         if self.dscp is not None and not 0 <= self.dscp <= 63:
@@ -414,6 +419,12 @@ class SideSummary(Record):
     coalesced group of datagrams dropped whole counts once."""
     jitter_ms: Optional[float] = None
     """UDP interarrival jitter at the end (receiver)."""
+    datagrams_per_message: Optional[float] = None
+    """UDP: the datagrams one message carried on average, as the side handed them to its
+    kernel (sender: a GSO send, cut into datagrams at the device or never, on a veth path)
+    or got them from it (receiver: a GRO read). 1.0: one datagram each. A receiver's figure
+    as high as its sender's says the datagrams crossed the path in the sender's
+    super-packets: the packet rate is then not the path's (native engine)."""
     call_length_bytes: Optional[int] = None
     """TCP: the bytes the side's data loop asked of each send() or recv() call, as ``-l``
     set it or, left open, as the native engine's length probe chose it on this path (so

@@ -209,6 +209,13 @@ def add_socket_options(parser: argparse.ArgumentParser) -> None:
                             "$NETPROBE_SECRET)")
     group.add_argument("--skip-rx-copy", action="store_true",
                        help="discard received data in the kernel (MSG_TRUNC)")
+    gso = group.add_mutually_exclusive_group()
+    gso.add_argument("--gso", dest="udp_gso", action="store_const", const=True,
+                     help="UDP: send many datagrams a call for the kernel to cut (GSO); "
+                          "over veth they may cross the path uncut (default from -l 512)")
+    gso.add_argument("--no-gso", dest="udp_gso", action="store_const", const=False,
+                     help="UDP: one datagram a call, so that the packet rate is the path's "
+                          "(default below -l 512)")
 
 
 def add_output_options(parser: argparse.ArgumentParser, stream: bool = False) -> None:
@@ -351,7 +358,7 @@ def spec_from_args(args: argparse.Namespace) -> TestSpec:
         rate_bits_per_second=_rate(args), mss_bytes=args.mss, nodelay=args.nodelay,
         dscp=args.dscp, congestion=args.congestion, ip_version=args.ip_version,
         port=args.port, bind_address=args.bind, zerocopy=args.zerocopy,
-        skip_rx_copy=args.skip_rx_copy,
+        skip_rx_copy=args.skip_rx_copy, udp_gso=getattr(args, "udp_gso", None),
     )
 
 

@@ -422,7 +422,7 @@ def _summary_row(label: str, side: SideSummary, units: Units | None = None,
         side.role,
         units.bytes(side.bytes),
         units.rate(side.bits_per_second),
-        format_length(side.call_length_bytes),  # what most often explains two tools' rates
+        _call_cell(side),
         format_percent(cpu.total_percent if cpu else None) if compact else _cpu_cell(side),
         _retransmits_cell(side),
         format_ms_from_us(side.rtt_us) if compact else _rtt_cell(side),
@@ -430,6 +430,15 @@ def _summary_row(label: str, side: SideSummary, units: Units | None = None,
         "-" if side.jitter_ms is None else f"{side.jitter_ms:.3f} ms",
         "-" if side.out_of_order_packets is None else str(side.out_of_order_packets),
     )
+
+
+def _call_cell(side: SideSummary) -> str:
+    # TCP: the length, what most often explains two tools' rates. UDP: the datagrams a
+    # message carried, which says whether the packet rate was the path's (1) or not.
+    per = side.datagrams_per_message
+    if per is not None:
+        return f"{per:g} dgram{'' if per == 1 else 's'}"
+    return format_length(side.call_length_bytes)
 
 
 def _cpu_cell(side: SideSummary) -> str:

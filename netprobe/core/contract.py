@@ -62,6 +62,9 @@ class BaseCounters(abc.ABC):
     duplicates = _Figure(int, "UDP receiver: datagrams whose sequence number had already "
                               "arrived.")
     jitter_ms = _Figure(float, "UDP receiver: RFC 3550 interarrival jitter, milliseconds.")
+    messages = _Figure(int, "UDP: messages sent or read, each of one datagram or of many "
+                            "(GSO sends, GRO reads); packets / messages is the datagrams "
+                            "a message carried.")
     foreign = _Figure(int, "UDP receiver: datagrams numbered out of this test's reach, left "
                            "out of every figure.")
     stopped = _Figure(bool, "Whether :meth:`stop` was called.")
@@ -144,18 +147,18 @@ class DataPath:
     def udp_send(self, fd: int, counters: BaseCounters, *, length: int,
                  deadline: float | None = None, max_bytes: int | None = None,
                  max_packets: int | None = None, rate_bps: float | None = None,
-                 rate_pps: float | None = None, batch: int = 32) -> int:
+                 rate_pps: float | None = None, batch: int = 32, gso: bool = True) -> int:
         """Send sequenced, timestamped datagrams on a connected UDP socket.
 
         Stops at the deadline, ``max_packets``, ``max_bytes`` (whole datagrams only) or
         stop. Paced by ``rate_bps`` (payload bits) or ``rate_pps``; up to ``batch``
         messages per call (sendmmsg in C, a message of up to 64 KiB of datagrams where UDP
-        GSO cuts them, up to 256 KiB a call; one datagram at a time in Python). Returns the
-        bytes this call sent.
+        GSO cuts them, up to 256 KiB a call; one datagram at a time in Python). Without
+        ``gso`` every message is one datagram. Returns the bytes this call sent.
         """
         args = LoopArgs(length=length, deadline=deadline, max_bytes=max_bytes,
                         max_packets=max_packets, rate_bps=rate_bps, rate_pps=rate_pps,
-                        batch=batch).check_udp()
+                        batch=batch, udp_gso=gso).check_udp()
         return int(self._path.udp_send(check_fd(fd), counters, args))
 
     def udp_recv(self, fd: int, counters: BaseCounters, *, length: int,

@@ -72,11 +72,11 @@ class _RxState:
 class Counters(BaseCounters):
     """The figures of one stream loop, in Python attributes the loop updates."""
 
-    __slots__ = ("_bytes", "_calls", "_duplicates", "_jitter_ms", "_lost", "_out_of_order",
-                 "_packets", "_rx", "_stopped")
+    __slots__ = ("_bytes", "_calls", "_duplicates", "_jitter_ms", "_lost", "_messages",
+                 "_out_of_order", "_packets", "_rx", "_stopped")
 
     def __init__(self) -> None:
-        self._bytes = self._calls = self._packets = 0
+        self._bytes = self._calls = self._packets = self._messages = 0
         self._lost = self._out_of_order = self._duplicates = 0
         self._jitter_ms = 0.0
         self._stopped = False
@@ -396,6 +396,7 @@ def udp_send(fd: int, counters: BaseCounters, args: LoopArgs) -> int:
                 raise CoreError("send", exc.errno or errno.EIO) from None
             sent += 1
             c._packets += 1
+            c._messages += 1  # one datagram a send: this path never asks for GSO
             c._bytes += args.length
     return sent * args.length
 
@@ -510,6 +511,7 @@ def udp_recv(fd: int, counters: BaseCounters, args: LoopArgs) -> int:
                     continue
                 raise CoreError("recv", exc.errno or errno.EIO) from None
             got += _account_message(c, buf, n, seg, time.monotonic_ns())
+            c._messages += 1
     return c._bytes - base
 
 

@@ -150,6 +150,9 @@ class LoopArgs(Record):
     """TCP receiver: recv(MSG_TRUNC), the kernel discards the data instead of copying it."""
     udp_gro: bool = True
     """UDP receiver: ask the kernel for coalesced datagrams (UDP_GRO), walked one by one."""
+    udp_gso: bool = True
+    """UDP sender: send many datagrams a message, cut by the kernel (UDP_SEGMENT), where
+    the data path can; False: one datagram a message."""
     wake_bytes: int | None = attrs.field(default=None, validator=_optional(_int_at_least(1)))
     """TCP receiver: bytes let queue before a sleeping loop is woken (SO_RCVLOWAT; the read
     length where that is longer), within a quarter of the buffer and 10 ms of the flow;

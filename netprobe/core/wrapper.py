@@ -79,6 +79,7 @@ def _params(args: LoopArgs) -> Any:
         "zerocopy": args.zerocopy,
         "skip_copy": args.skip_copy,
         "udp_gro": args.udp_gro,
+        "udp_gso": args.udp_gso,
         "wake_bytes": args.wake_bytes or 0,
     })
 

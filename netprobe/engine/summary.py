@@ -25,6 +25,7 @@ class Snapshot(Record):
 
     bytes: int = 0
     packets: int = 0
+    messages: int = 0
     lost: int = 0
     out_of_order: int = 0
     duplicates: int = 0
@@ -170,8 +171,27 @@ def side_summary(stream: LocalStream, start_s: float, end_s: float,
         duplicate_packets=duplicates,
         receive_buffer_dropped_packets=rcvbuf_drops if udp_rx else None,
         jitter_ms=final.jitter_ms if udp_rx else None,
+        datagrams_per_message=None if stream.is_tcp else _per_message(
+            packets, final.messages - base.messages),
         call_length_bytes=stream.call_length_bytes if stream.is_tcp else None,
     )
+
+
+def _per_message(packets: Optional[int], messages: int) -> Optional[float]:
+    # None where no message moved (or a peer too old to count them).
+    if not packets or messages <= 0:
+        return None
+    return round(packets / messages, 2)
+
+
+def _total_per_message(parts: Sequence[SideSummary]) -> Optional[float]:
+    # The streams' datagrams over their messages (each stream's messages: its datagrams
+    # over its own figure), not a mean of the figures.
+    known = [p for p in parts if p.datagrams_per_message and p.packets]
+    if not known:
+        return None
+    messages = math.fsum((p.packets or 0) / (p.datagrams_per_message or 1) for p in known)
+    return round(sum(p.packets or 0 for p in known) / messages, 2)
 
 
 def _rounded(value: Optional[float]) -> Optional[int]:
@@ -236,6 +256,7 @@ def sum_summaries(parts: Sequence[SideSummary], cpu: Optional[Cpu]) -> SideSumma
         receive_buffer_dropped_packets=_total([p.receive_buffer_dropped_packets
                                                for p in parts]),
         jitter_ms=_mean([p.jitter_ms for p in parts]),
+        datagrams_per_message=_total_per_message(parts),
         call_length_bytes=_common([p.call_length_bytes for p in parts]),
         cpu=cpu,
     )
