@@ -46,3 +46,38 @@ def test_warm_up_longer_than_a_byte_count_is_an_error(
     assert_one_error_line(err)
     assert "warm-up" in err
     assert from_json(out).status == "failed"
+
+
+def test_a_tcp_receivers_warm_up_boundary_counts_what_arrived_not_what_was_read() -> None:
+    """Bytes that reached the receiving socket before the warm-up's end belong to the
+    warm-up, read or not: counted after it (a receive loop waits for ~1 MiB before it
+    reads), they made the receiver's summary read above the wire (issue 34 item 6)."""
+    import fcntl
+    import socket
+    import struct
+    import termios
+    import time
+
+    from netprobe.engine.side import LocalStream, Side
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    sender = socket.create_connection(listener.getsockname())
+    receiving, _ = listener.accept()
+    try:
+        payload = b"x" * 50_000
+        sender.sendall(payload)
+        stream = LocalStream(1, "client_to_server", "receiver", receiving)
+        side = Side(TestSpec(duration_s=1.0, omit_s=0.5), [stream], lambda sample: None)
+        for _ in range(200):  # bounded: loopback delivers within microseconds
+            queued = fcntl.ioctl(receiving.fileno(), termios.FIONREAD, b"\0\0\0\0")
+            if struct.unpack("=i", queued)[0] == len(payload):
+                break
+            time.sleep(0.005)
+        side._tick(0.0, 0.5, emit=False)  # the sampler's tick at the warm-up's end
+        # Nothing was read (the loop's counter is 0), yet all of it arrived in the warm-up.
+        assert stream.counters.bytes == 0
+        assert stream.base.bytes == len(payload)
+        assert stream.last.bytes == len(payload)  # the first measured interval starts there
+    finally:
+        for sock in (sender, receiving, listener):
+            sock.close()

@@ -142,6 +142,16 @@ def datagram_waiting(sock: socket.socket) -> bool:
     return bool(struct.unpack("=i", size)[0])
 
 
+def unread_bytes(sock: socket.socket) -> int:
+    """The bytes that reached this TCP socket and wait unread (FIONREAD, SIOCINQ); 0 where
+    it cannot be asked."""
+    try:
+        queued = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return 0
+    return max(0, struct.unpack("=i", queued)[0])
+
+
 def _tcp_info(sock: socket.socket) -> Optional[core.TcpInfo]:
     try:
         return core.tcp_info(sock.fileno())

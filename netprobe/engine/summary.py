@@ -66,7 +66,10 @@ def interval(
     omitted: bool,
 ) -> Interval:
     """The interval of one stream between two snapshots."""
-    nbytes = now.bytes - last.bytes
+    # Never below 0: a TCP receiver's snapshot taken while its loop reads may count one
+    # read's bytes twice (LocalStream.arrived_bytes); the next one, taken after the last
+    # byte came, must not give them back as a negative interval.
+    nbytes = max(0, now.bytes - last.bytes)
     udp = not stream.is_tcp
     receiver = stream.role == "receiver"
     return Interval(
