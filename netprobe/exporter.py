@@ -183,6 +183,9 @@ class Exporter:
             address_family = _listen_family(exporter.address, exporter.port)
             max_connections = exporter.config.max_connections
 
+            def report(self, line: str) -> None:
+                exporter.log(line)
+
         try:
             self.server = Server((self.address, self.port), Handler)
         except OSError as exc:
@@ -305,6 +308,27 @@ class _BoundedServer(ThreadingHTTPServer):
         finally:
             with self._lock:
                 self._active -= 1
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up or went idle is its own doing: nothing is said. Anything
+        else is one line through :meth:`report`, never socketserver's traceback on stderr:
+        that was one traceback per hung-up client, and once stderr's pipe was full every
+        handler blocked in it, holding its connection slot, until none was left."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)) or (
+                isinstance(exc, OSError) and exc.errno in _CLIENT_GONE):
+            return
+        self.report(f"request from {client_address[0]} failed: "
+                    f"{type(exc).__name__}: {exc}")
+
+    def report(self, line: str) -> None:
+        """Where a line about a failed request goes (the exporter's log)."""
+
+
+_CLIENT_GONE = (errno.ENOTCONN, errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED)
+"""What a read or write on a socket the client (or the watchdog) shut down fails with."""
 
 
 def _listen_family(address: str, port: int) -> int:
