@@ -16,14 +16,16 @@ from __future__ import annotations
 import datetime
 import re
 import threading
-from collections.abc import Iterable, Iterator
-from typing import Any, Union
+from collections.abc import Iterable
+from typing import Any
 
 import attrs
 
 from netprobe import plugin
 from netprobe.errors import ParseError
 from netprobe.schema import Endpoint, FlowSummary, Interval, Latency, SideSummary, StreamResult
+from netprobe.tools import _bounded
+from netprobe.tools._bounded import SpooledLog, Text
 from netprobe.tools._iperf_common import Parts, side_directions, side_of, tcp_rtt_latency
 
 TOOL = "iperf2"
@@ -636,77 +638,21 @@ def read_text(text: Text, process_is_client: bool, keys: StreamKeys | None = Non
     return reader
 
 
-RAW_KEPT_CHARS = 1 << 20
-"""Most of a saved log kept as the result's raw output (its head, where the banner and the
-first reports are): the rest is said, not copied."""
+RAW_KEPT_CHARS = _bounded.RAW_KEPT_CHARS
+"""Most of a saved log kept as the result's raw output (see netprobe.tools._bounded)."""
 
 
 def kept_raw(text: Text) -> str:
     """``text`` for the result's raw output: whole, or its head and how much was left out."""
-    if len(text) <= RAW_KEPT_CHARS:
-        return text if isinstance(text, str) else text.head(RAW_KEPT_CHARS)
-    head = text[:RAW_KEPT_CHARS] if isinstance(text, str) else text.head(RAW_KEPT_CHARS)
-    return (head +
-            f"\n[netprobe: {len(text) - RAW_KEPT_CHARS} more characters not kept]\n")
+    return _bounded.kept_raw(text, RAW_KEPT_CHARS)
 
 
-SPOOL_CHARS = 8 << 20
+SPOOL_CHARS = _bounded.SPOOL_CHARS
 """Most of one test's text :func:`split_tests` holds in memory; past it, a temporary file."""
 
 
-class SpooledLog:
-    """One test's lines from a saved log, in memory up to :data:`SPOOL_CHARS` and in a
-    temporary file past it, so that reading a log of any size holds a bounded part of it.
-    Read as the parser reads a str: its lines (again and again), ``in``, ``len``."""
-
-    def __init__(self) -> None:
-        import tempfile  # only a parse of saved logs needs it (a run's start-up does not)
-
-        self._file = tempfile.SpooledTemporaryFile(  # noqa: SIM115 (lives with the object)
-            max_size=SPOOL_CHARS, mode="w+", encoding="utf-8", errors="surrogateescape")
-        self.chars = 0
-
-    def add(self, line: str) -> None:
-        """Append one line (its newline kept)."""
-        self._file.seek(0, 2)
-        self._file.write(line)
-        self.chars += len(line)
-
-    def __len__(self) -> int:
-        return self.chars
-
-    def __iter__(self) -> Iterator[str]:
-        position = 0  # each iteration its own: a guess that stops early leaves no trace
-        while True:
-            self._file.seek(position)
-            line = self._file.readline()
-            if not line:
-                return
-            position = self._file.tell()
-            yield line
-
-    def __contains__(self, text: object) -> bool:
-        return any(str(text) in line for line in self)
-
-    def head(self, chars: int) -> str:
-        """The first ``chars`` characters."""
-        self._file.seek(0)
-        return self._file.read(chars)
-
-    def text(self) -> str:
-        """The whole text (for a test small enough to be held)."""
-        return self.head(self.chars)
-
-
-Text = Union[str, SpooledLog]
-"""A test's saved output as the parser takes it: a str, or a SpooledLog of a big one."""
-
-
 def _lines(text: Text | Iterable[str]) -> Iterable[str]:
-    # One line at a time: a str's splitlines() would hold a second copy of a big log.
-    if not isinstance(text, str):
-        return text
-    return (found.group() for found in re.finditer(r"[^\n]*\n|[^\n]+$", text))
+    return _bounded.lines(text)
 
 
 def _read_until_first_connection(text: Text) -> TextReader:
@@ -940,7 +886,7 @@ def _tests_of(lines: Iterable[str]) -> Iterable[Text]:
     reverse half of the same test: ``-r``, ``-d``) or another ``Server listening`` banner
     begins. CSV: see :class:`_CsvTests`.
     """
-    chunk = SpooledLog()
+    chunk = SpooledLog(SPOOL_CHARS)
     banner: list[str] = []  # the process's banner, which says whether it is the server
     text_tests, csv_tests = _TextTests(), _CsvTests()
     for line in lines:
@@ -948,7 +894,7 @@ def _tests_of(lines: Iterable[str]) -> Iterable[Text]:
         starts = csv_tests.starts_test(cells) if len(cells) >= 8 else text_tests.starts_test(line)
         if starts and chunk.chars:
             yield _held(chunk)
-            chunk = SpooledLog()
+            chunk = SpooledLog(SPOOL_CHARS)
             for kept in [] if _LISTENING.search(line) else banner:
                 chunk.add(kept)
         elif (text_tests.banner_line(line) and not text_tests.reported
@@ -960,8 +906,7 @@ def _tests_of(lines: Iterable[str]) -> Iterable[Text]:
 
 
 def _held(chunk: SpooledLog) -> Text:
-    # A test that fits in memory is a str, as it always was; a bigger one stays spooled.
-    return chunk.text() if chunk.chars <= SPOOL_CHARS else chunk
+    return _bounded.held(chunk, SPOOL_CHARS)
 
 
 class _TextTests:

@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from netprobe import plugin
 from netprobe.errors import ParseError
 from netprobe.plugin import short_sender_totals
 from netprobe.schema import (
@@ -34,6 +35,8 @@ from netprobe.schema import (
     StreamResult,
     TestSpec,
 )
+from netprobe.tools import _bounded
+from netprobe.tools._bounded import SpooledLog, Text
 from netprobe.tools._iperf_common import (
     Parts,
     StreamNumbers,
@@ -835,16 +838,19 @@ def _numbered(parsed: HumanLine, numbers: StreamNumbers) -> Interval:
     return attrs.evolve(parsed.sample, stream_id=numbers.number(parsed.direction, parsed.label))
 
 
-def parse_human_text(text: str, source: str = "<input>") -> Parts:
-    """Intervals and summaries of a saved human-format iperf3 output (client or server).
+def parse_human_text(text: Text, source: str = "<input>") -> Parts:
+    """Intervals and summaries of a saved human-format iperf3 output (client or server),
+    read line by line: the first :data:`netprobe.plugin.MAX_INTERVALS_KEPT` intervals are
+    kept and the rest counted (the summaries are iperf3's own final lines, so stay exact).
     Raises ParseError when no iperf3 line is found."""
     is_client = "Connecting to host" in text or "Server listening" not in text
     default_role = _human_own_role(text, is_client)
     numbers = StreamNumbers()
     parts = Parts()
+    kept = plugin.KeptIntervals()
     sides: dict[tuple[str, int | None], dict[str, SideSummary]] = {}
-    for line in text.splitlines():
-        parsed = parse_human_line(line, is_client, default_role)
+    for line in _bounded.lines(text):
+        parsed = parse_human_line(line.rstrip("\n"), is_client, default_role)
         if parsed is None:
             continue
         sample = _numbered(parsed, numbers)
@@ -852,35 +858,38 @@ def parse_human_text(text: str, source: str = "<input>") -> Parts:
             key = (sample.direction, sample.stream_id)
             sides.setdefault(key, {})[parsed.role] = side_of(sample)
         else:
-            parts.intervals.append(sample)
+            kept.add(sample)
+    parts.intervals = kept.samples
     if not parts.intervals and not sides:
         raise ParseError("no iperf3 interval or summary lines found", source)
     _human_summaries(parts, sides)
+    warning = _bounded.not_kept_warning(len(kept.samples), kept.dropped)
+    if warning:
+        parts.warnings.append(warning)
     parts.call_lengths = _human_call_lengths(text)
     return parts
 
 
-_STARTING = re.compile(r"^Starting Test: protocol: (\w+), \d+ streams, (\d+) byte blocks",
-                       re.MULTILINE)
+_STARTING = re.compile(r"^Starting Test: protocol: (\w+), \d+ streams, (\d+) byte blocks")
 
 
-def _human_call_lengths(text: str) -> dict[tuple[str, str], int]:
+def _human_call_lengths(text: Text) -> dict[tuple[str, str], int]:
     # A -V client prints "Starting Test: ... N byte blocks": the -l both ends use, as
     # test_start.blksize says it in -J output (a server's -V output has no such line).
-    found = _STARTING.search(text)
+    found = next((m for m in map(_STARTING.match, _bounded.lines(text)) if m), None)
     if found is None or found.group(1).upper() != "TCP":
         return {}
     return _every_end(int(found.group(2)))
 
 
-def _human_own_role(text: str, is_client: bool) -> str:
+def _human_own_role(text: Text, is_client: bool) -> str:
     """What a human output's process did in a one-way test. A client says "Reverse mode";
     a server never does, so its interval lines tell (a sender's carry Retr and Cwnd, or
     Total Datagrams): a -R test's server had its figures put on the client's flow."""
     if is_client:
         return "receiver" if "Reverse mode" in text else "sender"
-    for line in text.splitlines():
-        parsed = parse_human_line(line, False, "receiver")
+    for line in _bounded.lines(text):
+        parsed = parse_human_line(line.rstrip("\n"), False, "receiver")
         if parsed is not None and not parsed.summary:
             return parsed.role
     return "receiver"
@@ -920,24 +929,26 @@ def json_error(doc: dict[str, Any]) -> str | None:
 # --- one test at a time from a log of many ----------------------------------------------------
 
 
-def split_tests(lines: Iterable[str]) -> Iterable[str]:
+def split_tests(lines: Iterable[str]) -> Iterable[Text]:
     """The text of each test in a saved iperf3 log that may hold several (a server's log,
     appended runs), read line by line so that one test at a time is in memory. A test
     begins at ``Accepted connection from`` (human output), at a ``{`` alone on a line (a
     ``-J`` document: iperf3 pretty-prints, so its top-level braces stand alone) or at a
     ``--json-stream`` start event. A last ``-J`` document that holds an error and no
     connection, after tests (the server was stopped while it waited), is no test."""
-    chunk: list[str] = []
+    chunk = SpooledLog()  # a test past _bounded.SPOOL_CHARS waits in a temporary file
     began, count = False, 0
     for line in lines:
         if _begins_test(line):
             if began:
-                yield "".join(chunk)
-                chunk, count = [], count + 1
+                yield _bounded.held(chunk)
+                chunk, count = SpooledLog(), count + 1
             began = True
-        chunk.append(line)
-    text = "".join(chunk)
-    if text.strip() and not (count and '"error"' in text and not _connected(text)):
+        chunk.add(line)
+    text = _bounded.held(chunk)
+    if not isinstance(text, str):
+        yield text  # too big to be a stopped server's error document
+    elif text.strip() and not (count and '"error"' in text and not _connected(text)):
         yield text
 
 

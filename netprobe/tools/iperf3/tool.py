@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -30,6 +30,7 @@ from netprobe.schema import (
     TestSpec,
     ToolInfo,
 )
+from netprobe.tools._bounded import SpooledLog, kept_raw
 from netprobe.tools._iperf_common import (
     DriveSpec,
     IperfTool,
@@ -173,8 +174,9 @@ class Iperf3Tool(IperfTool):
         return server_argv(self.found(), spec, address, port)
 
     def split_tests(self, lines: Iterable[str]) -> Iterator[str]:
-        """Each test of a log that holds several (see p3.split_tests)."""
-        yield from p3.split_tests(lines)
+        """Each test of a log that holds several (see p3.split_tests). A big test comes
+        as a SpooledLog, which parse reads as it reads a str (see netprobe.tools._bounded)."""
+        yield from cast(Iterator[str], p3.split_tests(lines))
 
     def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
         """Saved iperf3 output (``-J`` documents, ``--json-stream`` lines or human output;
@@ -357,8 +359,10 @@ class _Reading:
 
 
 def _read_source(name: str, text: str) -> _Reading:
-    raw = RawOutput(name=name, text=text)
-    stripped = text.lstrip()
+    raw = RawOutput(name=name, text=kept_raw(text))
+    if isinstance(text, SpooledLog) and text.strip().startswith("{"):
+        text = text.text()  # a -J document is read whole (json.loads needs it all)
+    stripped = text.lstrip() if isinstance(text, str) else ""
     if stripped.startswith("{"):
         doc, warnings = p3.parse_json_text(stripped, name)
         parts = p3.parse_document(doc, name)

@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import attrs
 
+from netprobe import plugin
 from netprobe.schema import (
     Cpu,
     CpuUsage,
@@ -42,6 +43,8 @@ from netprobe.schema import (
     SocketInfo,
     StreamResult,
 )
+from netprobe.tools import _bounded
+from netprobe.tools._bounded import Text
 
 MIB = 1 << 20
 """nuttcp's MB."""
@@ -113,6 +116,9 @@ class NuttcpOutput:
     first_side: str | None = None
     """The side printed first: the client's own (``r`` means the client received)."""
     intervals: list[Sample] = field(default_factory=list)
+    """Interval lines, the first :data:`netprobe.plugin.MAX_INTERVALS_KEPT` of them."""
+    intervals_not_kept: int = 0
+    """Interval lines read past the limit, counted and not kept (bounded memory)."""
     brief: Sample | None = None
     """The brief summary line (printed without ``-v``)."""
     errors: list[str] = field(default_factory=list)
@@ -193,8 +199,10 @@ class NuttcpParser:
             return None
         if sample.summary:
             self.out.brief = sample
-        else:
+        elif len(self.out.intervals) < plugin.MAX_INTERVALS_KEPT:
             self.out.intervals.append(sample)
+        else:
+            self.out.intervals_not_kept += 1
         return sample
 
     def _message_line(self, text: str) -> bool:
@@ -768,9 +776,9 @@ def failure_message(out: NuttcpOutput) -> str | None:
     return None
 
 
-def parse_lines(text: str) -> NuttcpOutput:
-    """Parse a whole saved output."""
+def parse_lines(text: Text) -> NuttcpOutput:
+    """Parse a whole saved output, a line at a time (a str or a big log's SpooledLog)."""
     parser = NuttcpParser()
-    for line in text.splitlines():
-        parser.feed(line)
+    for line in _bounded.lines(text):
+        parser.feed(line.rstrip("\r\n"))
     return parser.out

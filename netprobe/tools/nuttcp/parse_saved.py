@@ -12,6 +12,7 @@ from netprobe.bottleneck import with_cpu_warnings
 from netprobe.driven import readable_sources
 from netprobe.errors import ParseError
 from netprobe.schema import Endpoint, RawOutput, Result, TestSpec, ToolInfo
+from netprobe.tools import _bounded
 from netprobe.tools.nuttcp import parse_output as p
 
 
@@ -26,7 +27,7 @@ def parse_sources(sources: Sequence[tuple[str, str]]) -> Result:
 
 
 def _first_text_line(text: str) -> int:
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(_bounded.lines(text), 1):
         if line.strip():
             return number
     return 1
@@ -79,9 +80,14 @@ def _parsed_result(name: str, text: str, out: p.NuttcpOutput, extra: list[str]) 
     summaries, streams, flow_warnings = p.flows(out, direction, spec.protocol, spec.streams)
     end = summaries[0].receiver.end_s if summaries and summaries[0].receiver else None
     warnings += flow_warnings + extra
-    intervals = p.intervals(out, direction, end, summaries[0] if summaries else None)
+    # Past the limit the kept lines are not the whole test: no tail is made from them.
+    totals = summaries[0] if summaries and not out.intervals_not_kept else None
+    intervals = p.intervals(out, direction, end, totals)
     if intervals:
         warnings.append(p.INTERVAL_NOTE)
+    not_kept = _bounded.not_kept_warning(len(out.intervals), out.intervals_not_kept)
+    if not_kept:
+        warnings.append(not_kept)
     if out.unknown:
         warnings.append(
             f"{name}: {len(out.unknown)} line(s) not understood, first at line {out.unknown[0]}"
@@ -102,5 +108,5 @@ def _parsed_result(name: str, text: str, out: p.NuttcpOutput, extra: list[str]) 
         intervals=intervals,
         warnings=tuple(warnings),
         errors=(message,) if message else (),
-        raw=(RawOutput(name=name, text=text),),
+        raw=(RawOutput(name=name, text=_bounded.kept_raw(text)),),
     ))

@@ -9,8 +9,8 @@ output is read, in :mod:`~netprobe.tools.nuttcp.parse_output` (live and saved al
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
-from typing import ClassVar
+from collections.abc import Iterable, Iterator, Sequence
+from typing import ClassVar, cast
 
 from netprobe.driven import (
     DrivenProcess,
@@ -24,6 +24,7 @@ from netprobe.driven import (
 from netprobe.errors import TestFailed
 from netprobe.plugin import Availability, Capabilities, Reporter
 from netprobe.schema import Endpoint, Interval, RawOutput, Result, TestSpec
+from netprobe.tools._bounded import SpooledLog, held
 from netprobe.tools.nuttcp import command
 from netprobe.tools.nuttcp import parse_output as p
 from netprobe.tools.nuttcp.command import DEFAULT_CONTROL_PORT, NuttcpPlan, make_plan
@@ -79,6 +80,14 @@ class NuttcpTool(DrivenTool):
         names the data port (``port + 1``). nuttcp's client prints both sides already."""
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
         return command.server_argv(self.binary(), port, family)
+
+    def split_tests(self, lines: Iterable[str]) -> Iterator[str]:
+        """The one test of a saved output, spooled past _bounded.SPOOL_CHARS (a big log
+        comes as a SpooledLog, which parse reads as it reads a str)."""
+        chunk = SpooledLog()
+        for line in lines:
+            chunk.add(line)
+        yield cast(str, held(chunk))
 
     def parse(self, sources: Sequence[tuple[str, str]]) -> Result:
         """Read saved nuttcp client output (-fparse or plain, brief or -v; 6.x or 8.x)."""
