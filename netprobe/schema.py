@@ -214,7 +214,7 @@ class TestSpec(Record):
     """Zero-copy send (sendfile), like iperf3 -Z."""
     skip_rx_copy: bool = field(default=False, validator=_typed(bool))
     """Discard received data in the kernel (MSG_TRUNC), like iperf3 --skip-rx-copy."""
-    udp_gso: Optional[bool] = None
+    udp_gso: Optional[bool] = field(default=None, validator=_typed(bool, optional=True))
     """UDP sender: True sends many datagrams a message for the kernel to cut (UDP GSO, like
     iperf3 --gsro), False one datagram a message; None: the tool's default (the native
     engine's: off for datagrams under 512 bytes, where the packet rate is the figure)."""

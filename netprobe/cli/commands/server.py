@@ -190,9 +190,9 @@ def _serve_logged(args: argparse.Namespace, config: Any, log: Any,
     def ready(port: int) -> None:
         if pidfile is not None:
             pidfile.write()
-        log(f"netprobe server listening on {where} port {port}: {describe(config)}",
-            event="listening", address=args.bind, port=port)
-        log(f"netprobe server: {limits_note()}", event="limits")
+        # One start line says all this process enforces, the far ends' fence included.
+        log(f"netprobe server listening on {where} port {port}: {describe(config)}; "
+            f"far ends: {limits_note()}", event="listening", address=args.bind, port=port)
 
     try:
         serve(config, log=log, handlers=handlers(), ready=ready)
