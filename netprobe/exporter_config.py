@@ -48,9 +48,8 @@ from netprobe.fleet.config import (
     _port,
     _seconds,
     _table,
-    tomllib,
+    read_toml,
 )
-from netprobe.limits import FLEET_FILE_MAX_BYTES, InputTooLarge, read_at_most
 from netprobe.schema import PROTOCOLS
 
 DEFAULT_MODULE = "default"
@@ -131,18 +130,11 @@ NO_CONFIG = ExporterConfig("<none>", {})
 def load(path: str) -> ExporterConfig:
     """Read and check the configuration at ``path`` (ExporterConfigError, one line)."""
     try:
-        with open(path, "rb") as handle:
-            data = tomllib.loads(read_at_most(handle, FLEET_FILE_MAX_BYTES).decode())
-    except OSError as exc:
-        raise ExporterConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except InputTooLarge:
-        raise ExporterConfigError(f"{path}: longer than {FLEET_FILE_MAX_BYTES >> 20} MiB, "
-                                  "not an exporter configuration") from None
-    except UnicodeDecodeError as exc:
-        raise ExporterConfigError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})"
-                                  ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ExporterConfigError(f"{path}: not valid TOML: {exc}") from None
+        # Read as the fleet file is: a FIFO or device refused at once, size and nesting
+        # bounded before the parser sees it.
+        data = read_toml(path, "an exporter configuration")
+    except FleetFileError as exc:
+        raise ExporterConfigError(str(exc)) from None
     try:
         return parse(data, path)
     except ExporterConfigError:
@@ -269,11 +261,10 @@ def _count(value: Any, key: str, path: str, low: int, high: int) -> int:
 
 def read_credential(path: str, what: str) -> bytes:
     """The one line held in ``path`` (SpecError naming ``what`` when it cannot be read)."""
-    from netprobe.limits import SECRET_MAX_BYTES
+    from netprobe.limits import SECRET_MAX_BYTES, InputTooLarge, read_regular_file
 
     try:
-        with open(path, "rb") as handle:
-            value = read_at_most(handle, SECRET_MAX_BYTES).rstrip(b"\r\n")
+        value = read_regular_file(path, SECRET_MAX_BYTES).rstrip(b"\r\n")
     except OSError as exc:
         raise SpecError(f"cannot read the {what} file {path}: {exc.strerror}") from None
     except InputTooLarge:

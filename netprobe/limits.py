@@ -6,6 +6,8 @@ It imports nothing of netprobe: the CLI reads it before it loads the schema.
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import Any
 
 LONGEST_S = 7 * 86_400.0
@@ -37,3 +39,20 @@ def read_at_most(handle: Any, limit: int) -> Any:
         unit = "characters" if isinstance(data, str) else "bytes"
         raise InputTooLarge(f"more than {limit} {unit}")
     return data
+
+
+def read_regular_file(path: str, limit: int) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``limit`` (InputTooLarge past
+    it). It is opened without blocking, so that a FIFO nobody writes is refused at once
+    rather than waited on forever, and a device or a directory before a byte is read:
+    OSError whose strerror says what it is (``not a regular file (a FIFO)``)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "a special file")
+        raise OSError(0, f"not a regular file ({kind})", path)
+    with os.fdopen(fd, "rb") as handle:
+        return bytes(read_at_most(handle, limit))

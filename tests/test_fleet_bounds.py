@@ -41,6 +41,30 @@ def test_a_fifo_or_a_device_is_refused_at_once(tmp_path: Path) -> None:
     _one_line_error(_plan(tmp_path), "not a regular file")
 
 
+@pytest.mark.parametrize("argv", [
+    ["exporter", "--port", "0", "--config"],
+    ["server", "-B", "127.0.0.1", "-p", "0", "--secret-file"],
+    ["run", "127.0.0.1", "-p", "9", "-t", "0.3", "--secret-file"],
+], ids=["exporter-config", "server-secret", "run-secret"])
+def test_every_file_a_command_reads_refuses_a_fifo_at_once(tmp_path: Path,
+                                                           argv: list[str]) -> None:
+    # The fleet file refused a FIFO; the exporter's configuration and the secret files
+    # waited on one forever (open() blocks until a writer comes), the daemon never started.
+    fifo = tmp_path / "named.pipe"
+    os.mkfifo(fifo)
+    run = subprocess.run([*NETPROBE, *argv, str(fifo)], capture_output=True, text=True,
+                         timeout=20)
+    _one_line_error(run, "not a regular file (a FIFO)")
+
+
+def test_an_exporter_configuration_nested_too_deep_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "exporter.toml"
+    path.write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    run = subprocess.run([*NETPROBE, "exporter", "--port", "0", "--config", str(path)],
+                         capture_output=True, text=True, timeout=20)
+    _one_line_error(run, "nested")
+
+
 @pytest.mark.parametrize("nested", [
     "a = " + "[" * 100_000 + "]" * 100_000,
     "a = " + "{b = " * 100_000 + "1" + "}" * 100_000,

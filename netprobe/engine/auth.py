@@ -11,7 +11,7 @@ import os
 from typing import Optional
 
 from netprobe.errors import SpecError
-from netprobe.limits import SECRET_MAX_BYTES, InputTooLarge, read_at_most
+from netprobe.limits import SECRET_MAX_BYTES, InputTooLarge, read_regular_file
 
 SECRET_ENV = "NETPROBE_SECRET"
 """Environment variable that may hold the shared secret."""
@@ -26,8 +26,7 @@ def load_secret(path: Optional[str] = None) -> Optional[bytes]:
     """The shared secret from ``path`` (trailing newline dropped) or ``$NETPROBE_SECRET``."""
     if path:
         try:
-            with open(path, "rb") as handle:
-                secret = read_at_most(handle, SECRET_MAX_BYTES).rstrip(b"\r\n")
+            secret = read_regular_file(path, SECRET_MAX_BYTES).rstrip(b"\r\n")
         except OSError as exc:
             raise SpecError(f"cannot read the secret file {path}: {exc.strerror}") from None
         except InputTooLarge:

@@ -24,9 +24,7 @@ b -> a too unless ``unidirectional = true``; ``list`` groups name their ``pairs`
 from __future__ import annotations
 
 import math
-import os
 import re
-import stat
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Optional, Union, overload
@@ -35,7 +33,12 @@ import attrs
 
 from netprobe.engine.protocol import DEFAULT_PORT
 from netprobe.errors import SpecError
-from netprobe.limits import FLEET_FILE_MAX_BYTES, LONGEST_S, InputTooLarge, read_at_most
+from netprobe.limits import (
+    FLEET_FILE_MAX_BYTES,
+    LONGEST_S,
+    InputTooLarge,
+    read_regular_file,
+)
 from netprobe.schema import TestSpec
 from netprobe.units import parse_bitrate, parse_bytes
 
@@ -119,39 +122,30 @@ class Fleet:
 
 def load(path: str) -> Fleet:
     """Read and check the fleet file at ``path`` (FleetFileError with a one-line reason)."""
+    return parse(read_toml(path, "a fleet file"), path)
+
+
+def read_toml(path: str, what: str) -> dict[str, Any]:
+    """The TOML document at ``path``, read as every configuration netprobe takes is: a
+    regular file only (a FIFO or a device refused at once), at most FLEET_FILE_MAX_BYTES,
+    nesting bounded before the parser recurses; FleetFileError naming ``path`` and
+    ``what`` it should have been."""
     try:
-        text = _read(path).decode()
+        text = read_regular_file(path, FLEET_FILE_MAX_BYTES).decode()
         nesting(text, path)
-        data = tomllib.loads(text)
-    except OSError as exc:
-        raise FleetFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+        return tomllib.loads(text)
+    except OSError as exc:  # a FIFO or a device too: "not a regular file (a FIFO)"
+        raise FleetFileError(f"cannot read {path}: {exc.strerror or exc}: {what} is a "
+                             "TOML file") from None
     except InputTooLarge:
         raise FleetFileError(f"{path}: longer than {FLEET_FILE_MAX_BYTES >> 20} MiB, "
-                             "not a fleet file") from None
+                             f"not {what}") from None
     except UnicodeDecodeError as exc:
         raise FleetFileError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:
         raise FleetFileError(f"{path}: not valid TOML: {exc}") from None
     except RecursionError:  # the check above should have refused it first
         raise FleetFileError(f"{path}: nested too deep to parse") from None
-    return parse(data, path)
-
-
-def _read(path: str) -> bytes:
-    """The file's bytes, at most FLEET_FILE_MAX_BYTES; only a regular file. It is opened
-    without blocking, so that a FIFO nobody writes is refused at once, not waited on, and
-    /dev/zero or a directory before a byte is read."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
-                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                else "a socket" if stat.S_ISSOCK(mode) else "a special file")
-        raise FleetFileError(f"{path}: not a regular file ({kind}): a fleet file is a "
-                             "TOML file")
-    with os.fdopen(fd, "rb") as handle:
-        return bytes(read_at_most(handle, FLEET_FILE_MAX_BYTES))
 
 
 def nesting(text: str, path: str = "<fleet>") -> None:
