@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 
 from netprobe.cli.textsafe import for_csv, for_terminal
 from netprobe.convert import to_json
@@ -82,6 +83,7 @@ def test_report_shows_a_hostile_saved_result_as_data(tmp_path: Path) -> None:
 
 
 def test_report_html_with_mathtext_and_markup_in_names(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="pip install 'netprobe-meter[charts]'")
     saved, page = _saved(tmp_path), tmp_path / "page.html"
     done = _cli("report", str(saved), "--html", str(page), "-q")
     assert done.returncode == 0, done.stderr
