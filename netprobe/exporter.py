@@ -33,8 +33,9 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 
 from netprobe.archives import Record, figures
+from netprobe.engine.auth import read_credential
 from netprobe.errors import NetprobeError, SpecError, listen_error
-from netprobe.exporter_config import NO_CONFIG, ExporterConfig, read_credential
+from netprobe.exporter_config import NO_CONFIG, ExporterConfig
 from netprobe.exporter_probe import Probe, ProbeRefused, ScraperGone, hung_up, resolve, run_watched
 from netprobe.schema import Result
 

@@ -39,7 +39,6 @@ from typing import Any, Optional
 
 import attrs
 
-from netprobe.errors import SpecError
 from netprobe.fleet.config import (
     Agent,
     FleetFileError,
@@ -256,20 +255,4 @@ def _count(value: Any, key: str, path: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ExporterConfigError(f"{path}: {key}: must be a whole number {low}-{high}, "
                                   f"got {value!r}")
-    return value
-
-
-def read_credential(path: str, what: str) -> bytes:
-    """The one line held in ``path`` (SpecError naming ``what`` when it cannot be read)."""
-    from netprobe.limits import SECRET_MAX_BYTES, InputTooLarge, read_regular_file
-
-    try:
-        value = read_regular_file(path, SECRET_MAX_BYTES).rstrip(b"\r\n")
-    except OSError as exc:
-        raise SpecError(f"cannot read the {what} file {path}: {exc.strerror}") from None
-    except InputTooLarge:
-        raise SpecError(f"the {what} file {path} is longer than {SECRET_MAX_BYTES} bytes"
-                        ) from None
-    if not value:
-        raise SpecError(f"the {what} file {path} is empty")
     return value

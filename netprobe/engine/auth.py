@@ -22,19 +22,25 @@ CHALLENGE_BYTES = 32
 # libcrypto (~5 ms of start-up), which a test without a secret never touches.
 
 
+def read_credential(path: str, what: str) -> bytes:
+    """The one line held in ``path`` (a secret, a token, a password): SpecError naming
+    ``what`` when it cannot be read, is empty, or is longer than a line may be."""
+    try:
+        value = read_regular_file(path, SECRET_MAX_BYTES).rstrip(b"\r\n")
+    except OSError as exc:
+        raise SpecError(f"cannot read the {what} file {path}: {exc.strerror}") from None
+    except InputTooLarge:
+        raise SpecError(f"the {what} file {path} is longer than {SECRET_MAX_BYTES} bytes: "
+                        "it holds one line") from None
+    if not value:
+        raise SpecError(f"the {what} file {path} is empty")
+    return value
+
+
 def load_secret(path: Optional[str] = None) -> Optional[bytes]:
     """The shared secret from ``path`` (trailing newline dropped) or ``$NETPROBE_SECRET``."""
     if path:
-        try:
-            secret = read_regular_file(path, SECRET_MAX_BYTES).rstrip(b"\r\n")
-        except OSError as exc:
-            raise SpecError(f"cannot read the secret file {path}: {exc.strerror}") from None
-        except InputTooLarge:
-            raise SpecError(f"the secret file {path} is longer than {SECRET_MAX_BYTES} bytes: "
-                            "a secret is one line") from None
-        if not secret:
-            raise SpecError(f"the secret file {path} is empty")
-        return secret
+        return read_credential(path, "secret")
     value = os.environ.get(SECRET_ENV)
     return value.encode() if value else None
 
