@@ -97,12 +97,10 @@ def wake_bytes(receivers: int) -> int:
 
     Why shared: fewer wake-ups spare the sender's thread (on loopback and virtual NICs it
     pays for waking the reader), but what waits in a queue is read later, from further out
-    in the cache, and the waiting bytes add up over the side's streams. One stream waking
-    per 1 MiB moved more than one waking per call at every length from 16K to 1M; four
-    streams on 2 cores waking per 1 MiB each lost to waking per call at 128K and 256K (66.6
-    and 59.2 Gbit/s against 74.6 and 73.8). Shared, the side's streams together wait for
-    about 1 MiB, not 1 MiB each; no loop waits for less than its own read length, as before
-    (np_tcp.c says more).
+    in the cache, and the waiting bytes add up over the side's streams: shared, the side's
+    streams together wait for about 1 MiB, not 1 MiB each. No loop waits for less than its
+    own read length (np_tcp.c says more). The measurements behind both halves are in
+    docs/performance.md, *Not per call, and shared between the streams*.
     """
     return max(1, WAKE_BYTES // max(1, receivers))
 
