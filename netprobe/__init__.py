@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from netprobe.session import run as run
 
-__version__ = "0.1.0"
+from netprobe.version import __version__ as __version__
 
 
 def __getattr__(name: str) -> Any:

@@ -24,6 +24,7 @@ from attrs import frozen
 from netprobe.errors import NetprobeError, SpecError, ToolNotFound
 from netprobe.record import Record
 from netprobe.schema import FlowSummary, Interval, RawOutput, Result, SideSummary, TestSpec
+from netprobe.version import __version__
 
 ENTRY_POINT_GROUP = "netprobe.tools"
 """The entry-point group tools are published under."""
@@ -519,9 +520,7 @@ def own_entry_points(group: str = ENTRY_POINT_GROUP) -> dict[str, str]:
 
 
 def _own_metadata_dir() -> Optional[str]:
-    # The package is imported already (this module is in it); no import statement, so the
-    # package's lazy attributes (netprobe.run -> session -> plugin) make no cycle.
-    version = sys.modules["netprobe"].__version__
+    version = __version__
     for entry in sys.path:
         try:
             names = os.listdir(entry or ".")

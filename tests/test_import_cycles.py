@@ -113,3 +113,13 @@ def test_the_check_sees_function_local_imports() -> None:
     assert "netprobe.session" in graph["netprobe"]
     # A cycle made by hand is found.
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_reaches_up_to_the_package_face() -> None:
+    # The face (netprobe/__init__.py) lazily imports the run road for ``netprobe.run``;
+    # a module that imported the face for ``__version__`` would import upward through it.
+    # The version lives on the ground floor (netprobe/version.py) for that reason.
+    graph = import_graph()
+    reaching = sorted(name for name, targets in graph.items() if "netprobe" in targets)
+    assert reaching == [], f"modules importing the package face: {reaching}"
+    assert graph["netprobe.version"] == set()

@@ -35,11 +35,11 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
-from netprobe import __version__
 from netprobe.cli.args import HelpFormatter, spec_from_args
 from netprobe.cli.common import RegistryLoader, error, load_registry, one_line
 from netprobe.cli.exitcodes import EXIT_CODES, ExitCode, UsageError, exit_code_for
 from netprobe.errors import NetprobeError
+from netprobe.version import __version__
 
 COMMANDS = {
     "run": "run a throughput test",
