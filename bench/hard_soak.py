@@ -31,10 +31,10 @@ from typing import Any, Callable, Optional
 
 import attrs
 
-from netprobe.agent.client import AgentConnection
 from netprobe.driven import is_listening
 from netprobe.engine.client import run_test
 from netprobe.errors import NetprobeError
+from netprobe.farend import AgentConnection
 from netprobe.plugin import NullReporter, load_registry
 from netprobe.schema import TestSpec
 

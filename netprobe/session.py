@@ -16,6 +16,7 @@ from typing import Any, Optional
 import attrs
 from attrs import frozen
 
+from netprobe import farend
 from netprobe.errors import (
     NetprobeError,
     SpecError,
@@ -202,13 +203,11 @@ def _failed(partial: Any, reason: str) -> Any:
 
 def _run(tool: Tool, spec: TestSpec, reporter: Reporter, from_host: Optional[str],
          agent: AgentAccess) -> Result:
-    from netprobe.agent import client  # the agent client sits above the plugin contract
-
     if from_host is not None:
-        return client.third_party(from_host, spec, reporter, agent.secret,
-                                  agent.port or client.protocol.DEFAULT_PORT, modes_of(tool),
+        return farend.third_party(from_host, spec, reporter, agent.secret,
+                                  agent.port or farend.protocol.DEFAULT_PORT, modes_of(tool),
                                   target_port=agent.target_port or agent.port)
-    return client.run(tool, spec, reporter, agent.secret, use_agent=agent.far_end,
+    return farend.run(tool, spec, reporter, agent.secret, use_agent=agent.far_end,
                       port=agent.port)
 
 

@@ -24,11 +24,11 @@ from typing import Any, Optional
 import attrs
 import pytest
 
-from netprobe.agent.client import AgentConnection
 from netprobe.engine import protocol
 from netprobe.engine.client import run_test
 from netprobe.engine.server import Server, ServerConfig
 from netprobe.errors import ProtocolError, TestFailed
+from netprobe.farend import AgentConnection
 from netprobe.plugin import NullReporter
 from netprobe.schema import Result, TestSpec
 
@@ -561,7 +561,7 @@ def test_a_far_end_talking_outside_the_allow_list_is_stopped() -> None:
 
 
 def test_a_third_party_target_outside_the_allow_list_is_refused() -> None:
-    from netprobe.agent.client import third_party
+    from netprobe.farend import third_party
 
     with netprobe_server("--allow", "127.0.0.1/32", "--allow-third-party") as server, \
             pytest.raises(TestFailed, match="outside this agent's --allow"):

@@ -123,3 +123,26 @@ def test_no_module_reaches_up_to_the_package_face() -> None:
     reaching = sorted(name for name, targets in graph.items() if "netprobe" in targets)
     assert reaching == [], f"modules importing the package face: {reaching}"
     assert graph["netprobe.version"] == set()
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        for target in graph.get(name, ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_the_run_road_imports_nothing_above_it() -> None:
+    # The road (session.run_spec) sits below the views, the daemon side of the agent, the
+    # fleet, the exporter and the latency features: everything it reaches, function-local
+    # imports included, must be at its level or under it (docs/architecture.md).
+    above = ("netprobe.cli", "netprobe.agent", "netprobe.fleet", "netprobe.exporter",
+             "netprobe.loadlatency", "netprobe.bufferbloat", "netprobe.archives")
+    reached = _reach(import_graph(), "netprobe.session")
+    upward = sorted(name for name in reached if name.startswith(above))
+    assert upward == [], f"the run road reaches up to: {upward}"

@@ -123,8 +123,8 @@ def check_groups(groups: Sequence[Group]) -> None:
 
 def agent_status(agent: Agent) -> dict:
     """The agent's status reply (TestFailed when it does not answer in time)."""
-    from netprobe.agent.client import agent_status as status
     from netprobe.engine.auth import load_secret
+    from netprobe.farend import agent_status as status
 
     return status(agent.address, load_secret(agent.secret_file), agent.port, STATUS_TIMEOUT_S)
 

@@ -43,9 +43,9 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
 
 
 def _remote_tool_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from netprobe.agent.client import remote_tools
     from netprobe.engine.auth import load_secret
     from netprobe.engine.protocol import DEFAULT_PORT
+    from netprobe.farend import remote_tools
 
     rows = remote_tools(args.host, load_secret(args.secret_file), args.agent_port or DEFAULT_PORT)
     return [_row(str(r.get("name")), "available" if r.get("available") else "unavailable",
