@@ -35,7 +35,8 @@ from netprobe.driven import is_listening
 from netprobe.engine.client import run_test
 from netprobe.errors import NetprobeError
 from netprobe.farend import AgentConnection
-from netprobe.plugin import NullReporter, load_registry
+from netprobe.plugin import NullReporter
+from netprobe.registry import load_registry
 from netprobe.schema import TestSpec
 
 NATIVE = [

@@ -23,10 +23,10 @@ from netprobe.errors import (
     TestFailed,
     TestInterrupted,
     ToolUnavailable,
-    one_line,
 )
-from netprobe.plugin import Availability, Reporter, Tool
+from netprobe.plugin import Reporter, Tool
 from netprobe.record import Record
+from netprobe.registry import availability
 from netprobe.schema import Interval, Result, TestSpec
 
 
@@ -47,14 +47,6 @@ class AgentAccess(Record):
 
 NO_SECRET = AgentAccess()
 """Agents reached on their default port, without a secret."""
-
-
-def availability(tool: Tool) -> Availability:
-    """What ``tool.probe()`` says; a probe that raises (a plugin's bug) is "unavailable"."""
-    try:
-        return tool.probe()
-    except Exception as exc:  # probe() must not raise; a plugin that does cannot run
-        return Availability(False, reasons=(f"probe failed: {one_line(exc)}",))
 
 
 def unavailable_reasons(tool: Tool) -> list[str]:
@@ -229,11 +221,12 @@ def run(host: Optional[str] = None, *, tool: str = "native", from_host: Optional
     spec), ToolNotFound, ToolUnavailable, TestFailed (``partial`` holds what was measured;
     TestInterrupted on Ctrl-C). A result comes back only when the test completed.
     """
-    from netprobe.plugin import NullReporter, load_registry
+    from netprobe.registry import make_tool
+    from netprobe.reporting import NullReporter
 
     _check_call(tool, from_host, reporter, agent, tool_options)
     test = _spec(tool, host, spec)
-    chosen = load_registry(only=tool).get(tool)(tool_options)
+    chosen = make_tool(tool, tool_options)
     return run_spec(chosen, test, reporter or NullReporter(), from_host=from_host, agent=agent)
 
 

@@ -44,7 +44,8 @@ PEERS = Path.home() / ".cache" / "netprobe-peers" / "bin"
 _REQUESTER = r"""
 import json, sys, time, attrs
 from netprobe.farend import AgentConnection
-from netprobe.plugin import NullReporter, load_registry
+from netprobe.plugin import NullReporter
+from netprobe.registry import load_registry
 from netprobe.schema import TestSpec
 tool_name, protocol, direction, streams, agent, port, told_streams = sys.argv[1:8]
 told = TestSpec(tool=tool_name, host=agent, duration_s=TOLD_S, protocol=protocol,
@@ -196,7 +197,7 @@ def _request(lab: Lab, c: str, tool: str, protocol: str, direction: str,
 
 
 def _tool_or_skip(tool: str) -> None:
-    from netprobe.plugin import load_registry
+    from netprobe.registry import load_registry
 
     if tool == "ntttcp" and "NETPROBE_NTTTCP" not in _env():
         pytest.skip("no ntttcp built")

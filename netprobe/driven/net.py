@@ -18,7 +18,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Union
 
 from netprobe.errors import TestFailed
-from netprobe.plugin import system_name
+from netprobe.host import system_name
 
 if TYPE_CHECKING:
     from netprobe.schema import TestSpec

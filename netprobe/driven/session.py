@@ -35,7 +35,8 @@ from netprobe.driven.net import is_local_host, system_name
 from netprobe.driven.run import DrivenRun, Ready
 from netprobe.driven.verdict import run_faults
 from netprobe.errors import TestFailed, TestInterrupted
-from netprobe.plugin import Reporter, utc_now_iso
+from netprobe.host import utc_now_iso
+from netprobe.plugin import Reporter
 from netprobe.schema import (
     Endpoint,
     FlowSummary,

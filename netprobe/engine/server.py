@@ -34,7 +34,7 @@ from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side, buffer_bytes
 from netprobe.engine.sockets import apply_options, udp_answer
 from netprobe.errors import NetprobeError, ProtocolError, SpecError, listen_error
-from netprobe.plugin import utc_now_iso
+from netprobe.host import utc_now_iso
 from netprobe.schema import Interval, TestSpec
 from netprobe.version import __version__
 

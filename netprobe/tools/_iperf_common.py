@@ -30,7 +30,9 @@ from netprobe.driven import (
 )
 from netprobe.engine.latency import distribution
 from netprobe.errors import NetprobeError, TestFailed, TestInterrupted
-from netprobe.plugin import Availability, Reporter, utc_now_iso, with_call_lengths
+from netprobe.host import utc_now_iso
+from netprobe.plugin import Availability, Reporter
+from netprobe.resultops import with_call_lengths
 from netprobe.schema import (
     Cpu,
     CpuUsage,

@@ -19,7 +19,8 @@ import attrs
 
 from netprobe.driven import DrivenProcess, DrivenRun
 from netprobe.errors import NetprobeError, ParseError
-from netprobe.plugin import Capabilities, Reporter, fill_missing
+from netprobe.plugin import Capabilities, Reporter
+from netprobe.resultops import fill_missing
 from netprobe.schema import RawOutput, Result, TestSpec, ToolInfo
 from netprobe.tools._iperf_common import (
     DriveSpec,

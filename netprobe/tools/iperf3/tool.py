@@ -20,7 +20,8 @@ import attrs
 
 from netprobe.driven import DrivenRun
 from netprobe.errors import ParseError
-from netprobe.plugin import Capabilities, Reporter, fill_missing
+from netprobe.plugin import Capabilities, Reporter
+from netprobe.resultops import fill_missing
 from netprobe.schema import (
     Endpoint,
     Interval,

@@ -20,7 +20,8 @@ import attrs
 
 from netprobe.driven import DrivenProcess, DrivenSession, Ready, listening, system_name, tcpbytes
 from netprobe.errors import ParseError, TestFailed
-from netprobe.plugin import Reporter, short_sender_totals
+from netprobe.plugin import Reporter
+from netprobe.resultops import short_sender_totals
 from netprobe.schema import Endpoint, FlowSummary, Interval, RawOutput, Result, TestSpec
 from netprobe.tools.ntttcp import parse_output as p
 from netprobe.tools.ntttcp.command import Plan
