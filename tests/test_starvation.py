@@ -16,7 +16,14 @@ from typing import Optional
 
 import pytest
 
-from netprobe.starvation import DEMAND_SHARE, STARVED_SHARE, Starvation, starvation_warning
+from netprobe.starvation import (
+    DEMAND_SHARE,
+    STARVED_SHARE,
+    Starvation,
+    cpu_times,
+    starvation_warning,
+    task_cpu,
+)
 
 from .netlab import A_ADDR, B_ADDR, Lab, wait_listening
 
@@ -42,6 +49,34 @@ def test_only_a_thread_that_wanted_a_cpu_counts() -> None:
     warning = shared.warning(1.8, "tester")
     assert warning and "waited for a CPU 50%" in warning
     assert Starvation(waits=[(0.3, 1.0, DEMAND_SHARE - 0.31)]).wait_share() == 0.0
+
+
+def test_the_cpus_counters_and_where_a_thread_runs() -> None:
+    mine = sorted(os.sched_getaffinity(0))
+    times = cpu_times()
+    assert -1 in times and all(cpu in times for cpu in mine)
+    assert all(0 <= busy <= total for busy, total in times.values())
+    assert task_cpu() in mine
+    assert task_cpu(f"/proc/{os.getpid()}/stat") in mine
+    assert task_cpu("/proc/no-such-task/stat") is None
+
+
+def test_a_wait_names_the_busy_core_it_shared() -> None:
+    # Clock ticks (busy, total) per CPU and for the host (-1): CPU 1 busy the whole test,
+    # CPU 0 idle, so the host was half idle; the waiting thread was seen on CPU 1 only.
+    start = {-1: (1000, 4000), 0: (500, 2000), 1: (500, 2000)}
+    end = {-1: (1200, 4400), 0: (500, 2200), 1: (700, 2200)}
+    shared = Starvation(waits=[(0.01, 2.0, 0.01), (0.9, 2.0, 1.0)],
+                        ran_on=[frozenset({0}), frozenset({1})],
+                        cpus_start=start, cpus_end=end)
+    assert shared.busiest_cpu() == (1, 100.0, 50.0)
+    warning = shared.warning(2.0, "tester")
+    assert warning and "waited for a CPU 45%" in warning
+    assert "CPU 1, where it ran, was 100% busy while the host was 50% idle" in warning
+    # Where the CPUs were not seen, the reason stands alone.
+    unseen = Starvation(waits=[(0.9, 2.0, 1.0)])
+    assert unseen.busiest_cpu() is None
+    assert "(another process shares its core)" in (unseen.warning(2.0, "tester") or "")
 
 
 @pytest.mark.parametrize("tool", ["nuttcp", "iperf3", "iperf2"])
@@ -146,7 +181,10 @@ def test_a_client_under_a_cpu_quota_is_flagged(loopback_server: int,
     assert "throttled by its cgroup's CPU quota" in starved[0]
 
 
-def test_a_client_sharing_its_core_is_flagged(loopback_server: int) -> None:
+@pytest.fixture
+def busy_core() -> Iterator[int]:
+    """A busy loop pinned to the first CPU (bounded to 15 s; stopped by its PID); yields
+    that CPU."""
     if shutil.which("taskset") is None:
         pytest.skip("taskset (util-linux) is not installed")
     cpu = sorted(os.sched_getaffinity(0))[0]
@@ -154,13 +192,36 @@ def test_a_client_sharing_its_core_is_flagged(loopback_server: int) -> None:
                              "import time\nend = time.time() + 15\nwhile time.time() < end: pass"])
     try:
         os.sched_setaffinity(busy.pid, {cpu})
-        result = _client(loopback_server, wrap=f"taskset -c {cpu} ")
+        yield cpu
     finally:
         busy.kill()
         busy.wait(timeout=10)
-    starved = _starved(result)
+
+
+def test_a_client_sharing_its_core_is_flagged(loopback_server: int, busy_core: int) -> None:
+    # The run-queue wait is the reason, whatever the rest of the host does; the busy core
+    # it shared is the evidence given with it.
+    result = _client(loopback_server, wrap=f"taskset -c {busy_core} ")
+    starved = [w for w in _starved(result) if w.startswith("tester CPU-starved")]
     assert starved, result.get("warnings")
     assert "waited for a CPU" in starved[0]
+    assert f"(another process shares its core: CPU {busy_core}, where it ran, was" in starved[0]
+
+
+@pytest.mark.parametrize("tool", ["iperf3", "nuttcp"])
+def test_a_driven_tool_sharing_its_core_is_flagged(busy_core: int, tool: str) -> None:
+    # The tool's own threads (children of netprobe, their schedstat and stat read while
+    # they run), not netprobe's, are what waited.
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed")
+    done = subprocess.run(["taskset", "-c", str(busy_core), *NETPROBE, "run", "127.0.0.1",
+                           "--tool", tool, "-t", "2", "--json"],
+                          capture_output=True, text=True, timeout=90)
+    assert done.stdout, done.stderr
+    starved = [w for w in _starved(json.loads(done.stdout))
+               if w.startswith(f"{tool} client CPU-starved: a data thread waited for a CPU")]
+    assert starved, done.stdout[-2000:]
+    assert f"CPU {busy_core}, where it ran, was" in starved[0]
 
 
 @pytest.fixture(scope="module")

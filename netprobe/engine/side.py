@@ -31,7 +31,7 @@ from netprobe.engine import kernel, lengthprobe, summary
 from netprobe.engine.sockets import datagram_waiting, socket_drops, socket_info, unread_bytes
 from netprobe.errors import CoreError
 from netprobe.schema import Cpu, Interval, SideSummary, SocketInfo, TestSpec
-from netprobe.starvation import Starvation, run_wait_s
+from netprobe.starvation import Starvation, run_wait_s, task_cpu
 
 # Why TCP moves 256 KiB or 1 MiB per call, measured at the start of a test: see
 # netprobe/engine/lengthprobe.py. The kernel's window, not the write size, decides
@@ -175,6 +175,7 @@ class LocalStream:
     user_s: float = 0.0
     system_s: float = 0.0
     waited_s: Optional[float] = None  # waiting on a run queue while its loop ran
+    ran_on: frozenset[int] = frozenset()  # the CPUs its loop was seen on (start, end)
     last: summary.Snapshot = attrs.field(factory=summary.Snapshot)
     base: summary.Snapshot = attrs.field(factory=summary.Snapshot)
     rtt_samples: list = attrs.field(factory=list)
@@ -324,6 +325,7 @@ class Side:
         stream.started_at = core.monotonic()
         before = core.rusage("thread")
         waited = run_wait_s()
+        first_cpu = task_cpu()
         try:
             self._loop(stream)
         except CoreError as exc:
@@ -338,6 +340,7 @@ class Side:
             now_waited = run_wait_s()
             if waited is not None and now_waited is not None:
                 stream.waited_s = now_waited - waited
+            stream.ran_on = frozenset(c for c in (first_cpu, task_cpu()) if c is not None)
             if stream.drops_base is not None:
                 # Read as the loop returns: what arrives once nothing reads is not the
                 # test's loss (the peer's last words, stray datagrams).
@@ -553,10 +556,11 @@ class Side:
         if self._starvation is None or self._cpu_end is None:
             return None
         starvation = self._starvation
-        starvation.waits = [
-            (s.waited_s, s.ended_at - s.started_at, s.user_s + s.system_s)
-            for s in self.streams
-            if s.waited_s is not None and s.started_at is not None and s.ended_at is not None]
+        ran = [(s, s.waited_s, s.started_at, s.ended_at) for s in self.streams]
+        known = [(s, waited, ended - started) for s, waited, started, ended in ran
+                 if waited is not None and started is not None and ended is not None]
+        starvation.waits = [(waited, wall, s.user_s + s.system_s) for s, waited, wall in known]
+        starvation.ran_on = [s.ran_on for s, _, _ in known]
         wall = (self.ended_at or core.monotonic()) - self.t0
         return starvation.warning(wall, "tester")
 
