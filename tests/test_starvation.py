@@ -158,7 +158,7 @@ def quota_cgroup() -> Iterator[Path]:
     root = _cpu_cgroup_root()
     if root is None or not os.access(root, os.W_OK):
         pytest.skip("no writable cgroup with the cpu controller (v2 cpu.max or v1 cfs quota)")
-    node = root / f"nk-quota-{os.getpid()}"
+    node = root / f"sv-quota-{os.getpid()}"
     node.mkdir()
     try:
         if (node / "cpu.max").exists():
