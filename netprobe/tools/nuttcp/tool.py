@@ -1,7 +1,8 @@
 """nuttcp driven as a netprobe tool: the Tool (probe, refusals, run, parse).
 
 How the command lines are built is in :mod:`~netprobe.tools.nuttcp.command`; one run is a
-:class:`~netprobe.tools.nuttcp.session.NuttcpSession`; how nuttcp's output is read, in :mod:`~netprobe.tools.nuttcp.parse_output` (live and saved alike) and
+:class:`~netprobe.tools.nuttcp.session.NuttcpSession`; how nuttcp's output is read, in
+:mod:`~netprobe.tools.nuttcp.parse_output` (live and saved alike) and
 :mod:`~netprobe.tools.nuttcp.parse_saved` (a saved output as a Result).
 """
 
