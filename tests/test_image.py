@@ -83,7 +83,16 @@ def test_image_has_the_compiled_core_and_the_postgres_driver(image: str) -> None
     impl, libpq = driver.split()
     assert impl == "python" and int(libpq) >= 150000  # psycopg over Debian's libpq5 (15)
     assert uid != "0"
-    assert "netprobe" in "\n".join(rest) and "gcc" not in "\n".join(rest)  # no compiler left
+    rest_text = "\n".join(rest)
+    assert "data path: c" in rest_text and "gcc" not in rest_text  # no compiler left
+
+
+def test_image_runs_as_the_kubernetes_manifests_run_it(image: str) -> None:
+    """deploy/kubernetes runs it as nobody, read-only, with every capability dropped."""
+    done = podman("run", "--rm", "--network=none", "--user", "65534", "--read-only",
+                  "--cap-drop=ALL", image, "--version", check=False)
+    assert done.returncode == 0, done.stderr
+    assert "data path: c" in done.stdout
 
 
 def test_image_carries_the_driven_tools(image: str) -> None:
