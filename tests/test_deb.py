@@ -213,6 +213,10 @@ def test_install_serve_remove_purge(rootfs: Path) -> None:
     assert stat.S_IMODE(st.st_mode) == 0o640 and st.st_uid == 0 and st.st_gid == int(user[2])
     assert re.fullmatch(r"[0-9a-f]{64}\n", secret.read_text())
 
+    # the compiled core, on the clean host (no compiler there): not the pure-Python path
+    version = _in_root(rootfs, "netprobe", "--version").stdout
+    assert re.fullmatch(r"netprobe \S+ \(data path: c, Python 3\.\d+\.\d+\)\n", version), version
+
     # The server from the unit, on a free port set where an operator sets it.
     port = free_port()
     default = rootfs / "etc/default/netprobe"
