@@ -277,3 +277,31 @@ def test_upgrade_keeps_the_secret_and_the_operators_edits(rootfs: Path) -> None:
     group = re.search(r"^netprobe:x:(\d+):", (rootfs / "etc/group").read_text(), re.M)
     assert group and (rootfs / "etc/netprobe/secret").stat().st_gid == int(group[1])
     assert (rootfs / "etc/passwd").read_text().count("\nnetprobe:") == 1
+
+
+def test_the_packaged_unit_is_the_shipped_one_run_as_the_user(deb: Path, tmp_path: Path) -> None:
+    """deploy/systemd's unit is the single source: the package changes only the command's
+    path and the user, so its sandbox (and the filter tests/test_unit_filter.py runs the
+    server under) is the same; and it verifies and scores as that unit does."""
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path / "pkg")], check=True)
+    packaged = (tmp_path / "pkg" / UNIT).read_text().splitlines()
+    shipped = (ROOT / "deploy/systemd/netprobe-server.service").read_text().splitlines()
+    body = shipped[shipped.index("") + 1:]  # the shipped unit's how-to-install header goes
+    expected = [line.replace("=/usr/bin/netprobe ", "=/opt/netprobe/bin/netprobe ")
+                if line.startswith("ExecStart=") else line for line in body]
+    at = expected.index("DynamicUser=yes")
+    expected[at:at + 1] = ["User=netprobe", "Group=netprobe"]
+    assert packaged[packaged.index("") + 1:] == expected
+    if shutil.which("systemd-analyze") is None:
+        return
+    # verify checks that ExecStart's program exists: point it at this netprobe
+    local = tmp_path / "netprobe-server.service"
+    local.write_text((tmp_path / "pkg" / UNIT).read_text().replace(
+        "/opt/netprobe/bin/netprobe", f"{sys.executable} -m netprobe"))
+    done = subprocess.run(["systemd-analyze", "verify", str(local)], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0 and local.name not in done.stderr, done.stderr
+    done = subprocess.run(["systemd-analyze", "security", "--offline=yes", str(local)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    found = re.search(r"Overall exposure level for \S+: ([\d.]+)", done.stdout)
+    assert found and float(found[1]) <= 2.0, done.stdout + done.stderr
