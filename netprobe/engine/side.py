@@ -5,10 +5,24 @@ Client and server both use :class:`Side`; it knows nothing of the control protoc
 Kernel counters (bytes moved, TCP retransmits) are running totals; every interval value
 is the difference of two snapshots, and the summary is the difference between the end
 and the warm-up boundary (``omit_s``).
+
+The warm-up boundary is one byte for both ends of a TCP stream, not one clock reading
+each: at its own boundary the sender counts the bytes it has written (B) and tells the
+peer (:meth:`Side.peer_boundary`); the receiver's summary is its bytes after B, from the
+last instant it saw no more than B arrived. Why: at the sender's boundary its socket
+still holds up to megabytes written but not yet delivered (0.8-2.2 MB at 100 Mbit/s in
+the lab); each end cutting at its own clock put them in the sender's warm-up and after
+the receiver's, so the two summaries described different bytes, and where delivery came
+in bursts (interrupt coalescing, GRO) the receiver's clock cut could count a burst's
+bytes that crossed the wire before its window. Every byte after B arrived after that
+instant, so the receiver's figure is a lower bound of its rate over the bytes both ends
+count (late by at most one poll, :data:`BOUNDARY_POLL_S`). UDP keeps each end's own
+boundary: a datagram is not held in the sender's socket.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
 import math
@@ -58,6 +72,14 @@ UDP_GRO = os.environ.get("NETPROBE_UDP_GRO", "1") != "0"
 # length on the bit rate is the figure, and GSO spares the sender's CPU for it (a warning
 # still says when the datagrams never travelled apart).
 GSO_MIN_LENGTH = 512
+BOUNDARY_POLL_S = 0.001
+"""How often a TCP receiver's arrived bytes are read around the warm-up's end, until the
+sender's boundary byte has arrived (for up to 8 streams; slower in proportion above)."""
+BOUNDARY_LEAD_S = 0.05
+"""How long before its own warm-up end a receiver starts that watch: the peer's clock
+starts one control message later or earlier than this side's."""
+BOUNDARY_POLLS_KEPT = 8192
+"""Polls kept per stream (the oldest go first): 8 s of them at the fastest."""
 
 
 def udp_gso(spec: TestSpec, length: int) -> bool:
@@ -171,6 +193,10 @@ class LocalStream:
     drops_base: Optional[int] = None  # UDP receiver: its socket's own drops at the start
     drops_end: Optional[int] = None  # ... and when its loop returned
     peer_sent_packets: Optional[int] = None  # UDP receiver: what the peer says it sent
+    peer_boundary_bytes: Optional[int] = None  # TCP receiver: the sender's B at its warm-up end
+    arrivals: collections.deque = attrs.field(
+        factory=lambda: collections.deque(maxlen=BOUNDARY_POLLS_KEPT))
+    """TCP receiver: (monotonic time, arrived bytes) polls around the warm-up's end."""
     call_length_bytes: Optional[int] = None  # TCP: the length its loop's calls kept
     user_s: float = 0.0
     system_s: float = 0.0
@@ -284,6 +310,10 @@ class Side:
         self.reporter_errors: list[str] = []
         self.on_change: Optional[Callable[[], None]] = None
         """Called (from a stream thread) whenever a loop returns, to wake whoever waits."""
+        self.shared_boundary = False
+        """Whether the peer sends and takes the TCP senders' counts at the warm-up's end."""
+        self.on_boundary: Optional[Callable[[dict[tuple[int, str], int]], None]] = None
+        """Called (from the sampler) with this side's TCP senders' bytes at the warm-up's end."""
 
     # -- running ----------------------------------------------------------------------
 
@@ -316,6 +346,10 @@ class Side:
                                  name=f"np-arrivals-{stream.stream_id}", daemon=True).start()
         self._sampler = threading.Thread(target=self._sample_loop, name="np-sampler", daemon=True)
         self._sampler.start()
+        watched = [s for s in self.streams if s.role == "receiver" and s.is_tcp]
+        if self.shared_boundary and self.spec.omit_s > 0 and watched:
+            threading.Thread(target=self._watch_boundary, args=(watched,),
+                             name="np-boundary", daemon=True).start()
         if not self.streams:
             self._done.set()
 
@@ -496,6 +530,7 @@ class Side:
     def _tick(self, start_s: float, end_s: float, emit: bool, tail: bool = False) -> None:
         omitted = end_s <= self.spec.omit_s + 1e-9 and self.spec.omit_s > 0
         samples = []
+        boundary = False
         for stream in self.streams:
             snap = stream.snapshot()
             # The tail of each stream ends where its own data did (as its summary does),
@@ -505,15 +540,51 @@ class Side:
             stream.last = snap
             if abs(end_s - self.spec.omit_s) < 1e-9:
                 stream.base = snap
+                boundary = True
             if not omitted:
                 summary.note_tcp_sample(stream, snap)
             samples.append(sample)
+        if boundary:
+            self._tell_boundary()
         # The tail is reported however short, so that no byte goes missing, unless it
         # carries nothing at all (the loops ended right on an interval boundary).
         empty_tail = tail and not any(s.bytes or s.packets for s in samples)
         if emit and not empty_tail:
             for sample in [*samples, *summary.sum_intervals(samples)]:
                 self._emit(sample)
+
+    def _tell_boundary(self) -> None:
+        """Hand the peer this side's TCP senders' bytes at the warm-up's end (their base)."""
+        counts = {(s.stream_id, s.direction): s.base.bytes
+                  for s in self.streams if s.role == "sender" and s.is_tcp}
+        if counts and self.on_boundary is not None:
+            try:
+                self.on_boundary(counts)
+            except Exception as exc:  # outside the sampler's concern: noted, never raised
+                self.reporter_errors.append(f"warm-up boundary not sent: {exc!r}")
+
+    def _watch_boundary(self, receivers: list[LocalStream]) -> None:
+        """Poll the TCP receivers' arrived bytes from just before this side's warm-up end
+        until each has the peer's boundary byte (or its loop ended, or the planned end):
+        the times its summary may start at (see :meth:`shared_start`)."""
+        start = self.t0 + max(0.0, self.spec.omit_s - BOUNDARY_LEAD_S)
+        if self._done.wait(max(0.0, start - core.monotonic())):
+            return
+        step = BOUNDARY_POLL_S * max(1.0, len(receivers) / 8)
+        planned = self.spec.planned_s()
+        # A peer that never says where its boundary was is watched until the planned end
+        # (a byte count's: 10 s past the warm-up); the deque bounds what is kept.
+        until = self.t0 + (planned if planned is not None else self.spec.omit_s + 10.0)
+        while core.monotonic() < until:
+            waiting = [s for s in receivers if s.ended_at is None and not _boundary_seen(s)]
+            if not waiting:
+                return
+            for stream in waiting:
+                # The time is read first: the count, read after, can only be later.
+                now = core.monotonic()
+                stream.arrivals.append((now, stream.arrived_bytes()))
+            if self._done.wait(step):
+                return
 
     def _emit(self, sample: Interval) -> None:
         self.emit_to(self.on_interval, sample)
@@ -561,12 +632,38 @@ class Side:
         return starvation.warning(wall, "tester")
 
     def stream_summaries(self) -> list[tuple[LocalStream, SideSummary]]:
-        """Each stream's summary over the test (after the warm-up)."""
-        start = self.spec.omit_s
+        """Each stream's summary over the test (after the warm-up; a TCP receiver's from
+        the peer's boundary byte where it is known: see :meth:`shared_start`)."""
         host = self._rcvbuf_drops()
-        return [(s, summary.side_summary(s, start, self._data_end(s) - self.t0,
-                                         _stream_drops(s, host)))
-                for s in self.streams]
+        found = []
+        for s in self.streams:
+            start, base = self.spec.omit_s, None
+            shared = self.shared_start(s)
+            if shared is not None:
+                start, base = shared - self.t0, s.peer_boundary_bytes
+            found.append((s, summary.side_summary(s, start, self._data_end(s) - self.t0,
+                                                  _stream_drops(s, host), base_bytes=base)))
+        return found
+
+    def shared_start(self, stream: LocalStream) -> Optional[float]:
+        """The monotonic time a TCP receiver's summary starts at: its last poll that saw no
+        more than the sender's boundary byte B arrived (every byte after B came later).
+        None where this side keeps its own clock's boundary: no B (an older peer, UDP, no
+        warm-up), a B beyond what arrived (a peer's figure that cannot be), or no poll
+        before B arrived (it came before the watch began)."""
+        boundary = stream.peer_boundary_bytes
+        if boundary is None or boundary > stream.snapshot().bytes:
+            return None
+        before = [t for t, n in list(stream.arrivals) if n <= boundary]
+        return before[-1] if before else None
+
+    def peer_boundary(self, counts: dict[tuple[int, str], int]) -> None:
+        """Note the peer's TCP senders' bytes at their warm-up end (a ``warm-up`` message),
+        by stream id and direction; the first word for a stream stands."""
+        for stream in self.streams:
+            if stream.role == "receiver" and stream.is_tcp \
+                    and stream.peer_boundary_bytes is None:
+                stream.peer_boundary_bytes = counts.get((stream.stream_id, stream.direction))
 
     def _rcvbuf_drops(self) -> Optional[int]:
         # The kernel counts drops of full UDP receive buffers host-wide (per namespace),
@@ -651,6 +748,12 @@ ARRIVAL_POLL_S = 0.002
 """How often a UDP receiver's count is looked at near and after the planned end: the last
 datagram's time is known to within this (the C loop keeps no timestamps; 2 ms is 0.1% of
 a 2 s test). Before that only the end matters, so the watcher sleeps."""
+
+
+def _boundary_seen(stream: LocalStream) -> bool:
+    """Whether a TCP receiver's polls have reached the peer's boundary byte."""
+    known = stream.peer_boundary_bytes
+    return known is not None and bool(stream.arrivals) and stream.arrivals[-1][1] >= known
 
 
 def _stream_drops(stream: LocalStream, host: Optional[int]) -> Optional[int]:
