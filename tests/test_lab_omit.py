@@ -2,7 +2,7 @@
 100 Mbit/s each way, cutting GSO packets into frames so that each pays what a wire
 charges (netlab.Lab.shape ``per_frame``). Both ends' summaries after the warm-up must
 start at the same byte, and the receiver's must not read above what the tbf can pass over
-its window (issue 34 item 6)."""
+its window, nor the sender's (issue 34 item 6)."""
 
 from __future__ import annotations
 
@@ -81,12 +81,17 @@ def assert_one_boundary_under_the_ceiling(flows: list[dict], burst: int,
     apart = [(f["sender"]["bytes"], f["receiver"]["bytes"]) for f in flows
              if f["sender"]["bytes"] != f["receiver"]["bytes"]]
     assert not apart, apart
+    # Nor either end above what the tbf can pass over its window. The sender's ended when
+    # its last write returned, with its socket still holding up to megabytes: 94.99 and
+    # 96.76 Mbit/s in 5 runs here, where the ceiling is 94.15.
     above = []
     for flow in flows:
-        rx = flow["receiver"]
-        ceiling = payload_ceiling_bps(rx["end_s"] - rx["start_s"], burst)
-        if rx["bits_per_second"] > ceiling:
-            above.append((round(rx["bits_per_second"] / 1e6, 3), round(ceiling / 1e6, 3)))
+        for role in ("receiver", "sender"):
+            side = flow[role]
+            ceiling = payload_ceiling_bps(side["end_s"] - side["start_s"], burst)
+            if side["bits_per_second"] > ceiling:
+                above.append((role, round(side["bits_per_second"] / 1e6, 3),
+                              round(ceiling / 1e6, 3)))
     assert not above, (above, qdiscs)
 
 
