@@ -114,14 +114,14 @@ def test_a_boundary_beyond_what_arrived_leaves_the_receivers_own() -> None:
         stream = LocalStream(1, "client_to_server", "receiver", right)
         side = Side(TestSpec(duration_s=1.0, omit_s=0.5), [stream], lambda sample: None)
         side.shared_boundary = True
-        stream.arrivals.append((1.0, 0))
+        stream.through.append((1.0, 0))
         side.peer_boundary({(1, "client_to_server"): 10_000})
-        assert stream.peer_boundary_bytes == 10_000
+        assert stream.boundary_bytes == 10_000
         assert side.shared_start(stream) is None
         [(_, summary)] = side.stream_summaries()
         assert summary.bytes == 0 and summary.start_s == 0.5
         side.peer_boundary({(1, "client_to_server"): 0})  # the first word stands
-        assert stream.peer_boundary_bytes == 10_000
+        assert stream.boundary_bytes == 10_000
     finally:
         left.close()
         right.close()
