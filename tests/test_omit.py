@@ -125,3 +125,36 @@ def test_a_boundary_beyond_what_arrived_leaves_the_receivers_own() -> None:
     finally:
         left.close()
         right.close()
+
+
+class _Unaware:
+    """The protocol module as an end that does not know the warm-up feature sees it."""
+
+    WARM_UP_FEATURE = "not-this-feature"
+
+    def __getattr__(self, name: str) -> object:
+        from netprobe.engine import protocol
+
+        return getattr(protocol, name)
+
+
+@needs_native
+@pytest.mark.parametrize("unaware", ["netprobe.engine.client", "netprobe.engine.server"])
+def test_an_end_without_the_warm_up_feature_is_never_sent_it(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        unaware: str) -> None:
+    """An older client or server neither offers nor echoes ``warm_up_boundary``: it must
+    get no ``warm-up`` message (it would fail the test as an unexpected one), and its
+    peer's receivers keep their own boundary; both ways at once (--bidir)."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module(unaware), "protocol", _Unaware())
+    code, out, err = run_main(capsys, "run", "-t", "1", "-O", "0.5", "--bidir", "--json",
+                              registry=builtin_registry())
+    assert code == 0, err
+    result = from_json(out)
+    assert result.status == "ok" and not result.errors
+    for flow in result.summaries:
+        assert flow.sender is not None and flow.receiver is not None
+        assert flow.receiver.start_s == 0.5  # its own clock's boundary
+        assert flow.sender.bytes > 0 and flow.receiver.bytes > 0
