@@ -193,7 +193,10 @@ def test_udp_byte_count_is_exact(data_path: str) -> None:
 def test_omit_excludes_warmup(data_path: str) -> None:
     result, _ = selftest(duration_s=2.0, omit_s=1.0, interval_s=0.5)
     sender, _ = flow(result)
-    assert sender.start_s == 1.0
+    # It starts when the byte counted at the warm-up's end was acknowledged
+    # (netprobe.engine.side): about the boundary (a write under way when it was counted
+    # may have that byte acknowledged a moment before it).
+    assert sender.start_s == pytest.approx(1.0, abs=0.1)
     omitted = [i for i in result.intervals if i.omitted]
     kept = [
         i for i in result.intervals if not i.omitted and i.role == "sender" and i.stream_id == 1

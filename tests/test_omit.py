@@ -81,3 +81,80 @@ def test_a_tcp_receivers_warm_up_boundary_counts_what_arrived_not_what_was_read(
     finally:
         for sock in (sender, receiving, listener):
             sock.close()
+
+
+@needs_native
+@pytest.mark.parametrize("reverse", [[], ["-R"]])
+def test_both_ends_summaries_start_at_the_same_byte(capsys: pytest.CaptureFixture[str],
+                                                   reverse: list[str]) -> None:
+    """One warm-up boundary for both ends of a TCP stream (issue 34 item 6): the bytes the
+    sender wrote in its warm-up but the receiver had not yet received at its own clock's
+    boundary (the sender's socket queue) were counted in the sender's warm-up and after the
+    receiver's. The receiver now starts after the sender's boundary byte, no earlier than
+    its own boundary's clock allows."""
+    code, out, err = run_main(capsys, "run", "-t", "1", "-O", "0.5", *reverse, "--json",
+                              registry=builtin_registry())
+    assert code == 0, err
+    [flow] = from_json(out).summaries
+    assert flow.sender is not None and flow.receiver is not None
+    assert flow.receiver.bytes == flow.sender.bytes
+    # It starts where that byte arrived: after the start, within the test.
+    assert 0.0 < flow.receiver.start_s < flow.receiver.end_s
+
+
+def test_a_boundary_beyond_what_arrived_leaves_the_receivers_own() -> None:
+    """A peer's boundary byte beyond what the receiver ever got cannot be: the receiver
+    keeps its own clock's boundary and its own base, never a negative count."""
+    import socket
+
+    from netprobe.engine.side import LocalStream, Side
+
+    left, right = socket.socketpair()
+    try:
+        stream = LocalStream(1, "client_to_server", "receiver", right)
+        side = Side(TestSpec(duration_s=1.0, omit_s=0.5), [stream], lambda sample: None)
+        side.shared_boundary = True
+        stream.through.append((1.0, 0))
+        side.peer_boundary({(1, "client_to_server"): 10_000})
+        assert stream.boundary_bytes == 10_000
+        assert side.shared_start(stream) is None
+        [(_, summary)] = side.stream_summaries()
+        assert summary.bytes == 0 and summary.start_s == 0.5
+        side.peer_boundary({(1, "client_to_server"): 0})  # the first word stands
+        assert stream.boundary_bytes == 10_000
+    finally:
+        left.close()
+        right.close()
+
+
+class _Unaware:
+    """The protocol module as an end that does not know the warm-up feature sees it."""
+
+    WARM_UP_FEATURE = "not-this-feature"
+
+    def __getattr__(self, name: str) -> object:
+        from netprobe.engine import protocol
+
+        return getattr(protocol, name)
+
+
+@needs_native
+@pytest.mark.parametrize("unaware", ["netprobe.engine.client", "netprobe.engine.server"])
+def test_an_end_without_the_warm_up_feature_is_never_sent_it(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        unaware: str) -> None:
+    """An older client or server neither offers nor echoes ``warm_up_boundary``: it must
+    get no ``warm-up`` message (it would fail the test as an unexpected one), and its
+    peer's receivers keep their own boundary; both ways at once (--bidir)."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module(unaware), "protocol", _Unaware())
+    code, out, err = run_main(capsys, "run", "-t", "1", "-O", "0.5", "--bidir", "--json",
+                              registry=builtin_registry())
+    assert code == 0, err
+    result = from_json(out)
+    assert result.status == "ok" and not result.errors
+    for flow in result.summaries:
+        assert flow.sender is not None and flow.receiver is not None
+        assert flow.receiver.start_s == 0.5  # its own clock's boundary
+        assert flow.sender.bytes > 0 and flow.receiver.bytes > 0

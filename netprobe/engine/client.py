@@ -54,6 +54,7 @@ class Client:
         self.side: Optional[Side] = None
         self.local_kept = KeptIntervals()  # bounded: reporting.MAX_INTERVALS_KEPT
         self.sequence_base = 0
+        self.shared_boundary = False  # the server sends and takes the warm-up message
 
     def run(self) -> Result:
         """Run the test; TestFailed/TestInterrupted carry the partial result."""
@@ -72,6 +73,7 @@ class Client:
         self.channel.expect("start", timeout=10.0)
         reader = Reader(self.channel)
         self.side = Side(self.spec, self.streams, self._local_interval)
+        self.side.shared_boundary = self.shared_boundary
         planned = self.spec.planned_s()
         conductor = Conductor(self.channel, reader, self.side, self.reporter.interval, planned)
         self.side.start()
@@ -179,13 +181,17 @@ class Client:
     def _request_test(self) -> bytes:
         assert self.channel is not None
         self.channel.send({"type": "test", "spec": convert.unstructure(self.spec),
-                           "features": ["sequence_base", protocol.UDP_PROOF_FEATURE]})
+                           "features": ["sequence_base", protocol.UDP_PROOF_FEATURE,
+                                        protocol.WARM_UP_FEATURE]})
         try:
             reply = self.channel.expect("accept", timeout=10.0)
             base = reply.get("sequence_base", 0)
             if not isinstance(base, int) or isinstance(base, bool) or not 0 <= base < 1 << 64:
                 raise ProtocolError("bad sequence base in the server's accept")
             self.sequence_base = base
+            features = reply.get("features")
+            self.shared_boundary = isinstance(features, list) and \
+                protocol.WARM_UP_FEATURE in features
             return bytes.fromhex(protocol.field(reply, "cookie", str))
         except (OSError, ValueError, ProtocolError) as exc:
             raise TestFailed(f"server refused the test: {protocol.reason(exc)}") from None

@@ -4,7 +4,8 @@ final reports, and give up cleanly when the peer vanishes.
 
 Messages after ``start`` (either direction):
 ``interval`` {sample}, ``sent`` {elapsed_s, datagrams}, ``report`` {streams, cpu, errors, system},
-``abort`` {reason}, ``bye`` {}.
+``abort`` {reason}, ``bye`` {}; and ``warm-up`` {bytes} where both ends offered
+``protocol.WARM_UP_FEATURE``.
 """
 
 from __future__ import annotations
@@ -162,6 +163,8 @@ class Conductor:
         self._last_udp_counts: tuple = ()
         # Wake the loop at once when a local stream finishes, not at the next poll.
         side.on_change = reader.wake
+        if side.shared_boundary:
+            side.on_boundary = self.send_boundary
         reader.allow(READ_AHEAD_STEPS * samples_per_step(side.spec))
         self._peer_samples = 0
 
@@ -195,6 +198,16 @@ class Conductor:
             sent = False
         if not sent:
             self.dropped_intervals += 1
+
+    def send_boundary(self, counts: dict[tuple[int, str], int]) -> None:
+        """Tell the peer each local TCP sender's byte count at the warm-up's end (called by
+        the sampler): the byte at which the peer's receivers start their summaries.
+
+        Never waited for, as an interval sample: a message not taken leaves the peer's
+        receivers on their own clock's boundary, as before the feature existed."""
+        message = {"type": "warm-up", "bytes": [[i, d, n] for (i, d), n in counts.items()]}
+        with contextlib.suppress(OSError, NetprobeError):
+            self.channel.try_send(message)
 
     def run(self) -> Outcome:
         """Drive the test to its end; returns once both reports are exchanged or it failed."""
@@ -294,6 +307,9 @@ class Conductor:
             elapsed = message.get("elapsed_s")
             self.side.peer_done(float(elapsed) if isinstance(elapsed, (int, float)) else None,
                                 sent_datagrams(message.get("datagrams")))
+        elif kind == "warm-up" and self.side.shared_boundary:
+            # The same [[stream_id, direction, count], ...] shape as a "sent" message's.
+            self.side.peer_boundary(sent_datagrams(message.get("bytes")))
         elif kind == "report":
             try:
                 self.outcome.peer_report = check_report(message, len(self.side.streams))

@@ -57,6 +57,11 @@ KIND_UDP_CHALLENGE = 4
 KIND_UDP_PROOF = 5
 UDP_PROOF_FEATURE = "udp_proof"
 """What a client offers in its request when it makes the UDP return-routability check."""
+WARM_UP_FEATURE = "warm_up_boundary"
+"""What a client offers, and a server's ``accept`` echoes, when both ends send their TCP
+senders' byte counts at the warm-up's end (the ``warm-up`` message): a receiver then starts
+its summary at that byte (see netprobe.engine.side.Side.peer_boundary). An end that
+does not speak it is neither sent the message nor expected to send it."""
 NONCE_BYTES = 16
 
 DIRECTION_CODES = {"client_to_server": 0, "server_to_client": 1}

@@ -571,6 +571,7 @@ class Session:
         self._complete = threading.Event()
         self._expected = 0
         self._sequence_base = 0
+        self._shared_boundary = False  # the client sends and takes the warm-up message
         self._handshaking = True
 
     def run(self) -> None:
@@ -600,6 +601,8 @@ class Session:
         if spec.protocol == "udp":
             self.require_udp_proof(request)
         keyed = isinstance(features, list) and "sequence_base" in features
+        self._shared_boundary = isinstance(features, list) and \
+            protocol.WARM_UP_FEATURE in features
         with self.slot(spec, memory=test_memory(spec)):
             self._serve(spec, secrets.randbits(64) if keyed else 0)
 
@@ -653,7 +656,9 @@ class Session:
             # The UDP sequence base keys the test's datagrams (see np_udp.c); an old client
             # that does not ask for one numbers from 0.
             self.channel.send({"type": "accept", "cookie": cookie.hex(),
-                               "sequence_base": sequence_base})
+                               "sequence_base": sequence_base,
+                               "features": [protocol.WARM_UP_FEATURE]
+                               if self._shared_boundary else []})
             self._run_test(spec)
         finally:
             self.server.unregister(cookie)
@@ -796,6 +801,7 @@ class Session:
         reader = Reader(self.channel)
         forward = _Forwarder()
         side = Side(spec, streams, on_interval=forward)
+        side.shared_boundary = self._shared_boundary
         # A byte-count test has no planned end; the duration limit still bounds it.
         planned = _planned(spec) or self.server.config.max_duration_s
         conductor = Conductor(self.channel, reader, side, lambda _s: None, planned)

@@ -152,6 +152,16 @@ def unread_bytes(sock: socket.socket) -> int:
     return max(0, struct.unpack("=i", queued)[0])
 
 
+def unsent_bytes(sock: socket.socket) -> Optional[int]:
+    """The bytes a TCP socket holds that its peer has not yet acknowledged, sent or not
+    (TIOCOUTQ, SIOCOUTQ); None where it cannot be asked."""
+    try:
+        queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return None
+    return max(0, struct.unpack("=i", queued)[0])
+
+
 def _tcp_info(sock: socket.socket) -> Optional[core.TcpInfo]:
     try:
         return core.tcp_info(sock.fileno())

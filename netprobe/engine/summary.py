@@ -144,10 +144,15 @@ def sum_intervals(samples: Sequence[Interval]) -> list[Interval]:
 
 
 def side_summary(stream: LocalStream, start_s: float, end_s: float,
-                 rcvbuf_drops: Optional[int] = None) -> SideSummary:
+                 rcvbuf_drops: Optional[int] = None,
+                 base_bytes: Optional[int] = None) -> SideSummary:
     """A stream's summary from its warm-up baseline to its final totals (``rcvbuf_drops``:
-    its socket's UDP receive-buffer drops over the test, for a UDP receiver)."""
+    its socket's UDP receive-buffer drops over the test, for a UDP receiver; ``base_bytes``:
+    the byte count it starts after, where not its own baseline's: a TCP receiver's from
+    the sender's boundary, netprobe.engine.side)."""
     final, base = stream.snapshot(), stream.base
+    if base_bytes is not None:
+        base = attrs.evolve(base, bytes=base_bytes)
     if stream.is_tcp and stream.role == "sender" and not stream.rtt_samples:
         note_tcp_sample(stream, final)  # a test shorter than one interval
     nbytes = final.bytes - base.bytes
