@@ -269,6 +269,12 @@ class Tool(abc.ABC):
     """True if the tool's UDP sender hands the kernel many datagrams per call (sendmmsg,
     GSO messages); False for one datagram per send call. ``compare`` says which, since a
     rate per call decides UDP throughput on a fast path."""
+    overhead_s: ClassVar[float] = 0.5
+    """Seconds a test through this tool takes on a quiet machine beyond its planned time:
+    starting the far end and waiting for it to listen, handshakes, final reports, stopping
+    what was started. ``compare`` and ``run --repeat`` add it to each trial to say how long
+    they will take (:meth:`expected_s`). Measured on loopback; a guess for a plugin that
+    does not say."""
 
     def __init__(self, options: Optional[dict[str, Any]] = None) -> None:
         self.options: dict[str, Any] = dict(options or {})
@@ -280,6 +286,12 @@ class Tool(abc.ABC):
     @abc.abstractmethod
     def run(self, spec: TestSpec, reporter: Reporter) -> Result:
         """Run the test described by ``spec``, sending live samples to ``reporter``."""
+
+    def expected_s(self, spec: TestSpec) -> Optional[float]:
+        """Seconds one test of ``spec`` takes through this tool, start to end: the planned
+        time and :attr:`overhead_s`; None when unknown (a byte count ends the test)."""
+        planned = spec.planned_s()
+        return None if planned is None else planned + self.overhead_s
 
     def refusals(self, spec: TestSpec) -> list[str]:
         """Options of ``spec`` this tool cannot honour (empty if it can run it)."""

@@ -11,6 +11,11 @@ Two conventions, on purpose different (they are what iperf3 does, and what peopl
 Suffixes are case-insensitive; a trailing ``B``/``iB`` (bytes) or ``bit``/``bps``/``b``
 (rates) is accepted and ignored. Every parser raises ValueError with a message fit to
 show the user. Imports nothing of netprobe's: any layer may use it.
+
+:data:`POWERS` is the one table of prefixes: the readers of every tool's output
+(:func:`binary_factor`, :func:`si_factor`) and the CLI's formatting use it, so no prefix
+can mean one thing to one parser and another to the next (a copy once read iperf3's
+``512 Bytes`` as 512 KiB).
 """
 from __future__ import annotations
 
@@ -19,6 +24,9 @@ import re
 
 _NUMBER = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)\s*([a-z/]*)\s*$", re.IGNORECASE)
 POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
+"""Each unit prefix (lower case; no prefix is ``""``) and its power of 1000 or 1024."""
+PREFIX_LETTERS = tuple(prefix.upper() for prefix in POWERS)
+"""The prefixes as the tools print them, smallest first: ``""``, ``K``, ``M``, ``G``, ``T``."""
 _BYTE_TAILS = ("", "b", "ib")
 _RATE_TAILS = ("", "b", "bit", "bits", "bps", "bit/s", "b/s")
 
@@ -28,6 +36,24 @@ DSCP_NAMES = {
     **{f"af{c}{d}": 8 * c + 2 * d for c in range(1, 5) for d in range(1, 4)},
 }
 """DSCP names (RFC 2474, 2597, 3246, 5865, 8622) and their code points."""
+
+
+def binary_factor(prefix: str) -> int:
+    """What a byte prefix multiplies by, 1024-based as iperf, nuttcp and ntttcp print
+    bytes: ``""`` 1, ``K`` 1024, ``M`` 2**20 (either case). KeyError for any other."""
+    return 1024 ** POWERS[prefix.lower()]
+
+
+def si_factor(prefix: str) -> int:
+    """What a rate prefix multiplies by, SI as the tools print bits per second:
+    ``""`` 1, ``K`` 1000, ``M`` 10**6 (either case). KeyError for any other."""
+    return 1000 ** POWERS[prefix.lower()]
+
+
+KIB = binary_factor("k")
+"""1024 bytes: the KB/KByte of iperf, nuttcp and Windows NTttcp."""
+MIB = binary_factor("m")
+"""2**20 bytes: nuttcp's MB (and NTttcp's, and NTTTCP for Linux 1.4.0's result files)."""
 
 
 def _split(text: str, tails: tuple[str, ...], what: str) -> tuple[float, int]:
@@ -77,5 +103,5 @@ def parse_dscp(text: str) -> int:
     return value
 
 
-__all__ = ["DSCP_NAMES", "POWERS", "parse_bitrate", "parse_bytes", "parse_dscp",
-           "parse_seconds"]
+__all__ = ["DSCP_NAMES", "KIB", "MIB", "POWERS", "PREFIX_LETTERS", "binary_factor", "parse_bitrate",
+           "parse_bytes", "parse_dscp", "parse_seconds", "si_factor"]

@@ -1,10 +1,13 @@
 """deploy/: the Kubernetes manifests pass the real API schemas (kubernetes-validate, strict),
-their fleet file is a fleet file netprobe reads, and the Ansible role runs (check mode,
-into a scratch root) with the systemd unit of deploy/systemd."""
+their fleet file is a fleet file netprobe reads, their agents' own command line runs with
+the Secret's file and refuses who it should, and the Ansible role runs (check mode, into a
+scratch root) with the systemd unit of deploy/systemd."""
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -59,6 +62,115 @@ def test_manifests_say_what_a_fleet_needs() -> None:
     text = fleet["ConfigMap"]["data"]["fleet.toml"]
     parsed = config.parse(config.tomllib.loads(text), "fleet.toml")
     assert [g.kind for g in parsed.groups] == ["mesh"] and len(parsed.agents) == 3
+
+
+def _by_kind(name: str) -> dict[str, dict]:
+    return {d["kind"]: d for d in _documents(name)}
+
+
+_K8S_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def _container_argv(documents: list[dict], kind: str, replace: dict[str, str]) -> list[str]:
+    """The first container's command line as Kubernetes starts it: its command, else the
+    image's ENTRYPOINT (the Dockerfile's), then its args, each ``$(VAR)`` replaced by the
+    variable's value from the container's env (a ConfigMap key, looked up in
+    ``documents``) and ``$$`` by ``$``, as the kubelet does; then each ``replace`` key in
+    an argument by its value (a mount path by where the test put the files)."""
+    pod = next(d for d in documents if d["kind"] == kind)["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    maps = {d["metadata"]["name"]: d["data"] for d in documents if d["kind"] == "ConfigMap"}
+    env = {}
+    for item in container.get("env", []):
+        ref = item.get("valueFrom", {}).get("configMapKeyRef")
+        env[item["name"]] = maps[ref["name"]][ref["key"]] if ref else item["value"]
+    entrypoint = re.search(r"^ENTRYPOINT (\[.*\])$",
+                           (DEPLOY / "kubernetes" / "Dockerfile").read_text(), re.M)
+    assert entrypoint is not None
+    argv = [*(container.get("command") or json.loads(entrypoint.group(1))),
+            *container.get("args", [])]
+    expanded = [_K8S_VAR.sub(lambda m: env.get(m.group(1), m.group(0)) if m.group(1) else "$",
+                             arg) for arg in argv]
+    for old, new in replace.items():
+        expanded = [arg.replace(old, new) for arg in expanded]
+    return expanded
+
+
+def _secret_mount(documents: list[dict], kind: str) -> tuple[str, str]:
+    """(mount path, Secret name) of the first container's Secret volume."""
+    pod = next(d for d in documents if d["kind"] == kind)["spec"]["template"]["spec"]
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] in secrets]
+    return mount["mountPath"], secrets[mount["name"]]
+
+
+def test_kubernetes_agents_take_the_secret_and_only_the_allowed_network() -> None:
+    # The agents ran third-party tests for any address that reached them (no --allow): with
+    # a leaked secret, anyone could make every node send anywhere.
+    documents = _documents("agents.yaml")
+    argv = _container_argv(documents, "DaemonSet", {})
+    assert argv[:2] == ["netprobe", "server"]
+    mount, secret_name = _secret_mount(documents, "DaemonSet")
+    assert secret_name == "netprobe-secret"
+    assert argv[argv.index("--secret-file") + 1] == f"{mount}/secret"  # the Secret's key
+    allowed = ipaddress.ip_network(argv[argv.index("--allow") + 1])  # expanded: a network
+    assert str(allowed) == _by_kind("agents.yaml")["ConfigMap"]["data"]["allow"]
+    # the fleet's run connects from a node address (hostNetwork) with the same secret, and
+    # its agents are in the network the agents allow
+    fleet = _by_kind("fleet-cronjob.yaml")
+    job = fleet["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert job["hostNetwork"] is True
+    cron_docs = _documents("fleet-cronjob.yaml")
+    fleet_mount, fleet_secret = _secret_mount(
+        [{"kind": "Job", "spec": {"template": {"spec": job}}}, *cron_docs], "Job")
+    assert fleet_secret == secret_name
+    parsed = config.parse(config.tomllib.loads(fleet["ConfigMap"]["data"]["fleet.toml"]),
+                          "fleet.toml")
+    assert {a.secret_file for a in parsed.agents.values()} == {f"{fleet_mount}/secret"}
+    assert all(ipaddress.ip_address(a.address) in allowed for a in parsed.agents.values())
+
+
+def test_the_kubernetes_agent_runs_with_the_manifests_command_line(tmp_path: Path) -> None:
+    # The DaemonSet's own command line (the image's entry point, the args with the
+    # ConfigMap's network put in), the Secret's file where the volume mounts it, started
+    # here as the kubelet would, on loopback. The network is configured as a user would:
+    # this host's own, then the shipped one, which loopback is not in.
+    documents = _documents("agents.yaml")
+    mount, _ = _secret_mount(documents, "DaemonSet")
+    secret_dir = tmp_path / "secret-volume"
+    secret_dir.mkdir()
+    (secret_dir / "secret").write_text("a fleet's secret, as base64 wrote it\n")
+    (secret_dir / "secret").chmod(0o440)
+    netprobe = shutil.which("netprobe", path=str(Path(sys.executable).parent))
+    assert netprobe is not None
+    shipped = _by_kind("agents.yaml")["ConfigMap"]["data"]["allow"]
+    for network in ("127.0.0.0/8", shipped):
+        for document in documents:
+            if document["kind"] == "ConfigMap":
+                document["data"]["allow"] = network
+        argv = _container_argv(documents, "DaemonSet", {mount: str(secret_dir)})
+        assert argv[argv.index("--allow") + 1] == network
+        argv[0] = netprobe
+        port = free_port()
+        server = subprocess.Popen([*argv, "-B", "127.0.0.1", "-p", str(port)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_listening(port)
+            client = [sys.executable, "-m", "netprobe", "run", "127.0.0.1", "-p", str(port),
+                      "-t", "0.3", "--json"]
+            ok = subprocess.run([*client, "--secret-file", str(secret_dir / "secret")],
+                                capture_output=True, text=True, timeout=60)
+            without = subprocess.run(client, capture_output=True, text=True, timeout=60)
+        finally:
+            server.terminate()
+            server.wait(10)
+        assert without.returncode != 0, without.stdout
+        if network == shipped:  # not even the secret gets a client outside the network in
+            assert ok.returncode != 0, ok.stdout
+            continue
+        assert ok.returncode == 0, ok.stderr
+        assert json.loads(ok.stdout)["status"] == "ok"
+        assert "secret" in without.stderr
 
 
 def _ansible_playbook() -> str | None:

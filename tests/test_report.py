@@ -283,7 +283,9 @@ def test_repeat_saves_each_trial_and_prints_the_summary(
     assert [line.split()[0] for line in out.splitlines()[:3]] == ["#1/3", "#2/3", "#3/3"]
     assert "c->s receiver throughput" in out and "±95% CI" in out and "median" in out
     assert f"run {saved[0].run_id}: 3 of 3 trials, 3 ok; saved to {target}" in out
-    assert "trial 2/3: replay" in err and "3 trials of replay, about 6 s" in err
+    # each trial's 2 s and the 0.5 s a tool that does not say is taken to add
+    # (Tool.overhead_s), and the run's own start and tables (0.5 s): 3 x 2.5 + 0.5
+    assert "trial 2/3: replay" in err and "3 trials of replay, about 8 s" in err
 
 
 def test_repeat_machine_formats(capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,11 +22,12 @@ from netprobe.results.analysis import (
     shown_figures,
 )
 from netprobe.results.stats import Summary
+from netprobe.units import PREFIX_LETTERS
 
 DIRECTION_LABELS = {"client_to_server": "c->s", "server_to_client": "s->c"}
 """Flow directions as the tables label them (as the run's summary table does)."""
 
-_RATE_UNITS = ("bit/s", "Kbit/s", "Mbit/s", "Gbit/s", "Tbit/s")
+_RATE_UNITS = tuple(f"{letter}bit/s" for letter in PREFIX_LETTERS)
 
 
 def scale(kind: str, magnitude: float) -> tuple[float, str]:

@@ -24,7 +24,14 @@ from netprobe.convert import to_json, unstructure
 from netprobe.plugin import Reporter, Tool
 from netprobe.reporting import NullReporter
 from netprobe.results.analysis import GroupStats, group_results, group_stats
-from netprobe.results.trials import Skipped, Trial, TrialRun, call_lengths, run_trials
+from netprobe.results.trials import (
+    Skipped,
+    Trial,
+    TrialRun,
+    call_lengths,
+    run_trials,
+    spec_for,
+)
 from netprobe.schema import Result, TestSpec
 
 # --- run --repeat and compare ------------------------------------------------------------
@@ -60,17 +67,35 @@ def run_trials_shown(args: argparse.Namespace, spec: TestSpec, tools: Sequence[T
     return ExitCode.OK
 
 
+RUN_OVERHEAD_S = 0.5
+"""Seconds a run of trials takes besides its trials: reaching the first trial, then the
+statistics and tables (0.4-0.6 s on loopback here)."""
+
+
 def _plan_note(spec: TestSpec, tools: Sequence[Tool], rounds: int,
                pause: Optional[float]) -> str:
     names = ", ".join(tool.name for tool in tools)
     trials = len(tools) * rounds
     text = (f"{trials} trials: {names} interleaved, {rounds} rounds" if len(tools) > 1
             else f"{trials} trials of {names}")
-    planned = spec.planned_s()
-    if planned is not None:
-        seconds = trials * planned + (trials - 1) * (pause or 0.0)
+    seconds = expected_run_s(spec, tools, rounds, pause or 0.0)
+    if seconds is not None:
         text += f", about {_duration_words(seconds)}"
     return text
+
+
+def expected_run_s(spec: TestSpec, tools: Sequence[Tool], rounds: int,
+                   pause_s: float) -> Optional[float]:
+    """How long ``rounds`` rounds of ``spec`` through ``tools`` take: each trial as its tool
+    runs it (its planned time and what the tool adds: :meth:`Tool.expected_s`), the pauses
+    between trials, and the run's own start and tables; None when a trial's time is
+    unknown (a byte count ends it)."""
+    each = [tool.expected_s(spec_for(spec, tool)) for tool in tools]
+    if not each or any(seconds is None for seconds in each):
+        return None
+    trials = len(tools) * rounds
+    return (rounds * sum(s for s in each if s is not None) + (trials - 1) * pause_s
+            + RUN_OVERHEAD_S)
 
 
 def _duration_words(seconds: float) -> str:

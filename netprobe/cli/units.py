@@ -12,18 +12,18 @@ here imports rich, so the module stays cheap to load.
 """
 from __future__ import annotations
 
-from netprobe.units import POWERS
+from netprobe.units import POWERS, PREFIX_LETTERS
 
 
 def format_bytes(value: float | None) -> str:
     """A byte count for people, 1024-based like iperf3: ``1.10 GBytes``; ``-`` when unknown."""
     if value is None:
         return "-"
-    for unit in ("Bytes", "KBytes", "MBytes", "GBytes"):
+    for letter in PREFIX_LETTERS[:-1]:
         if abs(value) < 1023.995:  # stays below "1024.00" once rounded
-            return f"{value:.0f} {unit}" if unit == "Bytes" else f"{value:.2f} {unit}"
+            return f"{value:.2f} {letter}Bytes" if letter else f"{value:.0f} Bytes"
         value /= 1024
-    return f"{value:.2f} TBytes"
+    return f"{value:.2f} {PREFIX_LETTERS[-1]}Bytes"
 
 
 def format_length(value: int | None) -> str:
@@ -42,11 +42,11 @@ def format_rate(bits_per_second: float | None) -> str:
     if bits_per_second is None:
         return "-"
     value = bits_per_second
-    for unit in ("bit/s", "Kbit/s", "Mbit/s", "Gbit/s"):
+    for letter in PREFIX_LETTERS[:-1]:
         if abs(value) < 999.5:  # 999.7 would round to "1000": show 1.00 of the next unit
-            return f"{_three_figures(value)} {unit}"
+            return f"{_three_figures(value)} {letter}bit/s"
         value /= 1000
-    return f"{_three_figures(value)} Tbit/s"
+    return f"{_three_figures(value)} {PREFIX_LETTERS[-1]}bit/s"
 
 
 def _three_figures(value: float) -> str:

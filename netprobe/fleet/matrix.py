@@ -31,28 +31,26 @@ class Matrix:
     group: Optional[str]
     """The group shown, None for all."""
     hosts: tuple[str, ...]
-    """Every agent that appears, sources and targets, in first-seen order."""
+    """Every agent that appears, sources and targets, sorted by name (one order however
+    the matrix is asked for: with the fleet file or the archive alone)."""
     cells: dict[tuple[str, str], Cell]
     """(source, target) -> its latest cell; pairs never tested are absent."""
 
 
-def build(records: Iterable[Record], group: Optional[str] = None,
-          order: Sequence[str] = ()) -> Matrix:
-    """The matrix of the newest record per pair among ``records`` (in archive order); hosts
-    in ``order`` (the fleet file's) first, the rest as first seen."""
+def build(records: Iterable[Record], group: Optional[str] = None) -> Matrix:
+    """The matrix of the newest record per pair among ``records`` (in archive order), its
+    hosts sorted by name."""
     cells: dict[tuple[str, str], Cell] = {}
-    hosts: dict[str, None] = {}
+    hosts: set[str] = set()
     for record in records:
         if group is not None and record.group != group:
             continue
-        hosts.setdefault(record.source)
-        hosts.setdefault(record.target)
+        hosts.update((record.source, record.target))
         bps = figures(record.result)["receiver_bits_per_second"] if record.outcome == "ok" \
             else None
         cells[(record.source, record.target)] = Cell(record.outcome, bps, record.time,
                                                      record.error)
-    ranked = [h for h in order if h in hosts] + [h for h in hosts if h not in order]
-    return Matrix(group, tuple(ranked), cells)
+    return Matrix(group, tuple(sorted(hosts)), cells)
 
 
 def groups_of(records: Sequence[Record]) -> list[str]:

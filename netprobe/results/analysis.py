@@ -160,22 +160,31 @@ def check_group_keys(keys: Sequence[str]) -> None:
                             f"field ({', '.join(spec_fields())})")
 
 
-def group_results(results: Iterable[Result], keys: Sequence[str]) -> list[Group]:
+ARCHIVE_GROUP_KEYS = ("hosts", "protocol", "direction")
+"""How a fleet archive's results are grouped unless asked otherwise: one mean per pair of
+agents and kind of test, never one over TCP and UDP of different links."""
+
+
+def group_results(results: Iterable[Result], keys: Sequence[str],
+                  hosts: Optional[Callable[[Result], str]] = None) -> list[Group]:
     """Results grouped by the values of ``keys``, groups in order of first appearance (so
-    the tools of a ``compare`` keep their order, and the first is the reference)."""
+    the tools of a ``compare`` keep their order, and the first is the reference).
+    ``hosts`` names a result's pair for the ``hosts`` key (default :func:`host_pair`; a
+    fleet archive's results by their agents' names)."""
     check_group_keys(keys)
+    pair = hosts or host_pair
     groups: dict[str, list[Result]] = {}
     for result in results:
-        label = " ".join(_key_label(result, key) for key in keys) or "all"
+        label = " ".join(_key_label(result, key, pair) for key in keys) or "all"
         groups.setdefault(label, []).append(result)
     return [Group(label, tuple(members)) for label, members in groups.items()]
 
 
-def _key_label(result: Result, key: str) -> str:
+def _key_label(result: Result, key: str, pair: Callable[[Result], str]) -> str:
     if key == "tool":
         return result.tool.name
     if key == "hosts":
-        return host_pair(result)
+        return pair(result)
     if key == "run":
         return f"run={result.run_id or '-'}"
     return f"{key}={getattr(result.spec, key)}"

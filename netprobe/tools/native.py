@@ -21,6 +21,7 @@ class NativeTool(Tool):
     description = "netprobe's own engine: C data path, one port for control and data"
     capabilities = NATIVE_CAPABILITIES
     udp_batched_send = True  # whole GSO messages by sendmmsg (docs/performance.md)
+    overhead_s = 0.1  # the in-process server and the control handshake (loopback: 0.05-0.1)
 
     def probe(self) -> Availability:
         """Always available: the pure-Python data path stands in for the compiled one."""

@@ -379,8 +379,7 @@ def handle_matrix(args: argparse.Namespace, _load_registry: RegistryLoader) -> i
     for line in getattr(archive, "warnings", []):  # rows skipped, each named
         warning(line)
     groups = [args.group] if args.group else groups_of(latest)
-    order = list(fleet.agents) if fleet else []
-    matrices = [build(latest, g, order) for g in groups]
+    matrices = [build(latest, g) for g in groups]
     if args.json:
         write_stdout(json.dumps([matrix_json(m) for m in matrices], indent=2) + "\n")
         return ExitCode.OK

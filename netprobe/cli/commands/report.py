@@ -5,7 +5,7 @@ import argparse
 import io
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from netprobe.cli import args as opts
 from netprobe.cli.common import RegistryLoader, read_input
@@ -31,10 +31,12 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                         help="also read every result of a fleet archive (sqlite:///x.db or a "
                              "path, postgresql://...); repeatable. The HTML page then shows "
                              "the latest pair-by-pair matrix too")
-    parser.add_argument("--group-by", default="tool", metavar="KEYS",
-                        help="comma-separated: tool, hosts (client and server), run (run id) "
-                             "or any spec field, e.g. protocol, streams, direction "
-                             "(default: tool). The first group is the reference for ratios")
+    parser.add_argument("--group-by", metavar="KEYS",
+                        help="comma-separated: tool, hosts (client and server; an archive's "
+                             "source and target agents), run (run id) or any spec field, e.g. "
+                             "protocol, streams, direction (default: tool; with --archive: "
+                             "hosts,protocol,direction). The first group is the reference "
+                             "for ratios")
     parser.add_argument("--format", choices=("human", "json", "csv"), default="human",
                         help="human: a line per result and the statistics table; json, csv: "
                              "the statistics as records (unscaled: bit/s, us, percent)")
@@ -59,10 +61,13 @@ def group_keys(text: str) -> list[str]:
 
 def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
     """Read the saved results, group them, print the tables (and write the page)."""
-    from netprobe.results.analysis import group_results, group_stats
+    from netprobe.results.analysis import ARCHIVE_GROUP_KEYS, group_results, group_stats
     from netprobe.results.saved import load_texts
 
-    keys = group_keys(args.group_by)
+    # A fleet archive holds many pairs' TCP and UDP tests: one mean over them all by tool
+    # would average unlike links, so by default an archive is grouped by pair and test.
+    default = ",".join(ARCHIVE_GROUP_KEYS) if args.archive else "tool"
+    keys = group_keys(args.group_by or default)
     if args.html:
         _require_charts()
         from netprobe.cli.outfile import check_target
@@ -73,11 +78,11 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
     loaded = load_texts([(path, read_input(path)) for path in args.files])
     _warn(loaded.warnings)
     archived, sections = _archived(args.archive or [])
-    results = [*loaded.results, *archived]
+    results = [*loaded.results, *(result for result, _ in archived)]
     sources = [*args.files, *(redact(url) for url in args.archive or [])]
     if not results:
         raise SpecError(f"no results in {', '.join(sources)}")
-    groups = group_results(results, keys)
+    groups = group_results(results, keys, _archived_pairs(archived))
     _warn(_mixed_warnings(groups, keys))
     stats = group_stats(groups)
     if args.html:
@@ -99,24 +104,35 @@ def _batched(results: Sequence[Result], load: RegistryLoader) -> list[str]:
     return [name for name, tool in load().tools.items() if tool.udp_batched_send]
 
 
-def _archived(urls: Sequence[str]) -> tuple[list[Result], list[tuple[str, str]]]:
-    """Every result in the archives, and an HTML matrix section per archive and group."""
+def _archived(urls: Sequence[str]) -> tuple[list[tuple[Result, str]], list[tuple[str, str]]]:
+    """Every result in the archives with its pair of agents (``source -> target``), and an
+    HTML matrix section per archive and group."""
     if not urls:
         return [], []
     from netprobe.archives import open_archive
     from netprobe.cli.commands.fleet import matrix_html
     from netprobe.fleet.matrix import build, groups_of
 
-    results: list[Result] = []
+    results: list[tuple[Result, str]] = []
     sections = []
     for url in urls:
         with open_archive(url, create=False) as archive:
-            results += [r.result for r in archive.records() if r.result is not None]
+            results += [(r.result, f"{r.source} -> {r.target}") for r in archive.records()
+                        if r.result is not None]
             latest = archive.latest()
             _warn(list(dict.fromkeys(getattr(archive, "warnings", []))))  # rows skipped
         sections += [(f"Latest matrix: group {g} ({archive.url})", matrix_html(build(latest, g)))
                      for g in groups_of(latest)]
     return results, sections
+
+
+def _archived_pairs(archived: Sequence[tuple[Result, str]]) -> Callable[[Result], str]:
+    """The ``hosts`` of a result: its archive's agent names (on one host, or behind NAT,
+    every agent's address may be the same), else the addresses it names."""
+    from netprobe.results.analysis import host_pair
+
+    names = {id(result): pair for result, pair in archived}
+    return lambda result: names.get(id(result)) or host_pair(result)
 
 
 def _require_charts() -> None:

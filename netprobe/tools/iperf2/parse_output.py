@@ -27,12 +27,12 @@ from netprobe.schema import Endpoint, FlowSummary, Interval, Latency, SideSummar
 from netprobe.tools import _bounded
 from netprobe.tools._bounded import SpooledLog, Text
 from netprobe.tools._iperf_common import Parts, side_directions, side_of, tcp_rtt_latency
+from netprobe.units import KIB, binary_factor, si_factor
 
 TOOL = "iperf2"
 """The ``measured_by`` of iperf 2's latency figures."""
 C2S = "client_to_server"
 S2C = "server_to_client"
-_BYTE_UNITS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
 
 _LINE = re.compile(
     r"^\[\s*(?P<star>\*)?(?P<id>\d+|SUM(?:-\d+)?|FD\d+)\]\s+"
@@ -144,11 +144,11 @@ class Bounces:
 
 
 def _size(value: str, unit: str) -> int:
-    return round(float(value) * 1024 ** _BYTE_UNITS[unit.upper()])
+    return round(float(value) * binary_factor(unit))
 
 
 def _rate(value: str, unit: str) -> float:
-    return float(value) * 1000 ** _BYTE_UNITS[unit.upper()]
+    return float(value) * si_factor(unit)
 
 
 class _KeptRecords:
@@ -370,7 +370,7 @@ def _bounce_columns(found: re.Match[str]) -> tuple[str, dict[str, Any], None]:
     rtt = int(found["rtt"])
     return "sender", {
         "retransmits": int(found["retry"]),
-        "cwnd_bytes": int(found["cwnd"]) * 1024 if found["cwnd"] else None,
+        "cwnd_bytes": int(found["cwnd"]) * KIB if found["cwnd"] else None,
         "rtt_us": rtt or None,
     }, None
 
@@ -389,7 +389,7 @@ def _columns(rest: str) -> tuple[str | None, dict[str, Any], int | None]:
             "sender",
             {
                 "retransmits": int(found["retry"]),
-                "cwnd_bytes": int(found["cwnd"]) * 1024 if found["cwnd"] else None,
+                "cwnd_bytes": int(found["cwnd"]) * KIB if found["cwnd"] else None,
                 "rtt_us": rtt if rtt else None,
                 "rttvar_us": int(found["rttvar"]) if found["rttvar"] and rtt else None,
             },
@@ -813,7 +813,7 @@ def _csv_record(row: dict[str, Any], is_client: bool, main_port: Any, keys: Stre
         bytes=row["bytes"],
         bits_per_second=row.get("speed", 0.0),
         retransmits=row.get("retry") if role == "sender" and row.get("retry", -1) >= 0 else None,
-        cwnd_bytes=row["cwnd"] * 1024 if role == "sender" and row.get("cwnd", -1) > 0 else None,
+        cwnd_bytes=row["cwnd"] * KIB if role == "sender" and row.get("cwnd", -1) > 0 else None,
         rtt_us=row.get("rtt") if role == "sender" and row.get("rtt", 0) > 0 else None,
         packets=received(lost, total) if udp else None,
         lost_packets=lost if udp and lost is not None and lost >= 0 else None,

@@ -42,6 +42,9 @@ class Iperf2Tool(IperfTool):
     name = "iperf2"
     aliases = ("iperf",)
     description = "iperf 2, the installed binary driven by netprobe"
+    # The client is done 0.2 s after its test (server started, listening, report read),
+    # stopping the server takes about 1 s more: 1.1-1.4 s a trial on loopback here.
+    overhead_s = 1.2
     capabilities = Capabilities.all_but(
         "omit",  # no warm-up exclusion in iperf 2.1
         "zerocopy", "skip_rx_copy",  # iperf 2 always copies

@@ -45,6 +45,7 @@ from netprobe.tools._iperf_common import (
     side_of,
     with_cpu,
 )
+from netprobe.units import binary_factor, si_factor
 
 C2S = "client_to_server"
 S2C = "server_to_client"
@@ -725,7 +726,6 @@ def apply_event(doc: dict[str, Any], event: dict[str, Any]) -> dict[str, Any] | 
 
 # --- human output -------------------------------------------------------------------------------
 
-_UNITS = {"": 1, "K": 1, "M": 2, "G": 3, "T": 4}
 _HUMAN = re.compile(
     r"^\[\s*(?P<id>\d+|SUM)\](?:\[(?P<tag>TX|RX)-(?P<who>[CS])\])?\s+"
     r"(?P<start>\d+(?:\.\d+)?)-(?P<end>\d+(?:\.\d+)?)\s+sec\s+"
@@ -774,8 +774,8 @@ def parse_human_line(line: str, process_is_client: bool, default_role: str) -> H
         stream_id=None,
         start_s=float(match["start"]),
         end_s=float(match["end"]),
-        bytes=round(float(match["xfer"]) * 1024 ** _UNITS[match["xunit"]]),
-        bits_per_second=float(match["rate"]) * 1000 ** _UNITS[match["runit"]],
+        bytes=round(float(match["xfer"]) * binary_factor(match["xunit"])),
+        bits_per_second=float(match["rate"]) * si_factor(match["runit"]),
         omitted="(omitted)" in rest,
         **extra,
     )
@@ -810,7 +810,7 @@ def _line_kind(rest: str, summary: bool) -> tuple[str | None, dict[str, Any]]:
     retr = _RETR_CWND.match(rest)
     if retr:
         cwnd = retr["cwnd"]
-        size = round(float(cwnd) * 1024 ** _UNITS[retr["cunit"]]) if cwnd else None
+        size = round(float(cwnd) * binary_factor(retr["cunit"])) if cwnd else None
         return "sender", {"retransmits": int(retr["retr"]), "cwnd_bytes": size}
     return None, {}
 

@@ -37,6 +37,7 @@ class Iperf3Tool(IperfTool):
 
     name = "iperf3"
     description = "iperf3, the installed binary driven by netprobe"
+    overhead_s = 0.25  # the one-off server's start and its handshake: 0.15-0.3 s here
     # 128 is iperf3's MAX_STREAMS; skip_rx_copy only with a binary that lists it (refusals()).
     capabilities = Capabilities.all_but(max_streams=128, min_interval_s=0.1)
 

@@ -26,20 +26,19 @@ from typing import Any, Callable
 
 from netprobe.errors import ParseError
 from netprobe.schema import Cpu, CpuUsage, SideSummary, StreamResult
+from netprobe.units import MIB, si_factor
 
-MEBIBYTE = 1 << 20
-"""The MB of NTTTCP for Linux 1.4.0's (and Windows NTttcp's) result files."""
+# The MB of NTTTCP for Linux 1.4.0's (and Windows NTttcp's) result files is MIB.
 SEPARATOR = "-" * 20
 """ntttcp's section separator starts with (at least) this."""
 
-_UNITS = {"bps": 1.0, "Kbps": 1e3, "Mbps": 1e6, "Gbps": 1e9}
 _ESC_CLEAR_LINE = "\x1b[2K"
 _LOG = re.compile(r"^(\d\d:\d\d:\d\d) (INFO|ERR|DBG|WARN)\s*: ?(.*)$")
 _REALTIME = re.compile(r"^Real-time throughput: ([\d.]+)\s*(\w+)$")
 _TOTALS = re.compile(r"^\s*([\w/ ()]+?)\s*:\s*(\S.*?)\s*$")
 _INCOMING = re.compile(r"^New connection: (\S+):\d+ --> local:")
 _THREAD_ROW = re.compile(r"^(\d+)\s+([\d.]+)\s+([\d.]+\s*[KMG]?bps)$")
-_THROUGHPUT = re.compile(r"^([\d.]+)\s*(bps|Kbps|Mbps|Gbps)$")
+_THROUGHPUT = re.compile(r"^([\d.]+)\s*([KMG]?)bps$")
 
 
 @dataclass(frozen=True)
@@ -139,7 +138,7 @@ class RealtimeSample:
 def parse_throughput(text: str) -> float | None:
     """``28.26Gbps`` -> 28.26e9 bit/s (SI units, as ntttcp formats them)."""
     found = _THROUGHPUT.match(text.strip())
-    return float(found.group(1)) * _UNITS[found.group(2)] if found else None
+    return float(found.group(1)) * si_factor(found.group(2)) if found else None
 
 
 def number(text: str) -> float | None:
@@ -188,13 +187,12 @@ class ConsoleParser:
         self._last_ok = True
         realtime = _REALTIME.match(text)
         if realtime:
-            unit = _UNITS.get(realtime.group(2))
-            if unit is None:
+            rate = parse_throughput(realtime.group(1) + realtime.group(2))
+            if rate is None:
                 self._last_ok = False
                 return None
             self.out.realtime_count += 1
             self.out.connected = True
-            rate = float(realtime.group(1)) * unit
             during_warmup = self.warmup and not self.out.warmup_done
             return RealtimeSample(rate, during_warmup, batched)
         self._last_ok = self._other(text)
@@ -415,7 +413,7 @@ def parse_xml(text: str, source: str) -> ResultFile:
         child.get("metric"): (child.text or "").strip() for child in root.findall("throughput")
     }
     flavour = xml_flavour(root.get("version", ""), set(rates))
-    megabyte = 10**6 if flavour == "linux" else MEBIBYTE
+    megabyte = 10**6 if flavour == "linux" else MIB
     section = root.find("parameters")
     params = {} if section is None else {c.tag: (c.text or "").strip() for c in section}
     busy = number(values.get("cpu_busy_all", values.get("cpu", "")))

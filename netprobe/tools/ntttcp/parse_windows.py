@@ -17,11 +17,9 @@ from __future__ import annotations
 import re
 
 from netprobe.tools.ntttcp.parse_output import ThreadTotal, Totals, number
+from netprobe.units import KIB, MIB
 
-MEBIBYTE = 1 << 20
-"""Windows NTttcp's MB."""
-KIBIBYTE = 1 << 10
-"""Windows NTttcp's KB."""
+# Windows NTttcp's MB is MIB, its KB KIB (netprobe.units: the one table of prefixes).
 
 _BANNER = re.compile(r"^Copyright Version (\S+)")
 _RULE = re.compile(r"^[= ]*=[= ]*$")
@@ -79,10 +77,10 @@ def parse_windows_console(text: str) -> Totals:
 def _apply(totals: Totals, table: dict[str, str]) -> None:
     megabytes = number(table.get("Bytes(MEG)", ""))
     if megabytes is not None:
-        totals.bytes = round(megabytes * MEBIBYTE)
+        totals.bytes = round(megabytes * MIB)
     rate = number(table.get("Throughput(MB/s)", ""))
     if rate is not None:
-        totals.bits_per_second = rate * MEBIBYTE * 8
+        totals.bits_per_second = rate * MIB * 8
     setters = {"realtime(s)": "duration_s", "Cycles/Byte": "cycles_per_byte",
                "Avg. CPU %": "host_busy_percent"}
     for column, name in setters.items():
@@ -106,7 +104,7 @@ def _threads(lines: list[str]) -> list[ThreadTotal]:
             break
         row = re.match(r"^\s*(\d+)\s+([\d.]+)\s+([\d.]+)", line) if inside else None
         if row:
-            seconds, rate = float(row.group(2)), float(row.group(3)) * KIBIBYTE * 8
+            seconds, rate = float(row.group(2)), float(row.group(3)) * KIB * 8
             found.append(ThreadTotal(int(row.group(1)), seconds, rate,
                                      round(rate / 8 * seconds)))
     return found

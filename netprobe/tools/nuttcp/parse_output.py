@@ -45,11 +45,9 @@ from netprobe.schema import (
 )
 from netprobe.tools import _bounded
 from netprobe.tools._bounded import Text
+from netprobe.units import KIB, MIB, si_factor
 
-MIB = 1 << 20
-"""nuttcp's MB."""
-KIB = 1 << 10
-"""nuttcp's KB (window sizes, cwnd)."""
+# nuttcp's MB is MIB, its KB (window sizes, cwnd) KIB, its Mbps si_factor("M") bit/s.
 
 _SIDE_ROLE = {"t": "sender", "r": "receiver"}
 _NUM = r"(\d+(?:\.\d+)?)"
@@ -477,7 +475,7 @@ def exact_seconds(megabytes: float, seconds: float, mbps: float) -> float:
     where it rounds to the printed one; otherwise the printed figure stands as it is."""
     if megabytes <= 0 or mbps <= 0:
         return seconds
-    derived = megabytes * MIB * 8 / (mbps * 1e6)
+    derived = megabytes * MIB * 8 / (mbps * si_factor("M"))
     slack = PRINTED_SECONDS_STEP / 2 + derived * 1e-4  # the rate's own last digit
     return round(derived, 6) if abs(derived - seconds) <= slack else seconds
 
@@ -493,7 +491,7 @@ def to_interval(sample: Sample, start_s: float, direction: str, retrans_ok: bool
         start_s=round(start_s, 6),
         end_s=round(start_s + sample.seconds, 6),
         bytes=sample_bytes(sample.megabytes),
-        bits_per_second=sample.mbps * 1e6,
+        bits_per_second=sample.mbps * si_factor("M"),
         retransmits=sample.retransmits if retrans_ok else None,
         cwnd_bytes=None if sample.cwnd_kb is None else sample.cwnd_kb * KIB,
         packets=received,
@@ -594,7 +592,7 @@ def side_summary(side: SideReport, retrans_ok: bool, with_cpu: bool = True) -> S
         start_s=0.0,
         end_s=exact_seconds(side.megabytes, side.seconds, side.mbps),
         bytes=sample_bytes(side.megabytes),
-        bits_per_second=side.mbps * 1e6,
+        bits_per_second=side.mbps * si_factor("M"),
         retransmits=retrans,
         retransmits_scope="connection" if retrans is not None else None,
         # nuttcp measures its RTT once, at connect, on the idle connection: a floor of the
@@ -631,7 +629,7 @@ def brief_summaries(
         start_s=0.0,
         end_s=brief.seconds,
         bytes=sample_bytes(brief.megabytes),
-        bits_per_second=brief.mbps * 1e6,
+        bits_per_second=brief.mbps * si_factor("M"),
         packets=received,
         lost_packets=brief.drop,
         lost_percent=brief.loss_percent,

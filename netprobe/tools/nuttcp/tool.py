@@ -40,6 +40,7 @@ class NuttcpTool(DrivenTool):
 
     name: ClassVar[str] = "nuttcp"
     description: ClassVar[str] = "nuttcp 6.x/8.x (client driven; one-shot server for local tests)"
+    overhead_s: ClassVar[float] = 0.15  # the one-shot server's start: 0.1-0.2 s here
     capabilities: ClassVar[Capabilities] = Capabilities.all_but(
         "omit", "congestion", "bind", "zerocopy", "skip_rx_copy",
         directions=frozenset({"normal", "reverse"}),

@@ -24,7 +24,8 @@ from netprobe_qperf import QperfTool
 
 needs_qperf = pytest.mark.skipif(shutil.which("qperf") is None, reason="qperf is not installed")
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "netprobe_qperf"
-PUBLIC_API = {"netprobe.plugin", "netprobe.schema", "netprobe.errors", "netprobe.driven"}
+PUBLIC_API = {"netprobe.plugin", "netprobe.schema", "netprobe.errors", "netprobe.driven",
+              "netprobe.units"}
 
 
 def _spec(**changes: Any) -> TestSpec:

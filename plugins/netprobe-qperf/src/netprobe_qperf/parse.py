@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from netprobe.errors import ParseError
+from netprobe.units import binary_factor, si_factor
 
 TESTS = ("tcp_bw", "udp_bw", "tcp_lat", "udp_lat")
 """The qperf tests this plugin runs and reads."""
@@ -19,10 +20,9 @@ TESTS = ("tcp_bw", "udp_bw", "tcp_lat", "udp_lat")
 _HEADER = re.compile(r"^(\w+):\s*$")
 _FIGURE = re.compile(r"^\s+(\w+)\s*=\s*(\S+)\s*(.*?)\s*$")
 
-# Multipliers to bytes, seconds, bytes per second; qperf's K/M/G are powers of 1000, its
-# KiB/MiB/GiB powers of 1024.
-_SI = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-_BINARY = {"KiB": 1024.0, "MiB": 1024.0**2, "GiB": 1024.0**3}
+# Multipliers to seconds; qperf's byte prefixes K/M/G are powers of 1000, its KiB/MiB/GiB
+# powers of 1024 (netprobe.units' one table of prefixes).
+_PREFIXES = ("", "K", "M", "G", "T")
 _TIMES = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "sec": 1.0, "s": 1.0, "min": 60.0}
 
 
@@ -68,13 +68,13 @@ def convert(value: float, unit: str) -> float:
     unit = unit.split("(")[0].strip()  # "64 KiB (65,536)": the exact figure is in brackets
     if unit in _TIMES:
         return value * _TIMES[unit]
-    if unit in _BINARY:
-        return value * _BINARY[unit]
+    if unit.endswith("iB") and unit[:-2] in _PREFIXES[1:]:
+        return value * binary_factor(unit[:-2])
     per_second = unit.endswith("/sec")
     base = unit[: -len("/sec")] if per_second else unit
     for suffix in ("bytes", "B"):
-        if base.endswith(suffix) and base[: -len(suffix)] in _SI:
-            return value * _SI[base[: -len(suffix)]]
+        if base.endswith(suffix) and base[: -len(suffix)] in _PREFIXES:
+            return value * si_factor(base[: -len(suffix)])
     return value
 
 

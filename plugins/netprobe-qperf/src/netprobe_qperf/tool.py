@@ -79,6 +79,7 @@ class QperfTool(DrivenTool):
 
     name: ClassVar[str] = "qperf"
     description: ClassVar[str] = "qperf 0.4 (tcp_bw/udp_bw, then tcp_lat/udp_lat latency)"
+    overhead_s: ClassVar[float] = 0.2  # the server's start: 0.15-0.2 s here
     capabilities: ClassVar[Capabilities] = Capabilities(
         protocols=frozenset({"tcp", "udp"}),
         directions=frozenset({"normal"}),
@@ -101,6 +102,13 @@ class QperfTool(DrivenTool):
         """Ask qperf its version (``qperf -V``)."""
         return read_version(path, ["-V"], r"qperf\s+(\d+(?:\.\d+)+)", "qperf",
                             exit_codes=(0,))[0]
+
+    def expected_s(self, spec: TestSpec) -> Optional[float]:
+        """The throughput test, then the latency test (``latency_s``), and the overhead."""
+        throughput = super().expected_s(spec)
+        latency = self.options.get("latency_s", DEFAULT_LATENCY_S)
+        extra = latency if isinstance(latency, int) and latency > 0 else 0
+        return None if throughput is None else throughput + extra
 
     # -- refusals -------------------------------------------------------------------------
 
