@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Optional
 
 import attrs
@@ -24,7 +26,7 @@ from netprobe.errors import (
     ToolUnavailable,
     one_line,
 )
-from netprobe.plugin import Availability, Reporter, Tool
+from netprobe.plugin import Availability, Reporter, Tool, utc_now_iso
 from netprobe.record import Record
 from netprobe.schema import Interval, Result, TestSpec
 
@@ -217,7 +219,8 @@ def _run(tool: Tool, spec: TestSpec, reporter: Reporter, from_host: Optional[str
 
 def run(host: Optional[str] = None, *, tool: str = "native", from_host: Optional[str] = None,
         reporter: Optional[Reporter] = None, agent: AgentAccess = NO_SECRET,
-        tool_options: Optional[dict[str, Any]] = None, **spec: Any) -> Result:
+        tool_options: Optional[dict[str, Any]] = None, latency: Any = False,
+        **spec: Any) -> Result:
     """Run one test and return its :class:`~netprobe.schema.Result` (``netprobe.run``).
 
     ``host`` is the far end (None: both ends on this machine over loopback); ``tool`` the
@@ -225,22 +228,87 @@ def run(host: Optional[str] = None, *, tool: str = "native", from_host: Optional
     (``duration_s=5``, ``protocol="udp"``, ``streams=4``, ...). ``from_host``,
     ``reporter`` (live intervals; none by default) and ``agent`` are as for
     :func:`run_spec`; ``tool_options`` go to the tool's constructor (e.g. ``path``).
+    ``latency``: True, or a :class:`netprobe.loadlatency.ProbeOptions`, runs netprobe's
+    latency probes beside the test, as ``netprobe run --latency`` does.
 
     Raises what the command line turns into its exit codes: SpecError (bad or refused
-    spec), ToolNotFound, ToolUnavailable, TestFailed (``partial`` holds what was measured;
-    TestInterrupted on Ctrl-C). A result comes back only when the test completed.
+    spec), ToolNotFound, ToolUnavailable, TestFailed (TestInterrupted on Ctrl-C), whose
+    ``partial`` is the Result ``netprobe run --json`` writes for the same failure (with no
+    figures when none came back). A result comes back only when the test completed.
     """
-    from netprobe.plugin import NullReporter, load_registry
+    from netprobe.plugin import NullReporter
 
-    _check_call(tool, from_host, reporter, agent, tool_options)
-    test = _spec(tool, host, spec)
-    chosen = load_registry(only=tool).get(tool)(tool_options)
-    return run_spec(chosen, test, reporter or NullReporter(), from_host=from_host, agent=agent)
+    check_call(tool, from_host, reporter, agent, tool_options)
+    probes = _probe_options(latency, agent)
+    if probes is not None and from_host is not None:
+        raise SpecError("latency cannot be combined with from_host (as --latency with --from)")
+    test = spec_of(tool, host, spec)
+    chosen = make_tool(tool, tool_options)
+    live = reporter or NullReporter()
+    started = utc_now_iso()
+    with failure_recorded(chosen.name, test, started):
+        if probes is None:
+            return run_spec(chosen, test, live, from_host=from_host, agent=agent)
+        from netprobe.loadlatency import run_with_latency
+
+        return run_with_latency(lambda each: run_spec(chosen, test, each, agent=agent),
+                                test, live, probes, agent.secret)
 
 
-def _check_call(tool: Any, from_host: Any, reporter: Any, agent: Any, options: Any) -> None:
-    """SpecError naming the argument of :func:`run` that is not what it must be: misuse is
-    told as such, not as a TypeError from the resolver or the plugin loader."""
+def make_tool(name: str, options: Optional[dict[str, Any]] = None) -> Tool:
+    """The tool plugin ``name`` (an alias too) made with ``options``: ToolNotFound when no
+    plugin has that name or it failed to load."""
+    from netprobe.plugin import load_registry
+
+    return load_registry(only=name).get(name)(options)
+
+
+def _probe_options(latency: Any, agent: AgentAccess) -> Any:
+    """The ProbeOptions ``latency`` asks for (None: no probes); the agents' port by default,
+    as ``--agent-port`` is the probes' port on the command line."""
+    from netprobe.loadlatency import ProbeOptions
+
+    if latency is False or latency is None:
+        return None
+    if latency is True:
+        return ProbeOptions(port=agent.port)
+    if isinstance(latency, ProbeOptions):
+        return latency
+    raise SpecError(f"latency must be True, False or a ProbeOptions, got {repr(latency)[:40]}")
+
+
+def failed_result(tool_name: str, spec: TestSpec, message: str, status: str = "failed",
+                  started: Optional[str] = None) -> Result:
+    """The result of a test that ended before any figure came back (it could not connect,
+    Ctrl-C during the start): no figures, the spec and the error, so that a machine format
+    and ``TestFailed.partial`` still hold one record."""
+    from netprobe.schema import Endpoint, ToolInfo
+
+    return Result(tool=ToolInfo(tool_name), spec=spec, start_time=started or utc_now_iso(),
+                  local=Endpoint("client"),
+                  remote=Endpoint("server", host=spec.host, port=spec.port),
+                  status=status, errors=(" ".join(message.split()),))
+
+
+@contextmanager
+def failure_recorded(tool_name: str, spec: TestSpec, started: Optional[str] = None
+                     ) -> Iterator[None]:
+    """A TestFailed raised in the block leaves with a Result in ``partial``: what was
+    measured, or (when nothing came back) :func:`failed_result`, the record ``netprobe
+    run --json`` writes for the same failure."""
+    try:
+        yield
+    except TestFailed as exc:
+        if not isinstance(exc.partial, Result):
+            status = "interrupted" if isinstance(exc, TestInterrupted) else "failed"
+            exc.partial = failed_result(tool_name, spec, str(exc), status, started)
+        raise
+
+
+def check_call(tool: Any, from_host: Any, reporter: Any, agent: Any, options: Any) -> None:
+    """SpecError naming the argument of an API call (:func:`run`, ...) that is not what it
+    must be: misuse is told as such, not as a TypeError from the resolver or the plugin
+    loader."""
     is_reporter = all(callable(getattr(reporter, name, None)) for name in ("interval", "note"))
     checks = [
         ("tool", tool, isinstance(tool, str), "a tool name (string)"),
@@ -255,7 +323,8 @@ def _check_call(tool: Any, from_host: Any, reporter: Any, agent: Any, options: A
             raise SpecError(f"{name} must be {what}, got {repr(value)[:40]}")
 
 
-def _spec(tool: str, host: Optional[str], fields: dict[str, Any]) -> TestSpec:
+def spec_of(tool: str, host: Optional[str], fields: dict[str, Any]) -> TestSpec:
+    """The TestSpec of an API call's keywords: SpecError naming those that are no field."""
     known = {field.name for field in attrs.fields(TestSpec)} - {"tool", "host"}
     unknown = sorted(set(fields) - known)
     if unknown:
@@ -264,5 +333,6 @@ def _spec(tool: str, host: Optional[str], fields: dict[str, Any]) -> TestSpec:
     return TestSpec(tool=tool, host=host, **fields)
 
 
-__all__ = ["NO_SECRET", "AgentAccess", "availability", "prepare", "run", "run_spec",
+__all__ = ["NO_SECRET", "AgentAccess", "availability", "check_call", "failed_result",
+           "failure_recorded", "make_tool", "prepare", "run", "run_spec", "spec_of",
            "unavailable_reasons"]

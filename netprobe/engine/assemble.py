@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import attrs
 
-from netprobe import __version__, convert
+from netprobe import convert
 from netprobe.bottleneck import with_cpu_warnings
 from netprobe.engine.conduct import Outcome
 from netprobe.engine.side import Side
@@ -25,6 +25,7 @@ from netprobe.schema import (
     TestSpec,
     ToolInfo,
 )
+from netprobe.version import __version__
 
 Key = tuple[int, str, str]  # stream id, direction, role
 

@@ -1000,7 +1000,7 @@ def _bind_addresses(bind: Optional[str]) -> list[tuple[int, str]]:
 
 
 def _version() -> str:
-    from netprobe import __version__
+    from netprobe.version import __version__
 
     return f"netprobe {__version__}"
 

@@ -6,11 +6,11 @@ the self-test that works on any machine with nothing else installed or running.
 
 from __future__ import annotations
 
-from netprobe import __version__
 from netprobe.engine.capabilities import NATIVE_CAPABILITIES, native_refusals
 from netprobe.errors import TestFailed
 from netprobe.plugin import Availability, RelayReporter, Reporter, Tool
 from netprobe.schema import Result, TestSpec
+from netprobe.version import __version__
 
 
 class NativeTool(Tool):
