@@ -57,7 +57,8 @@ def tool_rows(registry: Registry) -> list[dict[str, Any]]:
     """One dict per tool (loaded or failed), as ``netprobe tools --json`` prints them.
 
     Keys: name, status (available/unavailable/failed), version, path, details, reasons,
-    description, aliases, error (load or probe failure), target (entry point).
+    description, aliases, measures (``Tool.measures``: throughput, latency), error (load
+    or probe failure), target (entry point).
     """
     rows = [_tool_row(name, cls) for name, cls in sorted(registry.tools.items())]
     for failure in registry.failures:
@@ -67,6 +68,7 @@ def tool_rows(registry: Registry) -> list[dict[str, Any]]:
 
 def _tool_row(name: str, cls: type[Tool]) -> dict[str, Any]:
     described = {"description": cls.description, "aliases": list(cls.aliases),
+                 "measures": sorted(getattr(cls, "measures", ())),
                  "target": f"{cls.__module__}:{cls.__qualname__}"}
     try:
         found = cls().probe()
@@ -80,6 +82,7 @@ def _tool_row(name: str, cls: type[Tool]) -> dict[str, Any]:
 def _row(name: str, status: str, **fields: Any) -> dict[str, Any]:
     row: dict[str, Any] = {"name": name, "status": status, "version": None, "path": None,
                            "details": [], "reasons": [], "description": "", "aliases": [],
+                           "measures": [],
                            "error": None, "target": None}
     row.update(fields)
     return row
