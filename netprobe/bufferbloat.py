@@ -93,10 +93,10 @@ def run_plan(tool: Tool, base: TestSpec, plan: Sequence[tuple[str, str]], report
 
 
 def run_phases(run: RunTest, base: TestSpec, reporter: Reporter,
-                    options: ProbeOptions, secret: Optional[bytes] = None,
-                    idle_s: float = DEFAULT_PHASE_S,
-                    plan: Sequence[tuple[str, str]] = LOADED_PHASES,
-                    label: str = "bufferbloat") -> Result:
+               options: ProbeOptions, secret: Optional[bytes] = None,
+               idle_s: float = DEFAULT_PHASE_S,
+               plan: Sequence[tuple[str, str]] = LOADED_PHASES,
+               label: str = "bufferbloat") -> Result:
     """Idle, the loaded phases of ``plan`` (name, direction; default download, upload,
     both), idle, with probes throughout; one Result. ``label`` begins the notes.
 
@@ -265,6 +265,8 @@ def _api_phases(plan: Sequence[tuple[str, str]], label: str, host: Optional[str]
     check_call(tool, None, reporter, agent, tool_options)
     if probes is not None and not isinstance(probes, ProbeOptions):
         raise SpecError(f"probes must be a ProbeOptions, got {repr(probes)[:40]}")
+    if isinstance(idle_s, bool) or not isinstance(idle_s, (int, float)) or not 0 <= idle_s < 1e6:
+        raise SpecError(f"idle_s must be seconds (0 or more), got {repr(idle_s)[:40]}")
     fixed = sorted(set(fields) & FIXED_FIELDS)
     if fixed:
         raise SpecError(f"{label} sets {', '.join(fixed)} itself (TCP, each phase its "

@@ -106,6 +106,8 @@ def test_phased_tests_refuse_what_they_set_themselves() -> None:
         netprobe.run_rrul(colour="blue")
     with pytest.raises(ToolNotFound, match="no tool named 'nosuch'"):
         netprobe.run_rrul(tool="nosuch")
+    with pytest.raises(SpecError, match="idle_s must be seconds"):
+        netprobe.run_bufferbloat(idle_s=-1)
 
 
 # --- run_trials by tool name ------------------------------------------------------------
