@@ -206,7 +206,7 @@ def test_a_server_killed_mid_test_leaves_the_partial_result_run_json_writes() ->
                                  stderr=subprocess.PIPE, text=True, env=child_env())
         try:
             wait_for_log(server, "native test tcp")
-            time.sleep(1.0)  # let it measure an interval or two (no assertion on time)
+            time.sleep(1.5)  # let it measure an interval or two (no assertion on time)
             server.proc.kill()
             out, err = child.communicate(timeout=BOUND_S)
         finally:
