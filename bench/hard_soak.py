@@ -31,11 +31,12 @@ from typing import Any, Callable, Optional
 
 import attrs
 
-from netprobe.agent.client import AgentConnection
 from netprobe.driven import is_listening
 from netprobe.engine.client import run_test
 from netprobe.errors import NetprobeError
-from netprobe.plugin import NullReporter, load_registry
+from netprobe.farend import AgentConnection
+from netprobe.plugin import NullReporter
+from netprobe.registry import load_registry
 from netprobe.schema import TestSpec
 
 NATIVE = [

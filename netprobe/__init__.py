@@ -12,27 +12,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from netprobe.bufferbloat import run_bufferbloat as run_bufferbloat
-    from netprobe.bufferbloat import run_rrul as run_rrul
-    from netprobe.results.trials import run_trials as run_trials
-    from netprobe.session import run as run
+    from netprobe.api import run as run
+    from netprobe.api import run_bufferbloat as run_bufferbloat
+    from netprobe.api import run_rrul as run_rrul
+    from netprobe.api import run_trials as run_trials
 
 from netprobe.version import __version__ as __version__
 
+_API = ("run", "run_bufferbloat", "run_rrul", "run_trials")
+"""The public functions, in :mod:`netprobe.api`."""
+
 
 def __getattr__(name: str) -> Any:
-    # The API without importing the plugin machinery for ``netprobe --version``. Plain
-    # imports, so that tests/test_import_cycles.py sees each edge.
-    if name == "run":
-        from netprobe.session import run
+    # The API without importing the plugin machinery for ``netprobe --version``.
+    if name in _API:
+        from netprobe import api
 
-        return run
-    if name in ("run_bufferbloat", "run_rrul"):
-        from netprobe import bufferbloat
-
-        return getattr(bufferbloat, name)
-    if name == "run_trials":
-        from netprobe.results.trials import run_trials
-
-        return run_trials
+        return getattr(api, name)
     raise AttributeError(f"module 'netprobe' has no attribute {name!r}")

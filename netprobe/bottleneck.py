@@ -18,7 +18,13 @@ A flow that reached the rate the spec asked for (``--bitrate``, within
 nuttcp paces by busy-waiting: at any set rate its sender spins on a whole core between
 writes (99% of a core at 10 Mbit/s with nuttcp 6.1.2). So a nuttcp sender at a set rate
 of ``BUSY_WAIT_RATE`` or less per stream (far below what a core sends) that falls short of
-the rate gets a warning that says so, not one that calls its CPU the limit.
+the rate gets a warning that says so, not one that calls its CPU the limit. Whether or not
+it reached the rate, a sender whose CPU is far above what sending at that rate costs
+(``PACING_EXCESS`` times ``SEND_PER_CORE``'s share, and ``PACING_PERCENT`` or more) gets a
+note that names its CPU figure as the pacing loop, so that it is not read as the cost of
+sending nor as a starved tester; and a run-queue wait of such a sender is not called
+starvation (a spinning pacer wants a core the whole test, and waits whenever it shares
+one, which says nothing about what it sent). Its cgroup's quota throttling still is.
 
 The starvation warnings (:mod:`netprobe.starvation`: a cgroup quota, a run queue) go
 the same way: dropped when every flow reached the rate asked, since the rate held it.
@@ -35,8 +41,9 @@ import attrs
 
 from netprobe.schema import Cpu, FlowSummary, Result, SideSummary
 
-__all__ = ["BUSY_PERCENT", "BUSY_WAIT_RATE", "IDLE_PERCENT", "RATE_REACHED", "STARVED",
-           "cpu_warnings", "side_warning", "with_cpu_warnings"]
+__all__ = ["BUSY_PERCENT", "BUSY_WAIT_RATE", "IDLE_PERCENT", "PACING_EXCESS",
+           "PACING_PERCENT", "RATE_REACHED", "SEND_PER_CORE", "STARVED", "cpu_warnings",
+           "pacing_notes", "side_warning", "with_cpu_warnings"]
 
 BUSY_PERCENT = 90.0
 """A data thread at or above this share of one core may be what limited the figure."""
@@ -50,6 +57,18 @@ BUSY_WAIT_RATE = 1e9
 """A set rate per stream at or below which a nuttcp sender's busy CPU is its pacing loop:
 nuttcp sent 7-17 Gbit/s on one core on loopback here, so a rate this far below is not
 what a spinning core is short of."""
+
+SEND_PER_CORE = 7e9
+"""Bits per second one core sends (the least nuttcp sent on one core on loopback here)."""
+PACING_EXCESS = 3.0
+PACING_PERCENT = 10.0
+"""A paced nuttcp sender using ``PACING_EXCESS`` times what sending at its rate costs (its
+rate's share of ``SEND_PER_CORE``), and at least ``PACING_PERCENT`` of a core, is spinning:
+at 10 Mbit/s sending costs about 0.1% of a core, and nuttcp 6.1.2 used 99% on an idle
+host (20-27% on this 2-CPU host at a load of 8, sharing its core)."""
+
+PACED_WAIT = "waited for a CPU"
+"""The mark of a starvation warning given for a run-queue wait."""
 
 STARVED = " CPU-starved: "
 """The mark of a warning from :mod:`netprobe.starvation`."""
@@ -106,6 +125,42 @@ def cpu_warnings(result: Result) -> list[str]:
     return found
 
 
+def pacing_notes(result: Result) -> list[str]:
+    """A note for each busy-wait-paced nuttcp sender whose CPU figure is its pacing loop."""
+    if not _busy_wait_paced(result):
+        return []
+    rate = (result.spec.rate_bits_per_second or 0.0) * result.spec.streams
+    cost = 100.0 * rate / SEND_PER_CORE  # percent of a core that sending at the rate takes
+    found = []
+    for flow in result.summaries:
+        cpu = flow.sender.cpu if flow.sender else None
+        used = _process_percent(cpu)
+        if used is None or used < max(PACING_PERCENT, PACING_EXCESS * cost):
+            continue
+        where = _WHERE.get((flow.direction, "sender"), "")
+        found.append(f"sender ({flow.direction}, {where}): nuttcp paces by busy-waiting, so "
+                     f"its {used:.0f}% of a core is its pacing loop (sending at the rate set "
+                     f"takes about {cost:.1f}%), not a starved tester nor a CPU limit")
+    return found
+
+
+def _process_percent(cpu: Optional[Cpu]) -> Optional[float]:
+    """The busiest data thread's percent of a core, else its process's."""
+    process = cpu.process if cpu else None
+    if process is None:
+        return None
+    return process.max_thread_percent if process.max_thread_percent is not None \
+        else process.total_percent
+
+
+def _paced_wait(result: Result, warning: str) -> bool:
+    """True for a run-queue-wait starvation warning of a busy-wait-paced nuttcp sender."""
+    if not _busy_wait_paced(result) or STARVED not in warning or PACED_WAIT not in warning:
+        return False
+    senders = {_WHERE.get((f.direction, "sender")) for f in result.summaries}
+    return any(warning.startswith(f"nuttcp {who}{STARVED}") for who in senders if who)
+
+
 def _reached_the_asked_rate(result: Result, flow: FlowSummary) -> bool:
     rate = result.spec.rate_bits_per_second
     measured = flow.receiver or flow.sender
@@ -122,12 +177,18 @@ def _busy_wait_paced(result: Result) -> bool:
 
 
 def with_cpu_warnings(result: Result) -> Result:
-    """``result`` with :func:`cpu_warnings` added to its warnings (each only once), and
-    without starvation warnings when every flow reached the rate asked."""
-    kept = result.warnings
+    """``result`` with :func:`pacing_notes` and :func:`cpu_warnings` added to its warnings
+    (each only once), without starvation warnings when every flow reached the rate asked,
+    and without a busy-wait-paced nuttcp sender's run-queue wait called starvation."""
+    notes = pacing_notes(result)
+    # A sender whose CPU a note already puts down to its pacing loop needs no other word.
+    noted = tuple(n.split(": ", 1)[0] for n in notes)
+    kept = tuple(w for w in result.warnings if not _paced_wait(result, w)
+                 and (w in notes or not w.startswith(noted)))
     if result.summaries and all(_reached_the_asked_rate(result, f) for f in result.summaries):
         kept = tuple(w for w in kept if STARVED not in w)
-    new = [w for w in cpu_warnings(result) if w not in kept]
+    bound = [w for w in cpu_warnings(result) if not w.startswith(noted)]
+    new = [w for w in [*notes, *bound] if w not in kept]
     if not new and kept == result.warnings:
         return result
     return attrs.evolve(result, warnings=(*kept, *new))

@@ -11,14 +11,14 @@ phases with their latency and throughput, the summaries of each direction measur
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import attrs
 
 from netprobe.engine import latency
-from netprobe.errors import SpecError, TestFailed
+from netprobe.errors import TestFailed
 from netprobe.loadlatency import LatencyReporter, ProbeOptions, far_end, open_prober, pause
-from netprobe.plugin import NullReporter, Reporter, Tool
+from netprobe.plugin import Reporter, Tool
 from netprobe.schema import (
     Endpoint,
     FlowSummary,
@@ -32,12 +32,8 @@ from netprobe.schema import (
 from netprobe.session import (
     NO_SECRET,
     AgentAccess,
-    check_call,
-    failure_recorded,
-    make_tool,
     prepare,
     run_spec,
-    spec_of,
 )
 
 LOADED_PHASES = (("download", "reverse"), ("upload", "normal"), ("both", "bidir"))
@@ -51,9 +47,6 @@ DEFAULT_PHASE_S = 10.0
 DEFAULT_STREAMS = 4
 
 RunTest = Callable[[TestSpec, Reporter], Result]
-
-FIXED_FIELDS = frozenset({"tool", "host", "protocol", "direction"})
-"""TestSpec fields the phased tests set themselves (TCP; each phase its direction)."""
 
 
 @attrs.frozen
@@ -221,59 +214,3 @@ def combine(base: TestSpec, done: Sequence[_Done], log: latency.ProbeLog,
         errors=tuple(errors),
         raw=tuple(r for d in done for r in d.result.raw),
     )
-
-
-# --- the Python API ----------------------------------------------------------------------
-
-
-def run_bufferbloat(host: Optional[str] = None, *, tool: str = "native", idle_s: float = 10.0,
-                    probes: Optional[ProbeOptions] = None, reporter: Optional[Reporter] = None,
-                    agent: AgentAccess = NO_SECRET, tool_options: Optional[dict[str, Any]] = None,
-                    **spec: Any) -> Result:
-    """``netprobe bufferbloat`` from Python (``netprobe.run_bufferbloat``): idle
-    ``idle_s``, download, upload, both (``duration_s`` each, default 10 s, ``streams``
-    TCP streams, default 4), idle; the one Result the command renders, with the phases,
-    the grade and the verdict in ``result.latency``.
-
-    ``probes`` sets the probes' rate, transport and port (its ``idle_s`` is ``idle_s``);
-    the other arguments and the errors are :func:`netprobe.run`'s: TestFailed's
-    ``partial`` holds the phases measured before the failure (or, when none was, the
-    record ``--json`` writes)."""
-    return _api_phases(LOADED_PHASES, "bufferbloat", host, tool, idle_s, probes, reporter,
-                       agent, tool_options, {"duration_s": DEFAULT_PHASE_S, **spec})
-
-
-def run_rrul(host: Optional[str] = None, *, tool: str = "native", idle_s: float = 5.0,
-             probes: Optional[ProbeOptions] = None, reporter: Optional[Reporter] = None,
-             agent: AgentAccess = NO_SECRET, tool_options: Optional[dict[str, Any]] = None,
-             **spec: Any) -> Result:
-    """``netprobe rrul`` from Python (``netprobe.run_rrul``): idle ``idle_s`` (Flent's
-    ``--delay``, default 5 s), both directions at once for ``duration_s`` (default 60 s,
-    ``streams`` each way, default 4), idle; otherwise as :func:`run_bufferbloat`."""
-    return _api_phases(RRUL_PHASES, "rrul", host, tool, idle_s, probes, reporter, agent,
-                       tool_options, {"duration_s": RRUL_LENGTH_S, **spec})
-
-
-RRUL_LENGTH_S = 60.0
-"""Flent's default test length (``-l``): ``netprobe rrul``'s loaded phase."""
-
-
-def _api_phases(plan: Sequence[tuple[str, str]], label: str, host: Optional[str], tool: str,
-                idle_s: float, probes: Optional[ProbeOptions], reporter: Optional[Reporter],
-                agent: AgentAccess, tool_options: Optional[dict[str, Any]],
-                fields: dict[str, Any]) -> Result:
-    check_call(tool, None, reporter, agent, tool_options)
-    if probes is not None and not isinstance(probes, ProbeOptions):
-        raise SpecError(f"probes must be a ProbeOptions, got {repr(probes)[:40]}")
-    if isinstance(idle_s, bool) or not isinstance(idle_s, (int, float)) or not 0 <= idle_s < 1e6:
-        raise SpecError(f"idle_s must be seconds (0 or more), got {repr(idle_s)[:40]}")
-    fixed = sorted(set(fields) & FIXED_FIELDS)
-    if fixed:
-        raise SpecError(f"{label} sets {', '.join(fixed)} itself (TCP, each phase its "
-                        "direction)")
-    base = spec_of(tool, host, {"streams": DEFAULT_STREAMS, **fields})
-    chosen = make_tool(tool, tool_options)
-    prepare_plan(chosen, base, plan)
-    options = attrs.evolve(probes or ProbeOptions(), idle_s=idle_s)
-    with failure_recorded(chosen.name, phase_spec(base, "bidir")):
-        return run_plan(chosen, base, plan, reporter or NullReporter(), options, agent, label)

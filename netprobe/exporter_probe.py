@@ -319,7 +319,8 @@ def _child() -> int:
     """Run the test asked on stdin; its result (or error) as JSON on stdout."""
     from netprobe.convert import structure, unstructure
     from netprobe.engine.auth import load_secret
-    from netprobe.plugin import NullReporter, load_registry
+    from netprobe.registry import load_registry
+    from netprobe.reporting import NullReporter
     from netprobe.session import AgentAccess, run_spec
 
     def interrupt(_signum: int, _frame: Any) -> None:

@@ -78,7 +78,7 @@ def far_end(spec: TestSpec, options: ProbeOptions) -> Iterator[tuple[str, int]]:
 def open_prober(host: str, port: int, secret: Optional[bytes], options: ProbeOptions,
                 session_s: float, phase: str = "idle") -> Prober:
     """A started prober against the netprobe server at host:port (TestFailed if none)."""
-    from netprobe.agent.client import AgentConnection
+    from netprobe.farend import AgentConnection
 
     agent = AgentConnection.open(host, port, secret)
     if agent is None:

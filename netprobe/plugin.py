@@ -1,29 +1,41 @@
-"""THE plugin contract: the Tool base class, capabilities, the Reporter protocol, and the
-registry that finds tools through the ``netprobe.tools`` entry-point group (stevedore).
+"""THE plugin contract: the Tool base class, its capabilities and availability, and the
+Reporter protocol. This module is what a plugin author reads; nothing else is here.
 
-A tool plugin is a subclass of :class:`Tool` published under that group; built-in tools
-register the same way. A plugin that fails to import or is not a compatible Tool is kept
-as a :class:`LoadFailure` so that ``netprobe tools`` can show it while everything else works.
+A tool plugin is a subclass of :class:`Tool` published under the ``netprobe.tools``
+entry-point group; built-in tools register the same way. Finding and loading them is
+:mod:`netprobe.registry`'s job. The helpers a tool uses are re-exported here from where
+they live, so a plugin imports everything it needs from one module: the reporter plumbing
+(:mod:`netprobe.reporting`), operations on a Result (:mod:`netprobe.resultops`) and host
+facts (:mod:`netprobe.host`).
 """
 
 from __future__ import annotations
 
 import abc
-import importlib
-import os
-import queue
-import sys
-import threading
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Callable, ClassVar, Optional, Protocol
 
 import attrs
 from attrs import frozen
 
-from netprobe.errors import NetprobeError, SpecError, ToolNotFound
+from netprobe.errors import NetprobeError, SpecError
+from netprobe.host import system_name, utc_now_iso
 from netprobe.record import Record
-from netprobe.schema import FlowSummary, Interval, RawOutput, Result, SideSummary, TestSpec
+from netprobe.reporting import (
+    MAX_INTERVALS_KEPT,
+    KeptIntervals,
+    NullReporter,
+    RelayReporter,
+    intervals_not_kept,
+)
+from netprobe.resultops import (
+    CallLengths,
+    bits_per_second,
+    fill_missing,
+    short_sender_totals,
+    with_call_lengths,
+)
+from netprobe.schema import Interval, RawOutput, Result, TestSpec
 
 ENTRY_POINT_GROUP = "netprobe.tools"
 """The entry-point group tools are published under."""
@@ -240,108 +252,6 @@ class Reporter(Protocol):
         """A progress message (connected, server started, ...)."""
 
 
-MAX_INTERVALS_KEPT = 20_000
-"""Interval samples of each end a Result keeps: a one-hour test at the default 1 s interval
-with 4 streams and their sum fits. Past it, samples still reach the reporter as they come
-(and ``--format json-stream`` writes every one), but the Result holds no more, and says
-so; the whole-test summaries never come from the kept samples alone, so they stay exact."""
-
-
-class KeptIntervals:
-    """The interval samples a run keeps for its Result: the first :data:`MAX_INTERVALS_KEPT`,
-    and a count of the rest (memory stays bounded, however long the test)."""
-
-    def __init__(self, limit: Optional[int] = None) -> None:
-        self.limit = MAX_INTERVALS_KEPT if limit is None else limit
-        """How many samples are kept (the module's limit unless given)."""
-        self.samples: list[Interval] = []
-        """The samples kept, in arrival order."""
-        self.dropped = 0
-        """Samples given past the limit, not kept."""
-
-    def add(self, sample: Interval) -> bool:
-        """Keep ``sample`` unless the limit is reached (False then: it is only counted)."""
-        if len(self.samples) >= self.limit:
-            self.dropped += 1
-            return False
-        self.samples.append(sample)
-        return True
-
-    def take(self) -> tuple[list[Interval], int]:
-        """The samples kept and the count not kept since the last take; both start afresh
-        (a queue bounded the same way: what waits for a consumer)."""
-        taken, dropped = self.samples, self.dropped
-        self.samples, self.dropped = [], 0
-        return taken, dropped
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-
-def intervals_not_kept(kept: int, dropped: int) -> Optional[str]:
-    """The Result's warning for ``dropped`` samples not kept beside ``kept`` (None: none)."""
-    if not dropped:
-        return None
-    return (f"{kept} interval reports kept in the result, {dropped} more not kept (they "
-            "went to the live output as they came; --format json-stream writes every one); "
-            "the summaries cover the whole test")
-
-
-class RelayReporter:
-    """Calls a reporter from one thread of its own, in the order events were given, with
-    the reporter's errors contained (the Reporter contract, for a tool whose events arise
-    on several threads). Use as a context manager around the run; :attr:`warnings` then
-    says whether the reporter failed."""
-
-    def __init__(self, reporter: Reporter) -> None:
-        self.warnings: list[str] = []
-        """One line if the reporter raised (it is not called again after that)."""
-        self._reporter: Optional[Reporter] = reporter
-        self._events: queue.SimpleQueue[Optional[tuple[str, Any]]] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._relay, name="netprobe-reporter",
-                                        daemon=True)
-
-    def interval(self, sample: Interval) -> None:
-        """Queue ``sample`` for the reporter."""
-        self._events.put(("interval", sample))
-
-    def note(self, message: str) -> None:
-        """Queue ``message`` for the reporter."""
-        self._events.put(("note", message))
-
-    def _relay(self) -> None:
-        while True:
-            event = self._events.get()
-            if event is None:
-                return
-            if self._reporter is None:
-                continue
-            try:
-                getattr(self._reporter, event[0])(event[1])
-            except Exception as exc:  # outside code: it must not cost the test
-                self._reporter = None
-                self.warnings.append(f"the live reporter failed and was not called again: "
-                                     f"{type(exc).__name__}: {exc}")
-
-    def __enter__(self) -> RelayReporter:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._events.put(None)
-        self._thread.join()  # every event given is delivered before the run returns
-
-
-class NullReporter:
-    """A reporter that ignores everything: for tests and for ``--json`` output."""
-
-    def interval(self, sample: Interval) -> None:
-        """Ignore the sample."""
-
-    def note(self, message: str) -> None:
-        """Ignore the message."""
-
-
 class Tool(abc.ABC):
     """Base class of every tool plugin.
 
@@ -419,360 +329,6 @@ class Tool(abc.ABC):
         return attrs.evolve(result, raw=(*result.raw, far_end))
 
 
-@frozen(repr=False, eq=False)
-class LoadFailure(Record):
-    """A plugin that could not be used, and why."""
-
-    name: str
-    """Entry-point name."""
-    error: str
-    """One line saying what went wrong."""
-    target: Optional[str] = None
-    """What the entry point points at (module:attr)."""
-
-
-@attrs.define
-class Registry:
-    """The tools found through entry points, and the ones that failed to load."""
-
-    tools: dict[str, type[Tool]] = attrs.Factory(dict)
-    failures: list[LoadFailure] = attrs.Factory(list)
-
-    def names(self) -> list[str]:
-        """Loaded tool names, sorted."""
-        return sorted(self.tools)
-
-    def get(self, name: str) -> type[Tool]:
-        """The tool class for ``name`` or one of its aliases; ToolNotFound otherwise."""
-        if name in self.tools:
-            return self.tools[name]
-        for cls in self.tools.values():
-            if name in cls.aliases:
-                return cls
-        for failure in self.failures:
-            if failure.name == name:
-                raise ToolNotFound(
-                    f"tool {name!r} is installed but failed to load: {failure.error}"
-                )
-        known = ", ".join(self.names()) or "none"
-        raise ToolNotFound(f"no tool named {name!r} (installed: {known})")
-
-
-def make_manager(
-    on_failure: Callable[[Any, Any, BaseException], None], names: Optional[Sequence[str]] = None
-) -> Any:
-    """Build the manager of the tool group's extensions (the one place tests can substitute).
-
-    With ``names``, only those entry points are imported: a run needs one tool, and
-    importing every plugin costs start-up time that matters on a router. Names that
-    netprobe's own distribution publishes (the built-in tools) are read from its own
-    metadata (:func:`own_entry_points`) without scanning the others; any other name goes
-    through stevedore, which reads every installed distribution's entry points, so a
-    third-party plugin is found exactly as before.
-    """
-    if names is not None:
-        own = own_entry_points()
-        if own and all(name in own for name in names):
-            loaded = (_load_own(name, own[name], on_failure) for name in names)
-            return [ext for ext in loaded if ext is not None]
-    from stevedore import ExtensionManager, NamedExtensionManager  # imported late: start-up
-
-    if names is not None:
-        return NamedExtensionManager(
-            namespace=ENTRY_POINT_GROUP, names=list(names), invoke_on_load=False,
-            on_load_failure_callback=on_failure,
-        )
-    return ExtensionManager(
-        namespace=ENTRY_POINT_GROUP,
-        invoke_on_load=False,
-        on_load_failure_callback=on_failure,
-    )
-
-
-@frozen(repr=False, eq=False)
-class EntryPoint(Record):
-    """One entry point of netprobe's own distribution (what ``LoadFailure.target`` names)."""
-
-    name: str
-    """Its name in the group (the tool's name)."""
-    value: str
-    """``module:attribute``, what it points at."""
-
-
-@frozen(repr=False, eq=False)
-class _OwnExtension(Record):
-    # What load_registry reads of a stevedore Extension: name, plugin, entry_point.value.
-    name: str
-    entry_point: EntryPoint
-    plugin: Any
-
-
-DISTRIBUTION = "netprobe-meter"
-"""netprobe's name on the package index (``pip install netprobe-meter``); the command and
-the import package are ``netprobe``. The plain name there is an unrelated project."""
-_METADATA_NAME = DISTRIBUTION.replace("-", "_")  # how wheels and egg-info spell it on disk
-
-
-def own_entry_points(group: str = ENTRY_POINT_GROUP) -> dict[str, str]:
-    """The entry points netprobe's own distribution publishes in ``group`` (name -> value).
-
-    Read straight from its ``entry_points.txt``: the first netprobe metadata directory on
-    ``sys.path`` (the one ``importlib.metadata.distribution(DISTRIBUTION)`` would pick), and
-    only when its version is this netprobe's, so stale metadata of another copy is never
-    trusted. Empty when there is none (a bare source tree): callers then scan with stevedore.
-    This skips importing importlib.metadata and stevedore, and stevedore's read of every
-    distribution's entry points, for the one tool a ``netprobe run`` names.
-    """
-    found = _own_metadata_dir()
-    if found is None:
-        return {}
-    try:
-        with open(os.path.join(found, "entry_points.txt"), encoding="utf-8") as handle:
-            return _entry_points_in(handle.read(), group)
-    except OSError:
-        return {}
-
-
-def _own_metadata_dir() -> Optional[str]:
-    # The package is imported already (this module is in it); no import statement, so the
-    # package's lazy attributes (netprobe.run -> session -> plugin) make no cycle.
-    version = sys.modules["netprobe"].__version__
-    for entry in sys.path:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:  # a zip file, a missing directory: not where metadata is read from
-            continue
-        for name in names:
-            low = name.lower()
-            if low.endswith((".dist-info", ".egg-info")) and low.split("-")[0].split(".")[0] \
-                    == _METADATA_NAME:
-                path = os.path.join(entry or ".", name)
-                return path if _metadata_version(path) == version else None
-    return None
-
-
-def _metadata_version(path: str) -> Optional[str]:
-    for filename in ("METADATA", "PKG-INFO"):
-        try:
-            with open(os.path.join(path, filename), encoding="utf-8") as handle:
-                for line in handle:
-                    if line.startswith("Version:"):
-                        return line.split(":", 1)[1].strip()
-                    if not line.strip():  # the headers end at the first blank line
-                        break
-        except OSError:
-            continue
-    return None
-
-
-def _entry_points_in(text: str, group: str) -> dict[str, str]:
-    # The entry_points.txt format: INI sections named after groups, "name = value" lines.
-    found: dict[str, str] = {}
-    section = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1].strip()
-        elif section == group and "=" in line:
-            name, value = (part.strip() for part in line.split("=", 1))
-            found[name] = value
-    return found
-
-
-def _load_own(name: str, value: str,
-              on_failure: Callable[[Any, Any, BaseException], None]) -> Optional[_OwnExtension]:
-    entry_point = EntryPoint(name, value)
-    try:
-        module, _, attr = value.split("[", 1)[0].strip().partition(":")
-        plugin: Any = importlib.import_module(module.strip())
-        for part in attr.strip().split(".") if attr else ():
-            plugin = getattr(plugin, part)
-    except Exception as exc:  # as stevedore does: a broken plugin is a failure, not a crash
-        on_failure(None, entry_point, exc)
-        return None
-    return _OwnExtension(name, entry_point, plugin)
-
-
-def load_registry(
-    manager_factory: Callable[..., Any] = make_manager, only: Optional[str] = None
-) -> Registry:
-    """Load every tool plugin (or just the one named ``only``); collect failures, never raise.
-
-    When ``only`` matches no entry point (an alias, or a typo), everything is loaded so that
-    aliases resolve and the error can list what is installed.
-    """
-    registry = Registry()
-
-    def on_failure(_manager: Any, entry_point: Any, exc: BaseException) -> None:
-        registry.failures.append(
-            LoadFailure(entry_point.name, _one_line(exc), getattr(entry_point, "value", None))
-        )
-
-    manager = manager_factory(on_failure, [only]) if only else manager_factory(on_failure)
-    targets: dict[str, str] = {}  # the entry point each loaded name came from
-    for ext in manager:
-        problem = _incompatibility(ext.plugin)
-        if problem:
-            registry.failures.append(LoadFailure(ext.name, problem, ext.entry_point.value))
-        else:
-            _take(registry, targets, ext.name, ext.plugin, ext.entry_point.value)
-    if only and not registry.tools and not registry.failures:
-        return load_registry(manager_factory)
-    return registry
-
-
-def _take(registry: Registry, targets: dict[str, str], name: str, plugin: type[Tool],
-          target: str) -> None:
-    # Two entry points of one name: netprobe's own tool keeps it, else the first found (as
-    # an import would), whatever order the distributions were read in; the other is listed
-    # as not used. Before, the last one loaded took the name, so `netprobe tools` could show
-    # a third-party plugin while `netprobe run` (which loads netprobe's own directly) ran
-    # the built-in one.
-    held = registry.tools.get(name)
-    if held is None or held is plugin:
-        registry.tools[name], targets[name] = plugin, targets.get(name, target)
-        return
-    if _is_built_in(plugin) and not _is_built_in(held):
-        registry.tools[name] = plugin
-        targets[name], target = target, targets[name]
-    why = "netprobe's built-in tool" if _is_built_in(registry.tools[name]) else \
-        "another plugin of this name, found first"
-    registry.failures.append(LoadFailure(
-        name, f"not used: the name is taken by {why} ({targets[name]})", target))
-
-
-def _is_built_in(plugin: type[Tool]) -> bool:
-    return plugin.__module__.startswith("netprobe.tools.")
-
-
-def _incompatibility(plugin: Any) -> Optional[str]:
-    if not (isinstance(plugin, type) and issubclass(plugin, Tool)):
-        return f"not a netprobe Tool subclass: {plugin!r}"
-    wanted = getattr(plugin, "api_version", None)
-    if not isinstance(wanted, int) or wanted > API_VERSION:
-        return f"incompatible: needs plugin API {wanted}, this netprobe has {API_VERSION}"
-    return None
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
-def fill_missing(result: Result, other: Result, far_end: Optional[RawOutput] = None) -> Result:
-    """``result`` with the sender/receiver figures it lacks (None) taken from ``other``,
-    matched by direction and stream (flows and streams it has none of taken whole), plus
-    ``other``'s intervals of roles it has none of, and ``other``'s latency when ``result``
-    has none (the far end may be the one that measured it). For merging what a far end
-    (or another output of the same test) reported into what the client saw."""
-    summaries = _filled(result.summaries, other.summaries, lambda f: f.direction)
-    merged_streams = _filled(result.streams, other.streams, lambda s: (s.stream_id, s.direction))
-    have = {(i.direction, i.role) for i in result.intervals}
-    extra = [i for i in other.intervals if (i.direction, i.role) not in have]
-    intervals = tuple(sorted([*result.intervals, *extra], key=lambda i: (i.end_s, i.role)))
-    raw = (*result.raw, far_end) if far_end is not None else result.raw
-    return attrs.evolve(result, summaries=summaries, streams=merged_streams,
-                        intervals=intervals, raw=raw, latency=result.latency or other.latency)
-
-
-def _filled(mine: tuple[Any, ...], theirs: tuple[Any, ...], key: Callable[[Any], Any]
-            ) -> tuple[Any, ...]:
-    """``mine`` with their sides filled in, then those of ``theirs`` that ``mine`` lacks."""
-    by_key = {key(item): item for item in theirs}
-    have = {key(item) for item in mine}
-    return (*(_fill(item, by_key.get(key(item))) for item in mine),
-            *(item for item in theirs if key(item) not in have))
-
-
-def _fill(mine: Any, theirs: Any) -> Any:
-    if theirs is None:
-        return mine
-    return attrs.evolve(mine, sender=_side_filled(mine.sender, theirs.sender),
-                        receiver=_side_filled(mine.receiver, theirs.receiver))
-
-
-def _side_filled(mine: Optional[SideSummary], theirs: Optional[SideSummary]
-                 ) -> Optional[SideSummary]:
-    # The call length is the one figure a side's own output may lack while the other
-    # process's says it (iperf 2's client knows what its server writes with).
-    if mine is None:
-        return theirs
-    if mine.call_length_bytes is None and theirs is not None and theirs.call_length_bytes:
-        return attrs.evolve(mine, call_length_bytes=theirs.call_length_bytes)
-    return mine
-
-
-def short_sender_totals(tool: str, protocol: str, flows: Iterable[FlowSummary]) -> list[str]:
-    """A warning for each TCP flow whose receiver total is above its sender's. TCP delivers
-    no byte that was not sent, so the sender's figure was taken early (iperf3 3.16+ and
-    ntttcp read their counters while a thread still finishes one more write). Both figures
-    stay the tool's; the warning says which one is short, and by how much. None for UDP:
-    there a receiver may count what the sender did not report."""
-    if protocol != "tcp":
-        return []
-    out = []
-    for flow in flows:
-        sent, received = flow.sender, flow.receiver
-        if sent and received and sent.bytes is not None and received.bytes is not None \
-                and received.bytes > sent.bytes:
-            out.append(f"{tool}'s {flow.direction} sender total is "
-                       f"{received.bytes - sent.bytes} bytes below what its receiver got: "
-                       "its sender figure was taken before the last write(s) were counted")
-    return out
-
-
-CallLengths = Mapping[tuple[str, str], int]
-"""Bytes a data loop asked of each send() or recv() call, by (direction, role): what a
-tool's output says its processes used (see :func:`with_call_lengths`)."""
-
-
-def with_call_lengths(result: Result, lengths: CallLengths) -> Result:
-    """``result`` with ``SideSummary.call_length_bytes`` set from ``lengths`` on each side
-    (flow totals and streams) that has none and whose (direction, role) is there. TCP only:
-    over UDP the length is the datagram's, which the spec says, so a UDP result is returned
-    unchanged. For a driven tool that prints the read/write length each end used."""
-    if not lengths or result.spec.protocol != "tcp":
-        return result
-
-    def side(direction: str, found: Optional[SideSummary]) -> Optional[SideSummary]:
-        if found is None or found.call_length_bytes is not None:
-            return found
-        length = lengths.get((direction, found.role))
-        return found if length is None else attrs.evolve(found, call_length_bytes=length)
-
-    def filled(item: Any) -> Any:
-        return attrs.evolve(item, sender=side(item.direction, item.sender),
-                            receiver=side(item.direction, item.receiver))
-
-    return attrs.evolve(result, summaries=tuple(filled(f) for f in result.summaries),
-                        streams=tuple(filled(s) for s in result.streams))
-
-
-def utc_now_iso() -> str:
-    """The current time, UTC, ISO 8601 with milliseconds (for ``Result.start_time``), as
-    ``datetime.now(timezone.utc).isoformat(timespec="milliseconds")`` writes it:
-    ``2024-05-01T12:00:00.123+00:00``."""
-    # time, not datetime: importing datetime (a Python module over _datetime) is ~1 ms of
-    # every run's start-up, for this one timestamp.
-    now_ns = time.time_ns()
-    seconds, rest_ns = divmod(now_ns, 1_000_000_000)
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-    return f"{stamp}.{rest_ns // 1_000_000:03d}+00:00"
-
-
-def system_name() -> str:
-    """This machine as ``Endpoint.system`` names it: ``uname`` system, release, machine."""
-    # os.uname, not platform.uname: the same three fields, without importing platform
-    # (it compiles a dozen regular expressions at import, start-up time on a router).
-    uname = os.uname()
-    return f"{uname.sysname} {uname.release} {uname.machine}"
-
-
-def bits_per_second(nbytes: int, seconds: float) -> float:
-    """Throughput of ``nbytes`` over ``seconds`` (0.0 for an empty span)."""
-    return nbytes * 8 / seconds if seconds > 0 else 0.0
 
 
 __all__ = [
@@ -785,10 +341,8 @@ __all__ = [
     "CallLengths",
     "Capabilities",
     "KeptIntervals",
-    "LoadFailure",
     "NetprobeError",
     "NullReporter",
-    "Registry",
     "RelayReporter",
     "Reporter",
     "Switch",
@@ -796,8 +350,6 @@ __all__ = [
     "bits_per_second",
     "fill_missing",
     "intervals_not_kept",
-    "load_registry",
-    "make_manager",
     "short_sender_totals",
     "system_name",
     "utc_now_iso",

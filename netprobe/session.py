@@ -1,5 +1,5 @@
 """One way to run a test, for every caller: ``netprobe run``, its ``--repeat``, ``compare``,
-``path``, the agent's third-party requests and the Python API (:func:`netprobe.run`).
+``path``, the agent's third-party requests and the Python API (:mod:`netprobe.api`).
 
 :func:`run_spec` refuses what the tool cannot honour, checks that it can run here, runs it
 (through the far host's agent when there is one, or entirely on the agent at
@@ -18,16 +18,18 @@ from typing import Any, Optional
 import attrs
 from attrs import frozen
 
+from netprobe import farend
 from netprobe.errors import (
     NetprobeError,
     SpecError,
     TestFailed,
     TestInterrupted,
     ToolUnavailable,
-    one_line,
 )
-from netprobe.plugin import Availability, Reporter, Tool, utc_now_iso
+from netprobe.host import utc_now_iso
+from netprobe.plugin import Reporter, Tool
 from netprobe.record import Record
+from netprobe.registry import availability, make_tool
 from netprobe.schema import Interval, Result, TestSpec
 
 
@@ -48,14 +50,6 @@ class AgentAccess(Record):
 
 NO_SECRET = AgentAccess()
 """Agents reached on their default port, without a secret."""
-
-
-def availability(tool: Tool) -> Availability:
-    """What ``tool.probe()`` says; a probe that raises (a plugin's bug) is "unavailable"."""
-    try:
-        return tool.probe()
-    except Exception as exc:  # probe() must not raise; a plugin that does cannot run
-        return Availability(False, reasons=(f"probe failed: {one_line(exc)}",))
 
 
 def unavailable_reasons(tool: Tool) -> list[str]:
@@ -204,77 +198,15 @@ def _failed(partial: Any, reason: str) -> Any:
 
 def _run(tool: Tool, spec: TestSpec, reporter: Reporter, from_host: Optional[str],
          agent: AgentAccess) -> Result:
-    from netprobe.agent import client  # the agent client sits above the plugin contract
-
     if from_host is not None:
-        return client.third_party(from_host, spec, reporter, agent.secret,
-                                  agent.port or client.protocol.DEFAULT_PORT, modes_of(tool),
+        return farend.third_party(from_host, spec, reporter, agent.secret,
+                                  agent.port or farend.protocol.DEFAULT_PORT, modes_of(tool),
                                   target_port=agent.target_port or agent.port)
-    return client.run(tool, spec, reporter, agent.secret, use_agent=agent.far_end,
+    return farend.run(tool, spec, reporter, agent.secret, use_agent=agent.far_end,
                       port=agent.port)
 
 
-# --- the Python API ----------------------------------------------------------------------
-
-
-def run(host: Optional[str] = None, *, tool: str = "native", from_host: Optional[str] = None,
-        reporter: Optional[Reporter] = None, agent: AgentAccess = NO_SECRET,
-        tool_options: Optional[dict[str, Any]] = None, latency: Any = False,
-        **spec: Any) -> Result:
-    """Run one test and return its :class:`~netprobe.schema.Result` (``netprobe.run``).
-
-    ``host`` is the far end (None: both ends on this machine over loopback); ``tool`` the
-    plugin's name; every other keyword is a :class:`~netprobe.schema.TestSpec` field
-    (``duration_s=5``, ``protocol="udp"``, ``streams=4``, ...). ``from_host``,
-    ``reporter`` (live intervals; none by default) and ``agent`` are as for
-    :func:`run_spec`; ``tool_options`` go to the tool's constructor (e.g. ``path``).
-    ``latency``: True, or a :class:`netprobe.loadlatency.ProbeOptions`, runs netprobe's
-    latency probes beside the test, as ``netprobe run --latency`` does.
-
-    Raises what the command line turns into its exit codes: SpecError (bad or refused
-    spec), ToolNotFound, ToolUnavailable, TestFailed (TestInterrupted on Ctrl-C), whose
-    ``partial`` is the Result ``netprobe run --json`` writes for the same failure (with no
-    figures when none came back). A result comes back only when the test completed.
-    """
-    from netprobe.plugin import NullReporter
-
-    check_call(tool, from_host, reporter, agent, tool_options)
-    probes = _probe_options(latency, agent)
-    if probes is not None and from_host is not None:
-        raise SpecError("latency cannot be combined with from_host (as --latency with --from)")
-    test = spec_of(tool, host, spec)
-    chosen = make_tool(tool, tool_options)
-    live = reporter or NullReporter()
-    started = utc_now_iso()
-    with failure_recorded(chosen.name, test, started):
-        if probes is None:
-            return run_spec(chosen, test, live, from_host=from_host, agent=agent)
-        from netprobe.loadlatency import run_with_latency
-
-        return run_with_latency(lambda each: run_spec(chosen, test, each, agent=agent),
-                                test, live, probes, agent.secret)
-
-
-def make_tool(name: str, options: Optional[dict[str, Any]] = None) -> Tool:
-    """The tool plugin ``name`` (an alias too) made with ``options``: ToolNotFound when no
-    plugin has that name or it failed to load."""
-    from netprobe.plugin import load_registry
-
-    return load_registry(only=name).get(name)(options)
-
-
-def _probe_options(latency: Any, agent: AgentAccess) -> Any:
-    """The ProbeOptions ``latency`` asks for (None: no probes); the agents' port by default,
-    as ``--agent-port`` is the probes' port on the command line."""
-    from netprobe.loadlatency import ProbeOptions
-
-    if latency is False or latency is None:
-        return None
-    if latency is True:
-        return ProbeOptions(port=agent.port)
-    if isinstance(latency, ProbeOptions):
-        return latency
-    raise SpecError(f"latency must be True, False or a ProbeOptions, got {repr(latency)[:40]}")
+# --- for the Python API (netprobe/api.py) and the commands --------------------------------
 
 
 def failed_result(tool_name: str, spec: TestSpec, message: str, status: str = "failed",
@@ -334,5 +266,5 @@ def spec_of(tool: str, host: Optional[str], fields: dict[str, Any]) -> TestSpec:
 
 
 __all__ = ["NO_SECRET", "AgentAccess", "availability", "check_call", "failed_result",
-           "failure_recorded", "make_tool", "prepare", "run", "run_spec", "spec_of",
+           "failure_recorded", "make_tool", "prepare", "run_spec", "spec_of",
            "unavailable_reasons"]

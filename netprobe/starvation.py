@@ -9,7 +9,12 @@ ran at 36% of its free rate with its threads at 20% of a core). The kernel count
   the time its quota held it back, for the process's own cgroup and each ancestor (a quota
   set higher up is counted there);
 - ``/proc/.../schedstat``: its second field is the nanoseconds a thread spent runnable but
-  waiting on a run queue.
+  waiting on a run queue;
+- ``/proc/stat``'s per-CPU counters, for the CPUs the threads were seen on (``/proc/.../stat``
+  field 39): how busy the core a waiting thread shared was, while the host as a whole may
+  have been idle (a client pinned beside a busy loop: its CPU 100% busy, the host 35-85%
+  idle). It is the evidence given with a wait, not a reason on its own: a core busy with
+  our own thread, or shared by a thread that only waited for the link, lost nothing.
 
 Both are read outside the data path (a few small files at the start and end). A side is
 flagged when either is at least ``STARVED_SHARE`` of the test: below that the time lost
@@ -28,8 +33,8 @@ from typing import Optional
 import attrs
 
 __all__ = ["DEMAND_SHARE", "STARVED_SHARE", "WATCH_EVERY_S", "ProcessWatch", "Starvation",
-           "cgroup_throttled_s", "cpu_stat_files", "run_wait_s", "starvation_warning",
-           "tasks_wait_s"]
+           "cgroup_throttled_s", "cpu_stat_files", "cpu_times", "run_wait_s",
+           "starvation_warning", "task_cpu", "tasks_wait_s"]
 
 STARVED_SHARE = 0.10
 """Share of a test's wall time, throttled or waiting for a CPU, that is flagged."""
@@ -50,6 +55,46 @@ def run_wait_s(path: str = "/proc/thread-self/schedstat") -> Optional[float]:
         return int(fields[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
+
+
+def task_cpu(path: str = "/proc/thread-self/stat") -> Optional[int]:
+    """The CPU the task of ``path`` (a /proc stat file) last ran on (field 39)."""
+    try:
+        text = Path(path).read_text()
+        # The command name (field 2) may hold spaces and parentheses: count after its end.
+        return int(text[text.rindex(")") + 1:].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_times(path: str = "/proc/stat") -> dict[int, tuple[int, int]]:
+    """Each CPU (by number; -1 for all of them): its busy and total clock ticks since boot.
+    Busy is everything but idle and iowait."""
+    found: dict[int, tuple[int, int]] = {}
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        name, *values = line.split()
+        if not name.startswith("cpu") or len(values) < 5:
+            continue
+        try:
+            ticks = [int(v) for v in values[:8]]  # guest time is already in user
+            cpu = int(name[3:]) if name != "cpu" else -1
+        except ValueError:
+            continue
+        found[cpu] = (sum(ticks) - ticks[3] - ticks[4], sum(ticks))
+    return found
+
+
+def _busy_percent(start: dict[int, tuple[int, int]], end: dict[int, tuple[int, int]],
+                  cpu: int) -> Optional[float]:
+    """Percent of the time CPU ``cpu`` (-1: all) was busy between two :func:`cpu_times`."""
+    if cpu not in start or cpu not in end:
+        return None
+    busy, total = end[cpu][0] - start[cpu][0], end[cpu][1] - start[cpu][1]
+    return 100.0 * busy / total if total > 0 else None
 
 
 def tasks_wait_s(pid: int) -> dict[int, tuple[float, float]]:
@@ -151,16 +196,22 @@ class Starvation:
     waits: list[tuple[float, float, float]] = attrs.field(factory=list)
     """Each working thread: (seconds it waited for a CPU, seconds it lived for, seconds
     it ran on a CPU)."""
+    ran_on: list[frozenset[int]] = attrs.field(factory=list)
+    """The CPUs each thread of ``waits`` was seen on (same order; empty where unknown)."""
+    cpus_start: dict[int, tuple[int, int]] = attrs.field(factory=dict)
+    cpus_end: dict[int, tuple[int, int]] = attrs.field(factory=dict)
 
     @classmethod
     def begin(cls, pid: str = "self") -> Starvation:
-        """Read the cgroups of process ``pid`` now (the start of the test)."""
+        """Read the cgroups of process ``pid`` and the CPUs' counters now (the start)."""
         files = cpu_stat_files(pid)
-        return cls(files=files, throttled_start=cgroup_throttled_s(files))
+        return cls(files=files, throttled_start=cgroup_throttled_s(files),
+                   cpus_start=cpu_times())
 
     def end(self) -> None:
-        """Read the cgroups again (the end of the test)."""
+        """Read the cgroups and the CPUs' counters again (the end of the test)."""
         self.throttled_end = cgroup_throttled_s(self.files)
+        self.cpus_end = cpu_times()
 
     def throttling(self, wall_s: float) -> tuple[float, int, int]:
         """The most throttled of the cgroups over the test: the share of ``wall_s`` it was
@@ -175,23 +226,52 @@ class Starvation:
             most = max(most, seen, key=lambda t: (t[1], t[0]))
         return most
 
+    def _most_waiting(self) -> Optional[int]:
+        """Index in ``waits`` of the thread that waited the largest share of its life, of
+        those that wanted a CPU (ran or waited) for ``DEMAND_SHARE`` of it or more."""
+        wanting = [(wait / wall, i) for i, (wait, wall, ran) in enumerate(self.waits)
+                   if wall > 0 and (wait + ran) >= DEMAND_SHARE * wall]
+        return max(wanting)[1] if wanting else None
+
     def wait_share(self) -> float:
         """The largest share of its life a working thread spent waiting for a CPU, of the
         threads that wanted one (ran or waited) for ``DEMAND_SHARE`` of it or more."""
-        return max((min(1.0, wait / wall) for wait, wall, ran in self.waits
-                    if wall > 0 and (wait + ran) >= DEMAND_SHARE * wall), default=0.0)
+        most = self._most_waiting()
+        if most is None:
+            return 0.0
+        wait, wall, _ = self.waits[most]
+        return min(1.0, wait / wall)
+
+    def busiest_cpu(self) -> Optional[tuple[int, float, Optional[float]]]:
+        """Of the CPUs the most-waiting thread was seen on, the busiest over the test: its
+        number, its busy percent, and the whole host's idle percent; None if unknown."""
+        most = self._most_waiting()
+        if most is None or most >= len(self.ran_on) or not self.cpus_end:
+            return None
+        seen = [(busy, cpu) for cpu in self.ran_on[most]
+                if (busy := _busy_percent(self.cpus_start, self.cpus_end, cpu)) is not None]
+        if not seen:
+            return None
+        busy, cpu = max(seen)
+        host = _busy_percent(self.cpus_start, self.cpus_end, -1)
+        return cpu, busy, None if host is None else 100.0 - host
 
     def warning(self, wall_s: float, who: str) -> Optional[str]:
         """The warning for ``who`` (e.g. "tester") when it was starved."""
         share, throttled, periods = self.throttling(wall_s)
-        return starvation_warning(share, self.wait_share(), who, throttled, periods)
+        return starvation_warning(share, self.wait_share(), who, throttled, periods,
+                                  self.busiest_cpu())
 
 
 def starvation_warning(throttled: float, waited: float, who: str,
-                       throttled_periods: int = 0, periods: int = 0) -> Optional[str]:
+                       throttled_periods: int = 0, periods: int = 0,
+                       core: Optional[tuple[int, float, Optional[float]]] = None
+                       ) -> Optional[str]:
     """The warning for ``who`` whose cgroup was throttled a ``throttled`` share of the test
     (in ``throttled_periods`` of ``periods`` quota periods) and whose most-waiting data
-    thread waited for a CPU a ``waited`` share of its run; None below the limit.
+    thread waited for a CPU a ``waited`` share of its run; None below the limit. ``core``
+    (:meth:`Starvation.busiest_cpu`), where known, is given as the evidence of a wait:
+    the CPU the thread shared, how busy it was, and how idle the host was meanwhile.
 
     A throttled thread stays runnable, so the kernel counts its time held by the quota as
     run-queue wait too; and some kernels (6.18's per-task throttling) count in
@@ -209,8 +289,17 @@ def starvation_warning(throttled: float, waited: float, who: str,
                 f"{100 * throttled:.0f}% of the test; {limit}")
     if waited >= STARVED_SHARE:
         return (f"{who} CPU-starved: a data thread waited for a CPU {100 * waited:.0f}% of "
-                f"the time (another process shares its core); {limit}")
+                f"the time (another process shares its core{_core_evidence(core)}); {limit}")
     return None
+
+
+def _core_evidence(core: Optional[tuple[int, float, Optional[float]]]) -> str:
+    """': CPU 0, where it ran, was 100% busy while the host was 48% idle', or ''."""
+    if core is None:
+        return ""
+    cpu, busy, idle = core
+    host = "" if idle is None else f" while the host was {idle:.0f}% idle"
+    return f": CPU {cpu}, where it ran, was {busy:.0f}% busy{host}"
 
 
 WATCH_EVERY_S = 0.2
@@ -228,6 +317,8 @@ class ProcessWatch:
     cgroups: Starvation
     first: dict[int, tuple[float, float, float]] = attrs.field(factory=dict)
     last: dict[int, tuple[float, float, float]] = attrs.field(factory=dict)
+    seen_on: dict[int, set[int]] = attrs.field(factory=dict)
+    """Each thread: the CPUs it was seen on, one look at a time."""
     started: float = attrs.field(factory=time.monotonic)
     looked: float = 0.0
 
@@ -247,13 +338,17 @@ class ProcessWatch:
         for tid, (wait, ran) in tasks_wait_s(self.pid).items():
             self.first.setdefault(tid, (wait, now, ran))
             self.last[tid] = (wait, now, ran)
+            cpu = task_cpu(f"/proc/{self.pid}/task/{tid}/stat")
+            if cpu is not None:
+                self.seen_on.setdefault(tid, set()).add(cpu)
 
     def warning(self, who: str) -> Optional[str]:
         """The warning for ``who`` (e.g. "nuttcp client") when it was starved."""
-        if not self.cgroups.throttled_end:
+        if not self.cgroups.throttled_end and not self.cgroups.cpus_end:
             self.cgroups.end()
         self.cgroups.waits = [
             (self.last[tid][0] - wait, self.last[tid][1] - at, self.last[tid][2] - ran)
             for tid, (wait, at, ran) in self.first.items()]
+        self.cgroups.ran_on = [frozenset(self.seen_on.get(tid, ())) for tid in self.first]
         wall = max((at for _, at, _ in self.last.values()), default=self.started) - self.started
         return self.cgroups.warning(wall, who)

@@ -43,8 +43,9 @@ PEERS = Path.home() / ".cache" / "netprobe-peers" / "bin"
 # and streams it likes, prints what happened (JSON) and the seconds the far end ran.
 _REQUESTER = r"""
 import json, sys, time, attrs
-from netprobe.agent.client import AgentConnection
-from netprobe.plugin import NullReporter, load_registry
+from netprobe.farend import AgentConnection
+from netprobe.plugin import NullReporter
+from netprobe.registry import load_registry
 from netprobe.schema import TestSpec
 tool_name, protocol, direction, streams, agent, port, told_streams = sys.argv[1:8]
 told = TestSpec(tool=tool_name, host=agent, duration_s=TOLD_S, protocol=protocol,
@@ -196,7 +197,7 @@ def _request(lab: Lab, c: str, tool: str, protocol: str, direction: str,
 
 
 def _tool_or_skip(tool: str) -> None:
-    from netprobe.plugin import load_registry
+    from netprobe.registry import load_registry
 
     if tool == "ntttcp" and "NETPROBE_NTTTCP" not in _env():
         pytest.skip("no ntttcp built")
@@ -282,7 +283,7 @@ def test_a_far_end_sends_to_no_one_but_its_requester(lab: tuple[Lab, str, str, s
 
 _HOLDER = r"""
 import sys
-from netprobe.agent.client import AgentConnection
+from netprobe.farend import AgentConnection
 from netprobe.schema import TestSpec
 conn = AgentConnection.open(sys.argv[1], int(sys.argv[2]), None)
 port = conn.far_end("iperf3", TestSpec(tool="iperf3", host=sys.argv[1], duration_s=3,
@@ -347,7 +348,7 @@ looks every 0.2 s and a run stops its processes within a second or two."""
 
 _THIRD_PARTY = r"""
 import sys
-from netprobe.agent.client import third_party
+from netprobe.farend import third_party
 from netprobe.plugin import NullReporter
 from netprobe.schema import TestSpec
 spec = TestSpec(tool="iperf3", host=sys.argv[2], duration_s=8, streams=1,
@@ -386,7 +387,7 @@ def test_a_killed_requester_takes_its_third_party_test_with_it(
 
 _FAR_REQUESTER = r"""
 import sys, subprocess
-from netprobe.agent.client import AgentConnection
+from netprobe.farend import AgentConnection
 from netprobe.schema import TestSpec
 conn = AgentConnection.open(sys.argv[1], int(sys.argv[2]), None)
 port = conn.far_end("iperf3", TestSpec(tool="iperf3", host=sys.argv[1], duration_s=8,
@@ -428,7 +429,7 @@ def test_the_agent_says_how_it_holds_its_far_ends(lab: tuple[Lab, str, str, str]
 def test_an_agent_without_a_fence_says_its_limits_bind_only_after_the_fact() -> None:
     # nft is in /usr/sbin: without it on PATH no fence can be put up (as on a host without
     # root or nftables). The agent must say so, not be silently weaker.
-    from netprobe.agent.client import agent_status
+    from netprobe.farend import agent_status
 
     from .servers import netprobe_server
 

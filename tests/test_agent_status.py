@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from netprobe.agent.client import agent_status
 from netprobe.errors import TestFailed
+from netprobe.farend import agent_status
 
 from .servers import NETPROBE, free_port, netprobe_server
 

@@ -15,6 +15,7 @@ from netprobe.bottleneck import (
     IDLE_PERCENT,
     RATE_REACHED,
     cpu_warnings,
+    pacing_notes,
     side_warning,
     with_cpu_warnings,
 )
@@ -149,6 +150,52 @@ def test_nuttcp_busy_wait_pacing_is_named_not_called_the_limit(peer_fixtures: Pa
     found = cpu_warnings(short)
     assert len(found) == 1 and "nuttcp paces by busy-waiting" in found[0]
     assert "CPU-bound" not in found[0]
+
+
+def _paced(result: Result, rate: Optional[float], got: float) -> Result:
+    flow = result.summaries[0]
+    assert flow.receiver is not None
+    return attrs.evolve(
+        result, spec=attrs.evolve(result.spec, rate_bits_per_second=rate),
+        summaries=(attrs.evolve(flow, receiver=attrs.evolve(flow.receiver,
+                                                            bits_per_second=got)),))
+
+
+@pytest.mark.parametrize("got", [9.99e6, 9e6])
+def test_nuttcp_busy_wait_pacing_is_said_whether_or_not_the_rate_was_reached(
+        peer_fixtures: Path, got: float) -> None:
+    # 98 %TX at a set 10 Mbit/s: the figure is the pacing loop, said once, reached or not.
+    name = "nuttcp6-6.1.2-T5-client.txt"
+    result = _paced(NuttcpTool().parse([(name, (peer_fixtures / name).read_text())]),
+                    10e6, got)
+    notes = pacing_notes(result)
+    assert len(notes) == 1
+    assert notes[0].startswith("sender (client_to_server, client): nuttcp paces by busy-waiting")
+    assert "its 98% of a core is its pacing loop" in notes[0]
+    warnings = with_cpu_warnings(result).warnings
+    assert notes[0] in warnings
+    assert not [w for w in warnings if "CPU-bound" in w or "CPU-starved" in w
+                or ("busy-waiting" in w and w != notes[0])]
+    # Unpaced, or at a rate a core is short of, the same CPU is no pacing loop.
+    assert pacing_notes(_paced(result, None, got)) == []
+    assert pacing_notes(_paced(result, 30e9, got)) == []
+
+
+def test_a_paced_nuttcp_senders_wait_is_not_called_starvation(peer_fixtures: Path) -> None:
+    # A spinning pacer wants a core the whole test: on a shared core it waits, whatever
+    # it sent. Its quota throttling, and its receiver's wait, still count.
+    name = "nuttcp6-6.1.2-T5-client.txt"
+    result = _paced(NuttcpTool().parse([(name, (peer_fixtures / name).read_text())]),
+                    10e6, 9e6)
+    waited = "nuttcp client CPU-starved: a data thread waited for a CPU 59% of the time"
+    throttled = "nuttcp client CPU-starved: throttled by its cgroup's CPU quota for 70%"
+    receiver = "nuttcp server CPU-starved: a data thread waited for a CPU 40% of the time"
+    warnings = with_cpu_warnings(
+        attrs.evolve(result, warnings=(waited, throttled, receiver))).warnings
+    assert waited not in warnings
+    assert throttled in warnings and receiver in warnings
+    unpaced = _paced(result, None, 9e6)
+    assert waited in with_cpu_warnings(attrs.evolve(unpaced, warnings=(waited,))).warnings
 
 
 def test_a_starved_tester_that_reached_the_asked_rate_is_not_warned(data_path: str) -> None:

@@ -265,11 +265,11 @@ def _iperf2_log(steps: int) -> Iterator[str]:
 
 def test_a_long_iperf2_log_keeps_a_bounded_number_of_intervals_and_an_exact_summary(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from netprobe import plugin
+    from netprobe import reporting
     from netprobe.tools.iperf2 import parse_output as p2
     from netprobe.tools.iperf2.tool import Iperf2Tool
 
-    monkeypatch.setattr(plugin, "MAX_INTERVALS_KEPT", 50)
+    monkeypatch.setattr(reporting, "MAX_INTERVALS_KEPT", 50)
     monkeypatch.setattr(p2, "RAW_KEPT_CHARS", 10_000)
     reader = p2.TextReader(True)
     for line in _iperf2_log(1000):
@@ -302,10 +302,10 @@ def test_a_test_past_the_spool_limit_is_read_from_disk_with_the_same_figures(
 
 def test_a_long_iperf2_csv_log_keeps_a_bounded_number_of_intervals(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from netprobe import plugin
+    from netprobe import reporting
     from netprobe.tools.iperf2 import parse_output as p2
 
-    monkeypatch.setattr(plugin, "MAX_INTERVALS_KEPT", 50)
+    monkeypatch.setattr(reporting, "MAX_INTERVALS_KEPT", 50)
     rows = [f"20261205090000,127.0.0.1,40000,127.0.0.1,5001,1,{k}.0-{k + 1}.0,1000,8000\n"
             for k in range(500)]
     rows.append("20261205090000,127.0.0.1,40000,127.0.0.1,5001,1,0.0-500.0,500000,8000\n")

@@ -35,15 +35,8 @@ from netprobe.cli.render import LiveReporter
 from netprobe.convert import from_json, result_json_schema
 from netprobe.driven import free_port, wait_port
 from netprobe.errors import TestFailed, TestInterrupted
-from netprobe.plugin import (
-    ENTRY_POINT_GROUP,
-    Availability,
-    Capabilities,
-    Registry,
-    Reporter,
-    Tool,
-    load_registry,
-)
+from netprobe.plugin import ENTRY_POINT_GROUP, Availability, Capabilities, Reporter, Tool
+from netprobe.registry import Registry, load_registry
 from netprobe.schema import Result, TestSpec, ToolInfo
 from tests.test_formats import sample_result
 

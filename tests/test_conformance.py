@@ -17,16 +17,8 @@ import pytest
 
 from netprobe.cli.commands.tools import tool_rows
 from netprobe.errors import TestInterrupted, ToolNotFound
-from netprobe.plugin import (
-    API_VERSION,
-    Availability,
-    Capabilities,
-    Registry,
-    Reporter,
-    Tool,
-    load_registry,
-    utc_now_iso,
-)
+from netprobe.plugin import API_VERSION, Availability, Capabilities, Reporter, Tool, utc_now_iso
+from netprobe.registry import Registry, load_registry
 from netprobe.schema import Endpoint, FlowSummary, Result, SideSummary, TestSpec, ToolInfo
 from netprobe.testing import CHECKS, CheckSkipped, ConformanceError, check_tool, run_check
 from netprobe.tools.iperf2 import Iperf2Tool

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from netprobe.plugin import DISTRIBUTION
+from netprobe.registry import DISTRIBUTION
 
 if sys.version_info >= (3, 11):
     import tomllib

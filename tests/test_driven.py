@@ -14,6 +14,7 @@ from netprobe.driven import (
     DrivenProcess,
     find_binary,
     free_port,
+    free_port_block,
     is_local_host,
     run_once,
     wait_port,
@@ -182,6 +183,21 @@ def test_free_port_and_wait_port() -> None:
         assert wait_port("127.0.0.1", port, 5)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
         udp.bind(("127.0.0.1", free_port(kind=socket.SOCK_DGRAM)))
+
+
+def test_free_ports_are_never_ones_the_kernel_hands_to_outgoing_connections() -> None:
+    # A port from bind(0) is an ephemeral port: any connect() on the machine (the tool's
+    # own client, another test) may be given it between the choice and the server's bind,
+    # and the server then fails with "Address already in use" (seen in CI: nuttcp -r).
+    # Ports chosen outside the kernel's ephemeral range are never handed out that way.
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+        low, high = (int(word) for word in handle.read().split())
+    chosen = [free_port() for _ in range(20)] + [free_port(socket.AF_INET6)]
+    chosen += [free_port_block(4, below=1) for _ in range(5)]
+    inside = [port for port in chosen if low <= port <= high]
+    assert inside == [], f"ports inside the ephemeral range {low}-{high}: {inside}"
+    assert all(1024 <= port <= 65535 for port in chosen)
+    assert len(set(chosen)) > 1  # not one fixed port
 
 
 def test_is_local_host() -> None:

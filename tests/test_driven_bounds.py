@@ -14,7 +14,7 @@ from typing import Callable
 
 import pytest
 
-from netprobe import plugin
+from netprobe import reporting
 from netprobe.driven import DrivenRun
 from netprobe.driven import process as process
 from netprobe.driven import run as run
@@ -68,7 +68,7 @@ def _reader(live: DrivenRun, totals: list[int], reporter: _Slow) -> Callable[[st
 
 def test_a_tool_that_prints_fast_and_long_costs_a_bounded_memory(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plugin, "MAX_INTERVALS_KEPT", 1_000)
+    monkeypatch.setattr(reporting, "MAX_INTERVALS_KEPT", 1_000)
     monkeypatch.setattr(run, "MAX_PENDING", 500)
     monkeypatch.setattr(process, "OUTPUT_HEAD_CHARS", 64 << 10)
     monkeypatch.setattr(process, "OUTPUT_TAIL_CHARS", 16 << 10)

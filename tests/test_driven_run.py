@@ -11,7 +11,7 @@ import pytest
 
 from netprobe.driven import DrivenRun, free_port, listening, printed
 from netprobe.errors import ToolNotFound
-from netprobe.plugin import load_registry
+from netprobe.registry import load_registry
 from netprobe.schema import Interval, TestSpec
 
 from .interrupts import ctrl_c_after

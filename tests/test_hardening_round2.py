@@ -24,11 +24,11 @@ from typing import Any, Optional
 import attrs
 import pytest
 
-from netprobe.agent.client import AgentConnection
 from netprobe.engine import protocol
 from netprobe.engine.client import run_test
 from netprobe.engine.server import Server, ServerConfig
 from netprobe.errors import ProtocolError, TestFailed
+from netprobe.farend import AgentConnection
 from netprobe.plugin import NullReporter
 from netprobe.schema import Result, TestSpec
 
@@ -561,7 +561,7 @@ def test_a_far_end_talking_outside_the_allow_list_is_stopped() -> None:
 
 
 def test_a_third_party_target_outside_the_allow_list_is_refused() -> None:
-    from netprobe.agent.client import third_party
+    from netprobe.farend import third_party
 
     with netprobe_server("--allow", "127.0.0.1/32", "--allow-third-party") as server, \
             pytest.raises(TestFailed, match="outside this agent's --allow"):
@@ -619,7 +619,7 @@ def test_far_ends_asked_at_once_get_their_own_ports() -> None:
 
 @needs_iperf3
 def test_a_long_far_end_output_comes_back_whole() -> None:
-    from netprobe.plugin import load_registry
+    from netprobe.registry import load_registry
 
     tool = load_registry(only="iperf3").get("iperf3")({"start_server": False})
     with netprobe_server() as server:
@@ -639,10 +639,10 @@ def test_a_long_far_end_output_comes_back_whole() -> None:
 
 
 def test_intervals_kept_are_bounded_and_the_summary_exact(monkeypatch: pytest.MonkeyPatch) -> None:
-    from netprobe import plugin
+    from netprobe import reporting
     from netprobe.tools.native import NativeTool
 
-    monkeypatch.setattr(plugin, "MAX_INTERVALS_KEPT", 40)
+    monkeypatch.setattr(reporting, "MAX_INTERVALS_KEPT", 40)
     seen: list[Any] = []
 
     class Counting(NullReporter):

@@ -73,9 +73,9 @@ def _line_sample(n: int) -> Interval:
 
 
 def test_a_driven_run_holds_a_bounded_number_of_intervals(monkeypatch: pytest.MonkeyPatch) -> None:
-    from netprobe import plugin
+    from netprobe import reporting
 
-    monkeypatch.setattr(plugin, "MAX_INTERVALS_KEPT", 100)
+    monkeypatch.setattr(reporting, "MAX_INTERVALS_KEPT", 100)
     delivered: list[Interval] = []
 
     class Counting(NullReporter):
@@ -97,11 +97,11 @@ def test_a_driven_run_holds_a_bounded_number_of_intervals(monkeypatch: pytest.Mo
 def test_json_stream_writes_every_interval_as_it_comes_and_report_reads_it(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         tmp_path: Path) -> None:
-    from netprobe import plugin
+    from netprobe import reporting
     from netprobe.cli.main import main
     from netprobe.results.saved import load_texts
 
-    monkeypatch.setattr(plugin, "MAX_INTERVALS_KEPT", 6)
+    monkeypatch.setattr(reporting, "MAX_INTERVALS_KEPT", 6)
     path = tmp_path / "run.jsonl"
     code = main(["run", "-t", "1.5", "-i", "0.1", "-P", "2", "--json-stream", "-o", str(path)])
     out, err = capsys.readouterr()

@@ -295,7 +295,7 @@ def test_a_run_whose_tool_gives_a_figure_that_is_not_a_number_still_outputs_its_
     # output) with a NaN jitter no longer loses the whole result in the JSON writer.
     import attrs
 
-    from netprobe.plugin import Registry
+    from netprobe.registry import Registry
 
     from .test_cli import ReplayTool
 

@@ -109,7 +109,40 @@ def test_no_import_cycle() -> None:
 
 def test_the_check_sees_function_local_imports() -> None:
     graph = import_graph()
-    # netprobe/__init__.py imports the session only inside __getattr__.
-    assert "netprobe.session" in graph["netprobe"]
+    # netprobe/__init__.py imports the API (netprobe/api.py) only inside __getattr__.
+    assert "netprobe.api" in graph["netprobe"]
     # A cycle made by hand is found.
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_reaches_up_to_the_package_face() -> None:
+    # The face (netprobe/__init__.py) lazily imports the run road for ``netprobe.run``;
+    # a module that imported the face for ``__version__`` would import upward through it.
+    # The version lives on the ground floor (netprobe/version.py) for that reason.
+    graph = import_graph()
+    reaching = sorted(name for name, targets in graph.items() if "netprobe" in targets)
+    assert reaching == [], f"modules importing the package face: {reaching}"
+    assert graph["netprobe.version"] == set()
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        for target in graph.get(name, ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_the_run_road_imports_nothing_above_it() -> None:
+    # The road (session.run_spec) sits below the views, the daemon side of the agent, the
+    # fleet, the exporter and the latency features: everything it reaches, function-local
+    # imports included, must be at its level or under it (docs/architecture.md).
+    above = ("netprobe.cli", "netprobe.agent", "netprobe.fleet", "netprobe.exporter",
+             "netprobe.loadlatency", "netprobe.bufferbloat", "netprobe.archives")
+    reached = _reach(import_graph(), "netprobe.session")
+    upward = sorted(name for name in reached if name.startswith(above))
+    assert upward == [], f"the run road reaches up to: {upward}"

@@ -14,9 +14,10 @@ import pytest
 
 from netprobe.driven import free_port
 from netprobe.errors import ParseError, SpecError, TestFailed, TestInterrupted
-from netprobe.plugin import fill_missing
+from netprobe.plugin import NullReporter, fill_missing
 from netprobe.schema import Result, TestSpec
 from netprobe.testing import RecordingReporter
+from netprobe.tools._iperf_common import IperfSession, Launch, Parts
 from netprobe.tools.iperf3 import Iperf3Tool
 from tests.interrupts import Measuring, ctrl_c_after
 from tests.peers import PEER_FIXTURES, PeerBinary, peer_params, read_fixture, run_recorded
@@ -693,28 +694,40 @@ def test_ctrl_c_stops_the_tools_and_keeps_the_partial_result() -> None:
 # --- the shared driving machinery, on stand-in processes ---------------------------------------
 
 
-def test_a_hung_client_is_stopped_with_its_children() -> None:
-    from netprobe.plugin import NullReporter
-    from netprobe.tools._iperf_common import DriveSpec, drive
+class _ShellSession(IperfSession):
+    """An IperfSession whose processes are shell commands (the lifecycle alone)."""
 
-    job = DriveSpec(client_argv=["sh", "-c", "sleep 300 & echo child=$!; wait"], deadline_s=0.5)
-    outcome = drive(job, NullReporter())
-    assert outcome.timed_out
-    child = int(outcome.client.lines[0].split("=")[1])
+    def __init__(self, client: list[str], server: list[str] | None = None,
+                 duration_s: float = 1.0) -> None:
+        spec = TestSpec(tool="iperf3", duration_s=duration_s)
+        launch = Launch("2026-12-05T00:00:00.000+00:00", "127.0.0.1", 1, server is not None)
+        super().__init__(spec, NullReporter(), tool="shell", version="0", mode=None,
+                         launch=launch)
+        self.client_argv, self.server_argv = client, server
+
+    def problem(self) -> str | None:
+        return None
+
+    def parts(self) -> Parts:
+        return Parts()
+
+
+def test_a_hung_client_is_stopped_with_its_children(monkeypatch: pytest.MonkeyPatch) -> None:
+    from netprobe.tools import _iperf_common
+
+    monkeypatch.setattr(_iperf_common, "client_deadline", lambda spec: 0.5)
+    session = _ShellSession(["sh", "-c", "sleep 300 & echo child=$!; wait"])
+    with pytest.raises(TestFailed, match=r"no result 0\.5 s after the start") as caught:
+        session.run()
+    assert session.driven.timed_out and caught.value.partial is not None
+    child = int(session.client.lines[0].split("=")[1])
     stat = Path(f"/proc/{child}/stat")
     assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    assert outcome.client.returncode is not None
+    assert session.client.returncode is not None
 
 
 def test_a_server_that_does_not_come_up_is_reported() -> None:
-    from netprobe.plugin import NullReporter
-    from netprobe.tools._iperf_common import DriveSpec, drive
-
-    job = DriveSpec(
-        client_argv=["true"],
-        server_argv=["sh", "-c", "echo bind failed; exit 1"],
-        server_ready=lambda line: "listening" in line,
-    )
-    outcome = drive(job, NullReporter())
-    assert outcome.server_failed == "bind failed"
-    assert outcome.client is None  # the client never ran
+    session = _ShellSession(["true"], ["sh", "-c", "echo bind failed; exit 1"])
+    with pytest.raises(TestFailed, match="server did not get ready: bind failed"):
+        session.run()
+    assert session.client is None  # the client never ran

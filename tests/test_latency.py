@@ -285,7 +285,7 @@ def test_client_ignores_forged_and_replayed_echoes(server: Server) -> None:
 
 
 def test_server_refuses_bad_latency_requests(server: Server) -> None:
-    from netprobe.agent.client import AgentConnection
+    from netprobe.farend import AgentConnection
 
     for request, words in (({"rate_hz": 0, "duration_s": 5}, "rate"),
                            ({"rate_hz": 1000, "duration_s": 5}, "rate"),

@@ -212,8 +212,8 @@ def test_receive_only_on_an_agent_reports_what_the_outside_sender_sent(
 
 
 def test_an_agent_refuses_a_mode_the_tool_lacks() -> None:
-    from netprobe.agent.client import third_party
     from netprobe.errors import TestFailed
+    from netprobe.farend import third_party
     from netprobe.plugin import NullReporter
     from netprobe.schema import TestSpec
     from tests.servers import netprobe_server

@@ -193,8 +193,7 @@ def test_the_kit_names_a_broken_count(label: str, change: Any, message: str) -> 
 
 
 def test_tools_json_says_what_each_tool_measures() -> None:
-    from netprobe.cli.commands.tools import tool_rows
-    from netprobe.plugin import Registry
+    from netprobe.registry import Registry, tool_rows
     from netprobe.tools.native import NativeTool
 
     rows = tool_rows(Registry(tools={"echolatency": EchoLatency, "native": NativeTool}))

@@ -21,7 +21,7 @@ from netprobe.cli.outfile import append_text, choose_formats
 from netprobe.cli.tabulate import number, scale, sparkline, stats_header, stats_rows
 from netprobe.convert import from_json, to_json
 from netprobe.errors import ParseError, SpecError
-from netprobe.plugin import Registry
+from netprobe.registry import Registry
 from netprobe.results.analysis import (
     FIGURES,
     check_group_keys,

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from netprobe.agent.client import agent_status, remote_tools
 from netprobe.engine import protocol
+from netprobe.farend import agent_status, remote_tools
 
 from .budget import scaled
 from .servers import ServerProcess, netprobe_server

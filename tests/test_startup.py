@@ -23,8 +23,9 @@ import pytest
 from netprobe import convert
 from netprobe.engine.sockets import resolve
 from netprobe.errors import SpecError
-from netprobe.plugin import ENTRY_POINT_GROUP, load_registry, own_entry_points, utc_now_iso
+from netprobe.plugin import ENTRY_POINT_GROUP, utc_now_iso
 from netprobe.record import Record
+from netprobe.registry import load_registry, own_entry_points
 from tests.servers import netprobe_server
 from tests.test_cli import TIMEOUT, child_env, run_code
 from tests.test_formats import sample_result
@@ -86,7 +87,7 @@ def test_a_third_party_plugin_named_on_the_command_line_is_still_found(tmp_path:
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: npthird\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text(
         f"[{ENTRY_POINT_GROUP}]\nthirdparty = npthird:ThirdTool\n")
-    code = ("import sys\nfrom netprobe.plugin import load_registry\n"
+    code = ("import sys\nfrom netprobe.registry import load_registry\n"
             "r = load_registry(only='thirdparty')\n"
             "print(r.names(), [f.name for f in r.failures])")
     env = child_env(PYTHONPATH=str(tmp_path))
@@ -104,7 +105,7 @@ def test_metadata_of_another_netprobe_version_is_not_trusted(tmp_path: Path) -> 
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: netprobe-meter\nVersion: 0.0.1\n")
     (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nnative = gone:Tool\n")
     code = (f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\n"
-            "from netprobe.plugin import load_registry, own_entry_points\n"
+            "from netprobe.registry import load_registry, own_entry_points\n"
             "load_registry(only='native')\n"
             "print(own_entry_points(), 'stevedore' in sys.modules)")
     done = run_code(code)
@@ -113,7 +114,7 @@ def test_metadata_of_another_netprobe_version_is_not_trusted(tmp_path: Path) -> 
 
 def test_a_built_in_tool_that_fails_to_import_is_a_load_failure() -> None:
     def factory(on_failure, names=None):  # type: ignore[no-untyped-def]
-        from netprobe.plugin import _load_own
+        from netprobe.registry import _load_own
 
         ext = _load_own("broken", "netprobe.tools.no_such_module:Tool", on_failure)
         return [ext] if ext is not None else []

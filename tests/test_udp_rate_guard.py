@@ -157,7 +157,7 @@ def test_a_killed_agents_counter_tables_are_removed_by_the_next() -> None:
 
 
 def _agent_far_end(agent_port: int, tool: str, **kw: object) -> tuple[object, int]:
-    from netprobe.agent.client import AgentConnection
+    from netprobe.farend import AgentConnection
 
     agent = AgentConnection.open("127.0.0.1", agent_port, None)
     assert agent is not None

@@ -28,7 +28,8 @@ from netprobe.driven import DrivenProcess, port_is_free
 from netprobe.engine.log import client, escape
 from netprobe.engine.server import Session
 from netprobe.errors import NetprobeError, SecretMissing, SecretRefused, TestFailed
-from netprobe.plugin import Registry, Tool, load_registry
+from netprobe.plugin import Tool
+from netprobe.registry import Registry, load_registry, tool_rows
 from netprobe.schema import Interval, RawOutput, TestSpec
 from netprobe.session import AgentAccess, availability, run_spec
 
@@ -89,25 +90,6 @@ def limits_note() -> str:
 
 
 # --- tools ------------------------------------------------------------------------------
-
-
-def tool_rows(registry: Registry) -> list[dict[str, Any]]:
-    """One row per tool: name, available, version, reasons (and load failures)."""
-    rows: list[dict[str, Any]] = []
-    for name, cls in sorted(registry.tools.items()):
-        try:
-            availability = cls().probe()
-        except Exception as exc:  # a plugin's own bug must not break the listing
-            rows.append({"name": name, "available": False, "version": None,
-                         "reasons": [f"probe failed: {exc}"]})
-            continue
-        rows.append({"name": name, "available": availability.available,
-                     "version": availability.version, "reasons": list(availability.reasons),
-                     "details": list(availability.details)})
-    for failure in registry.failures:
-        rows.append({"name": failure.name, "available": False, "version": None,
-                     "reasons": [f"failed to load: {failure.error}"]})
-    return rows
 
 
 def _tools(session: Session, loader: RegistryLoader) -> None:
@@ -424,4 +406,4 @@ def with_port(spec: TestSpec, port: int) -> TestSpec:
     return attrs.evolve(spec, port=port)
 
 
-__all__ = ["handlers", "tool_rows", "with_port"]
+__all__ = ["handlers", "with_port"]

@@ -177,7 +177,7 @@ def scheme_of(url: str) -> str:
     return {"postgres": "postgresql"}.get(head.lower(), head.lower())
 
 
-def make_manager(name: str) -> Any:
+def backend_manager(name: str) -> Any:
     """The stevedore manager for one archive plugin (the one place tests can substitute)."""
     from stevedore import DriverManager  # imported late: start-up time on small routers
 
@@ -191,7 +191,7 @@ def installed() -> list[str]:
     return sorted(ExtensionManager(namespace=GROUP).names())
 
 
-def open_archive(url: str, manager: Callable[[str], Any] = make_manager, *,
+def open_archive(url: str, manager: Callable[[str], Any] = backend_manager, *,
                  create: bool = True) -> Archive:
     """The archive ``url`` names, opened (SpecError when no plugin handles its scheme).
     ``create=False`` is a reader's: ArchiveMissing rather than a new, empty archive."""

@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from netprobe.cli.exitcodes import ExitCode, UsageError
-from netprobe.errors import ToolUnavailable, one_line
 from netprobe.limits import SAVED_RESULTS_MAX_BYTES, InputTooLarge, read_at_most
 
 if TYPE_CHECKING:
     from netprobe.cli.formats import Output
     from netprobe.errors import TestFailed
-    from netprobe.plugin import Registry, Reporter, Tool
+    from netprobe.plugin import Reporter, Tool
+    from netprobe.registry import Registry
     from netprobe.schema import Result, TestSpec
     from netprobe.session import AgentAccess
 
@@ -41,7 +41,7 @@ def error(message: str) -> None:
 
 def load_registry(only: str | None = None) -> Registry:
     """The installed tool plugins (just ``only`` when it is given)."""
-    from netprobe.plugin import load_registry as load
+    from netprobe.registry import load_registry as load
 
     return load(only=only)
 
@@ -54,12 +54,10 @@ def registry_for(load: RegistryLoader, name: str) -> Registry:
 
 
 def make_tool(registry: Registry, name: str, options: dict[str, Any] | None = None) -> Tool:
-    """An instance of the tool ``name`` (ToolNotFound, or ToolUnavailable if it breaks)."""
-    cls = registry.get(name)
-    try:
-        return cls(options) if options else cls()
-    except Exception as exc:  # a plugin's own bug: say which plugin, do not crash
-        raise ToolUnavailable(f"tool {name!r} failed to start: {one_line(exc)}") from exc
+    """An instance of the tool ``name`` from ``registry`` (:func:`netprobe.registry.make_tool`)."""
+    from netprobe.registry import make_tool as make
+
+    return make(name, options, registry=registry)
 
 
 def secret_options(args: argparse.Namespace) -> dict[str, Any] | None:

@@ -26,7 +26,8 @@ from netprobe.cli.outfile import (
 )
 from netprobe.cli.textsafe import for_csv
 from netprobe.convert import to_json
-from netprobe.plugin import NullReporter, Reporter
+from netprobe.plugin import Reporter
+from netprobe.reporting import NullReporter
 from netprobe.schema import FlowSummary, Result, SideSummary
 
 FORMATS = ("human", "json", "jsonl", "csv", "json-stream")

@@ -18,7 +18,6 @@ import math
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from netprobe import __version__
 from netprobe.cli.htmldist import HEADROOM
 from netprobe.cli.htmlparts import _RC, _e, _label, _scoped
 from netprobe.cli.outfile import write_text
@@ -41,6 +40,7 @@ from netprobe.results.analysis import (
     with_gaps,
 )
 from netprobe.schema import Result
+from netprobe.version import __version__
 
 CHARTS_HINT = "pip install 'netprobe-meter[charts]'"
 """How to get the charting library (matplotlib)."""

@@ -35,11 +35,11 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
-from netprobe import __version__
 from netprobe.cli.args import HelpFormatter, spec_from_args
-from netprobe.cli.common import RegistryLoader, error, load_registry, one_line
+from netprobe.cli.common import RegistryLoader, error, load_registry
 from netprobe.cli.exitcodes import EXIT_CODES, ExitCode, UsageError, exit_code_for
-from netprobe.errors import NetprobeError
+from netprobe.errors import NetprobeError, one_line
+from netprobe.version import __version__
 
 COMMANDS = {
     "run": "run a throughput test",
@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None, *,
          registry_loader: RegistryLoader | None = None) -> int:
     """Run the netprobe command line; return the exit code (the console script exits with it).
 
-    ``registry_loader`` replaces :func:`netprobe.plugin.load_registry` (for tests that
+    ``registry_loader`` replaces :func:`netprobe.registry.load_registry` (for tests that
     bring their own plugins).
     """
     if argv is None:

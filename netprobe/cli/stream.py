@@ -10,7 +10,7 @@ Each line is one event, an object with ``event`` and ``data``, written as it hap
 
 Every interval sample goes out the moment the tool reports it, however many there are: a
 long test at a short interval is written as it runs, while the Result keeps at most
-:data:`netprobe.plugin.MAX_INTERVALS_KEPT` samples of each end (and says so in its
+:data:`netprobe.reporting.MAX_INTERVALS_KEPT` samples of each end (and says so in its
 warnings). The ``end`` event carries the whole Result; its summaries cover the whole test.
 
 ``-o FILE`` gets the same lines, appended one ``write`` per line as ``jsonl`` is (so a
@@ -26,7 +26,7 @@ from typing import Optional
 
 from netprobe import convert
 from netprobe.cli.outfile import AppendFile, write_stdout
-from netprobe.plugin import utc_now_iso
+from netprobe.host import utc_now_iso
 from netprobe.schema import SCHEMA_VERSION, Interval, Result, TestSpec
 
 FORMAT = "json-stream"

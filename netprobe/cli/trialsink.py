@@ -21,7 +21,8 @@ from netprobe.cli.exitcodes import ExitCode
 from netprobe.cli.formats import format_csv
 from netprobe.cli.outfile import append_text, check_target, choose_formats, write_stdout, write_text
 from netprobe.convert import to_json, unstructure
-from netprobe.plugin import NullReporter, Reporter, Tool
+from netprobe.plugin import Reporter, Tool
+from netprobe.reporting import NullReporter
 from netprobe.results.analysis import GroupStats, group_results, group_stats
 from netprobe.results.trials import Skipped, Trial, TrialRun, call_lengths, run_trials
 from netprobe.schema import Result, TestSpec

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from netprobe.driven.run import DrivenRun, Ready, listening, printed
     from netprobe.driven.session import (
         HANG_GRACE_S,
+        SERVER_READY_S,
+        SERVER_REPORT_S,
         DrivenSession,
         Plan,
         client_deadline,
@@ -58,8 +60,8 @@ _MODULE_OF = {
             "is_numeric", "loopback", "port_is_free", "system_name", "wait_port"),
     "process": ("DrivenProcess", "KeptOutput", "find_binary", "not_found", "run_once"),
     "run": ("DrivenRun", "Ready", "listening", "printed"),
-    "session": ("HANG_GRACE_S", "DrivenSession", "Plan", "client_deadline",
-                "local_server_wanted"),
+    "session": ("HANG_GRACE_S", "SERVER_READY_S", "SERVER_REPORT_S", "DrivenSession", "Plan",
+                "client_deadline", "local_server_wanted"),
     "tool": ("DrivenTool", "read_version", "readable_sources"),
     "verdict": ("run_faults",),
 }
@@ -81,6 +83,8 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "HANG_GRACE_S",
+    "SERVER_READY_S",
+    "SERVER_REPORT_S",
     "DrivenProcess",
     "DrivenRun",
     "DrivenSession",

@@ -11,13 +11,14 @@ endpoints need.
 from __future__ import annotations
 
 import ipaddress
+import random
 import socket
 import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Union
 
 from netprobe.errors import TestFailed
-from netprobe.plugin import system_name
+from netprobe.host import system_name
 
 if TYPE_CHECKING:
     from netprobe.schema import TestSpec
@@ -28,20 +29,51 @@ _POLL_S = 0.02
 """How often waiting loops look again."""
 
 
+_EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+_DEFAULT_EPHEMERAL = (32768, 60999)  # Linux's default, where the file cannot be read
+_LOWEST_CHOSEN = 20000
+"""Chosen ports start here: clear of the services' well-known ports (iperf 5001, iperf3
+5201, netprobe 5301, ...) that a test may need free on the same host."""
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open(_EPHEMERAL_RANGE, encoding="ascii") as handle:
+            low, high = (int(word) for word in handle.read().split()[:2])
+    except (OSError, ValueError):
+        return _DEFAULT_EPHEMERAL
+    return low, high
+
+
+def _candidate_ranges() -> list[range]:
+    """Where a chosen port may lie: outside the kernel's ephemeral range, whose ports any
+    connect() on this machine may be given (the tool's own client among them) between the
+    choice and the server's bind; a server then fails with "Address already in use"."""
+    low, high = _ephemeral_range()
+    ranges = [range(_LOWEST_CHOSEN, low), range(high + 1, 65536)]
+    return [r for r in ranges if len(r) >= 256]
+
+
 def free_port(
     family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1"
 ) -> int:
-    """A port on ``host`` that is free now for TCP and UDP alike (tools often use both).
+    """A port on ``host`` that is free now for TCP and UDP alike (tools often use both),
+    outside the kernel's ephemeral range where there is room for one (see
+    :func:`_candidate_ranges`), else one the kernel picks.
 
-    Another process may still take it before the caller binds it; callers that start a
+    Another process may still bind it before the caller does; callers that start a
     server should check that it came up.
     """
     if family == socket.AF_INET6 and host == "127.0.0.1":
         host = "::1"
+    ranges = _candidate_ranges()
     for _ in range(50):
-        with socket.socket(family, kind) as sock:
-            sock.bind((host, 0))
-            port = int(sock.getsockname()[1])
+        if ranges:
+            port = random.choice(random.choice(ranges))
+        else:
+            with socket.socket(family, kind) as sock:
+                sock.bind((host, 0))
+                port = int(sock.getsockname()[1])
         if port_is_free(port, family, host):
             return port
     raise OSError(f"no free port found on {host}")

@@ -35,7 +35,7 @@ OUTPUT_HEAD_CHARS = 24 << 20
 the end need it: iperf3 before 3.17 prints one ``-J`` document, about 370 bytes per stream
 and interval (3.12, ``-P 4``: 1,855 bytes an interval with the sum), so this holds the
 document of a test three times as long as the intervals the Result keeps
-(``plugin.MAX_INTERVALS_KEPT``, 20,000 samples: about 7.4 MB)."""
+(``reporting.MAX_INTERVALS_KEPT``, 20,000 samples: about 7.4 MB)."""
 OUTPUT_TAIL_CHARS = 8 << 20
 """Characters kept from the end of a longer output (whole lines): where every tool prints
 its whole-test summary, so a cut in the middle costs intervals, never the totals."""

@@ -31,7 +31,8 @@ from typing import Callable
 
 from netprobe.driven.net import is_listening
 from netprobe.driven.process import DrivenProcess
-from netprobe.plugin import KeptIntervals, Reporter, intervals_not_kept
+from netprobe.plugin import Reporter
+from netprobe.reporting import KeptIntervals, intervals_not_kept
 from netprobe.schema import Interval, RawOutput
 from netprobe.starvation import WATCH_EVERY_S, ProcessWatch
 
@@ -74,7 +75,7 @@ class DrivenRun:
         """Every process started, by role name, in the order started."""
         self.kept = KeptIntervals()
         """The samples kept for the Result, in arrival order: the first
-        :data:`~netprobe.plugin.MAX_INTERVALS_KEPT`, and a count of the rest (every one
+        :data:`~netprobe.reporting.MAX_INTERVALS_KEPT`, and a count of the rest (every one
         still reaches the reporter)."""
         self._notes: list[str] = []  # a failing reporter (see warnings)
         self.interrupted = False

@@ -35,7 +35,8 @@ from netprobe.driven.net import is_local_host, system_name
 from netprobe.driven.run import DrivenRun, Ready
 from netprobe.driven.verdict import run_faults
 from netprobe.errors import TestFailed, TestInterrupted
-from netprobe.plugin import Reporter, utc_now_iso
+from netprobe.host import utc_now_iso
+from netprobe.plugin import Reporter
 from netprobe.schema import (
     Endpoint,
     FlowSummary,
@@ -47,11 +48,18 @@ from netprobe.schema import (
     ToolInfo,
 )
 
+# --- the one timing table of every driven tool ----------------------------------------------
+
 HANG_GRACE_S = 15.0
 """How long past its test a client may run before it counts as hung (start-up, the
-exchange of results, a slow far end)."""
+exchange of results, a slow far end, a connect timeout of the tool's own)."""
 HANG_SLACK = 0.2
 """And a share of the test's length on top (a long test's end drifts more)."""
+SERVER_READY_S = 10.0
+"""How long a local server may take to show it is ready (a slow router starts Python
+tools and their servers in seconds)."""
+SERVER_REPORT_S = 3.0
+"""How long a local server may take to print its last report once the client is done."""
 
 
 @dataclass(frozen=True)
@@ -161,10 +169,24 @@ class DrivenSession(abc.ABC):
         """Why the run failed, in the tool's words where it gave any (empty: it did not)."""
 
     def failed(self, reasons: Sequence[str], command: Sequence[str] = ()) -> TestFailed:
-        """TestFailed for ``reasons``, carrying the Result (status ``failed``)."""
+        """TestFailed for ``reasons``, carrying the Result (status ``failed``). The message,
+        one shape for every driven tool: ``TOOL failed: WHY (exit code N; command: ...)``,
+        of ``command`` or else of the process started as ``client``."""
         why = "; ".join(reasons)
-        tail = f"; command: {' '.join(command)}" if command else ""
-        return TestFailed(f"{self.tool} failed: {why}{tail}", self.result("failed", list(reasons)))
+        return TestFailed(f"{self.tool} failed: {why}{self.how_it_ended(command)}",
+                          self.result("failed", list(reasons)))
+
+    def how_it_ended(self, command: Sequence[str] = ()) -> str:
+        """`` (exit code N; command: ...)`` for a failure message: the client's exit code
+        and ``command`` (default: the client's command line); empty with neither."""
+        client = self.driven.processes.get("client")
+        argv = list(command) or (list(client.argv) if client is not None else [])
+        said = []
+        if client is not None:
+            said.append(f"exit code {client.returncode}")
+        if argv:
+            said.append(f"command: {' '.join(argv)}")
+        return f" ({'; '.join(said)})" if said else ""
 
     # -- the result --------------------------------------------------------------------
 
@@ -214,6 +236,8 @@ class DrivenSession(abc.ABC):
 __all__ = [
     "HANG_GRACE_S",
     "HANG_SLACK",
+    "SERVER_READY_S",
+    "SERVER_REPORT_S",
     "DrivenSession",
     "Plan",
     "client_deadline",

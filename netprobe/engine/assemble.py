@@ -12,7 +12,7 @@ from netprobe.engine.conduct import Outcome
 from netprobe.engine.side import Side
 from netprobe.engine.summary import sum_summaries, summary_from_intervals
 from netprobe.errors import NetprobeError
-from netprobe.plugin import KeptIntervals, intervals_not_kept
+from netprobe.reporting import KeptIntervals, intervals_not_kept
 from netprobe.schema import (
     Cpu,
     Endpoint,

@@ -24,7 +24,9 @@ from netprobe.errors import (
     TestInterrupted,
     refused_secret,
 )
-from netprobe.plugin import KeptIntervals, Reporter, utc_now_iso
+from netprobe.host import utc_now_iso
+from netprobe.plugin import Reporter
+from netprobe.reporting import KeptIntervals
 from netprobe.schema import Endpoint, Interval, Result, TestSpec
 
 CONNECT_TIMEOUT_S = 5.0
@@ -50,7 +52,7 @@ class Client:
         self.welcome: dict[str, Any] = {}
         self.streams: list[LocalStream] = []
         self.side: Optional[Side] = None
-        self.local_kept = KeptIntervals()  # bounded: plugin.MAX_INTERVALS_KEPT
+        self.local_kept = KeptIntervals()  # bounded: reporting.MAX_INTERVALS_KEPT
         self.sequence_base = 0
 
     def run(self) -> Result:

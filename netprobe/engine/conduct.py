@@ -21,7 +21,8 @@ from netprobe.engine.log import escape
 from netprobe.engine.protocol import SEND_TIMEOUT_S, Channel
 from netprobe.engine.side import Side, default_length
 from netprobe.errors import NetprobeError, ProtocolError
-from netprobe.plugin import KeptIntervals, system_name
+from netprobe.host import system_name
+from netprobe.reporting import KeptIntervals
 from netprobe.schema import Interval
 
 UDP_DRAIN_S = 0.5  # datagrams still in flight when the peer says it stopped sending
@@ -119,7 +120,7 @@ class Outcome:
 
     peer_report: Optional[dict[str, Any]] = None
     peer_kept: KeptIntervals = attrs.Factory(KeptIntervals)
-    """The peer's interval samples kept for the result (bounded: plugin.MAX_INTERVALS_KEPT)."""
+    """The peer's interval samples kept for the result (bounded: reporting.MAX_INTERVALS_KEPT)."""
     error: Optional[str] = None
     aborted_by_peer: bool = False
 

@@ -34,8 +34,9 @@ from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side, buffer_bytes
 from netprobe.engine.sockets import apply_options, udp_answer
 from netprobe.errors import NetprobeError, ProtocolError, SpecError, listen_error
-from netprobe.plugin import utc_now_iso
+from netprobe.host import utc_now_iso
 from netprobe.schema import Interval, TestSpec
+from netprobe.version import __version__
 
 OUT_OF_FILES_PAUSE_S = 0.1  # accepting stops this long at the open-files limit
 CLOSED_LINES_PER_S = 10  # connections closed in their hello that are logged, a second
@@ -1000,8 +1001,6 @@ def _bind_addresses(bind: Optional[str]) -> list[tuple[int, str]]:
 
 
 def _version() -> str:
-    from netprobe.version import __version__
-
     return f"netprobe {__version__}"
 
 

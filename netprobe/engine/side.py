@@ -31,7 +31,7 @@ from netprobe.engine import kernel, lengthprobe, summary
 from netprobe.engine.sockets import datagram_waiting, socket_drops, socket_info, unread_bytes
 from netprobe.errors import CoreError
 from netprobe.schema import Cpu, Interval, SideSummary, SocketInfo, TestSpec
-from netprobe.starvation import Starvation, run_wait_s
+from netprobe.starvation import WATCH_EVERY_S, Starvation, run_wait_s, task_cpu
 
 # Why TCP moves 256 KiB or 1 MiB per call, measured at the start of a test: see
 # netprobe/engine/lengthprobe.py. The kernel's window, not the write size, decides
@@ -97,12 +97,10 @@ def wake_bytes(receivers: int) -> int:
 
     Why shared: fewer wake-ups spare the sender's thread (on loopback and virtual NICs it
     pays for waking the reader), but what waits in a queue is read later, from further out
-    in the cache, and the waiting bytes add up over the side's streams. One stream waking
-    per 1 MiB moved more than one waking per call at every length from 16K to 1M; four
-    streams on 2 cores waking per 1 MiB each lost to waking per call at 128K and 256K (66.6
-    and 59.2 Gbit/s against 74.6 and 73.8). Shared, the side's streams together wait for
-    about 1 MiB, not 1 MiB each; no loop waits for less than its own read length, as before
-    (np_tcp.c says more).
+    in the cache, and the waiting bytes add up over the side's streams: shared, the side's
+    streams together wait for about 1 MiB, not 1 MiB each. No loop waits for less than its
+    own read length (np_tcp.c says more). The measurements behind both halves are in
+    docs/performance.md, *Not per call, and shared between the streams*.
     """
     return max(1, WAKE_BYTES // max(1, receivers))
 
@@ -175,6 +173,7 @@ class LocalStream:
     user_s: float = 0.0
     system_s: float = 0.0
     waited_s: Optional[float] = None  # waiting on a run queue while its loop ran
+    ran_on: set[int] = attrs.field(factory=set)  # the CPUs its loop was seen on
     last: summary.Snapshot = attrs.field(factory=summary.Snapshot)
     base: summary.Snapshot = attrs.field(factory=summary.Snapshot)
     rtt_samples: list = attrs.field(factory=list)
@@ -276,6 +275,7 @@ class Side:
         self._sampler_user_s = 0.0
         self._sampler_system_s = 0.0
         self._starvation: Optional[Starvation] = None
+        self._cpus_noted = 0.0
         self._rcvbuf_base: Optional[int] = None
         self._lock = threading.Lock()
         self._nice = 0
@@ -324,6 +324,7 @@ class Side:
         stream.started_at = core.monotonic()
         before = core.rusage("thread")
         waited = run_wait_s()
+        first_cpu = task_cpu()
         try:
             self._loop(stream)
         except CoreError as exc:
@@ -338,6 +339,7 @@ class Side:
             now_waited = run_wait_s()
             if waited is not None and now_waited is not None:
                 stream.waited_s = now_waited - waited
+            stream.ran_on.update(c for c in (first_cpu, task_cpu()) if c is not None)
             if stream.drops_base is not None:
                 # Read as the loop returns: what arrives once nothing reads is not the
                 # test's loss (the peer's last words, stray datagrams).
@@ -488,6 +490,20 @@ class Side:
         self._sampler_user_s = after.user_s - before.user_s
         self._sampler_system_s = after.system_s - before.system_s
 
+    def _note_cpus(self) -> None:
+        """Note the CPU each running data thread is on (at most every ``WATCH_EVERY_S``):
+        the cores a starvation warning names are those its threads were seen on."""
+        now = core.monotonic()
+        if now - self._cpus_noted < WATCH_EVERY_S:
+            return
+        self._cpus_noted = now
+        for stream in self.streams:
+            tid = stream.thread.native_id if stream.thread is not None else None
+            if tid is not None and stream.ended_at is None:
+                cpu = task_cpu(f"/proc/self/task/{tid}/stat")
+                if cpu is not None:
+                    stream.ran_on.add(cpu)
+
     def _near_the_end(self, tick: float, step: float) -> bool:
         """True if ``tick`` falls within a tenth of an interval of the planned end."""
         planned = self.spec.planned_s()
@@ -495,6 +511,7 @@ class Side:
 
     def _tick(self, start_s: float, end_s: float, emit: bool, tail: bool = False) -> None:
         omitted = end_s <= self.spec.omit_s + 1e-9 and self.spec.omit_s > 0
+        self._note_cpus()
         samples = []
         for stream in self.streams:
             snap = stream.snapshot()
@@ -553,10 +570,11 @@ class Side:
         if self._starvation is None or self._cpu_end is None:
             return None
         starvation = self._starvation
-        starvation.waits = [
-            (s.waited_s, s.ended_at - s.started_at, s.user_s + s.system_s)
-            for s in self.streams
-            if s.waited_s is not None and s.started_at is not None and s.ended_at is not None]
+        ran = [(s, s.waited_s, s.started_at, s.ended_at) for s in self.streams]
+        known = [(s, waited, ended - started) for s, waited, started, ended in ran
+                 if waited is not None and started is not None and ended is not None]
+        starvation.waits = [(waited, wall, s.user_s + s.system_s) for s, waited, wall in known]
+        starvation.ran_on = [frozenset(s.ran_on) for s, _, _ in known]
         wall = (self.ended_at or core.monotonic()) - self.t0
         return starvation.warning(wall, "tester")
 

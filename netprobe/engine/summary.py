@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import attrs
 
 from netprobe import core
-from netprobe.plugin import bits_per_second
 from netprobe.record import Record
+from netprobe.resultops import bits_per_second
 from netprobe.schema import Cpu, CpuUsage, Interval, SideSummary
 
 if TYPE_CHECKING:

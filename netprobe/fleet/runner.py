@@ -27,7 +27,9 @@ from netprobe.engine.protocol import DEFAULT_PORT
 from netprobe.errors import NetprobeError, SpecError, TestFailed
 from netprobe.fleet.config import Agent, Fleet, Group
 from netprobe.fleet.schedule import PlannedRound, next_start, plan
-from netprobe.plugin import NullReporter, Tool, utc_now_iso
+from netprobe.host import utc_now_iso
+from netprobe.plugin import Tool
+from netprobe.reporting import NullReporter
 from netprobe.schema import Result, TestSpec
 
 ROUND_MARGIN_S = 30.0
@@ -103,9 +105,9 @@ def agent_third_party(source: Agent, spec: TestSpec, target: Optional[Agent] = N
 @functools.cache
 def tool_for(name: str) -> Tool:
     """The tool plugin called ``name`` (ToolNotFound if none is installed)."""
-    from netprobe.plugin import load_registry
+    from netprobe.registry import make_tool
 
-    return load_registry(only=name).get(name)()
+    return make_tool(name)
 
 
 def check_groups(groups: Sequence[Group]) -> None:
@@ -123,8 +125,8 @@ def check_groups(groups: Sequence[Group]) -> None:
 
 def agent_status(agent: Agent) -> dict:
     """The agent's status reply (TestFailed when it does not answer in time)."""
-    from netprobe.agent.client import agent_status as status
     from netprobe.engine.auth import load_secret
+    from netprobe.farend import agent_status as status
 
     return status(agent.address, load_secret(agent.secret_file), agent.port, STATUS_TIMEOUT_S)
 

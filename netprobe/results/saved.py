@@ -5,7 +5,7 @@ and any mix of these concatenated in one file (``>>`` appends are common).
 
 A stream cut short before its ``end`` event (the client killed, a lost disk) is read as a
 partial result (status ``interrupted``) of its spec and the intervals it streamed, the
-first :data:`netprobe.plugin.MAX_INTERVALS_KEPT` of them, with a warning.
+first :data:`netprobe.reporting.MAX_INTERVALS_KEPT` of them, with a warning.
 
 A record that is not JSON, or not a result, is an error naming the file and line. A file
 whose last record is cut short (a run killed while writing, a disk that filled) gives the
@@ -22,7 +22,7 @@ from attrs import frozen
 
 from netprobe.convert import structure
 from netprobe.errors import ParseError
-from netprobe.plugin import KeptIntervals, intervals_not_kept
+from netprobe.reporting import KeptIntervals, intervals_not_kept
 from netprobe.schema import Endpoint, Interval, Result, TestSpec, ToolInfo
 
 T = TypeVar("T")

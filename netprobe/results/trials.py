@@ -19,9 +19,11 @@ import attrs
 from attrs import frozen
 
 from netprobe.errors import NetprobeError, TestFailed, TestInterrupted
-from netprobe.plugin import NullReporter, Reporter, Tool
+from netprobe.plugin import Reporter, Tool
+from netprobe.registry import make_tool
+from netprobe.reporting import NullReporter
 from netprobe.schema import Result, TestSpec
-from netprobe.session import NO_SECRET, AgentAccess, make_tool, run_spec, unavailable_reasons
+from netprobe.session import NO_SECRET, AgentAccess, run_spec, unavailable_reasons
 
 
 @frozen

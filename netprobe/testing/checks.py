@@ -355,7 +355,8 @@ class Conformance:
 
     def check_api_version(self, notes: list[str]) -> list[str]:
         """The plugin is a Tool, named, for a plugin API this netprobe has."""
-        from netprobe.plugin import API_VERSION, _incompatibility
+        from netprobe.plugin import API_VERSION
+        from netprobe.registry import _incompatibility
 
         problem = _incompatibility(self.tool_cls)
         if problem:

@@ -1,6 +1,7 @@
-"""What the iperf2 and iperf3 adapters share: result parts, driving a client (and a local
-server) to the end through :class:`~netprobe.driven.DrivenRun`, and turning the outcome
-into a Result.
+"""What the iperf2 and iperf3 adapters share: the figures read from an output
+(:class:`Parts`), one run as a :class:`~netprobe.driven.DrivenSession`
+(:class:`IperfSession`), and the figures put into a Result (:func:`assemble`, which saved
+outputs end in too).
 
 Private to the built-in iperf adapters; the public helpers for driven tools are in
 :mod:`netprobe.driven`.
@@ -8,6 +9,7 @@ Private to the built-in iperf adapters; the public helpers for driven tools are 
 
 from __future__ import annotations
 
+import abc
 import re
 import socket
 from collections.abc import Sequence
@@ -17,20 +19,24 @@ import attrs
 
 from netprobe.bottleneck import with_cpu_warnings
 from netprobe.driven import (
+    SERVER_READY_S,
+    SERVER_REPORT_S,
     DrivenProcess,
-    DrivenRun,
+    DrivenSession,
     DrivenTool,
+    client_deadline,
     free_port,
     is_local_host,
     local_server_wanted,
     printed,
     read_version,
-    run_faults,
     run_once,
 )
 from netprobe.engine.latency import distribution
-from netprobe.errors import NetprobeError, TestFailed, TestInterrupted
-from netprobe.plugin import Availability, Reporter, utc_now_iso, with_call_lengths
+from netprobe.errors import NetprobeError
+from netprobe.host import utc_now_iso
+from netprobe.plugin import Availability, Reporter
+from netprobe.resultops import with_call_lengths
 from netprobe.schema import (
     Cpu,
     CpuUsage,
@@ -46,13 +52,6 @@ from netprobe.schema import (
     TestSpec,
     ToolInfo,
 )
-
-SERVER_START_TIMEOUT_S = 10.0
-"""How long a local server may take to say it listens."""
-HANG_GRACE_S = 10.0
-"""A client still running this long after its test should have ended is stopped."""
-SERVER_REPORT_WAIT_S = 3.0
-"""How long to wait for a local server's final report after the client is done."""
 
 
 @attrs.define
@@ -74,128 +73,78 @@ class Parts:
     """What the output says each end's data loop asked of a call, by (direction, role)."""
 
 
-@attrs.define
-class Outcome:
-    """How a driven run ended: the processes (with their output) and why it stopped."""
+class IperfSession(DrivenSession):
+    """One run of iperf 2 or iperf3 through the one lifecycle of every driven tool
+    (:class:`~netprobe.driven.DrivenSession`): a one-off local server when the adapter starts
+    it (ready once it says "Server listening on"), the client until it exits or its
+    deadline (:func:`~netprobe.driven.client_deadline`), the server's last report; then the
+    Result from the figures the readers collected (:func:`assemble`).
 
-    run: DrivenRun
-    client: DrivenProcess | None = None
-    server: DrivenProcess | None = None
-    server_failed: str | None = None
+    A subclass sets the command lines and line readers in its constructor and supplies
+    :meth:`parts` (the figures so far), :meth:`problem` (what went wrong, in the tool's
+    words) and :meth:`server_done`.
+    """
 
-    @property
-    def timed_out(self) -> bool:
-        """The client was stopped at its deadline."""
-        return self.run.timed_out
+    def __init__(self, spec: TestSpec, reporter: Reporter, *, tool: str, version: str,
+                 mode: str | None, launch: Launch) -> None:
+        super().__init__(spec, reporter, tool=tool, version=version)
+        self.start_time = launch.start_time
+        self.launch = launch
+        """Where the client connects and whether a local server is started."""
+        self.mode = mode
+        """``ToolInfo.mode`` of the Result."""
+        self.client_argv: Sequence[str] = ()
+        self.server_argv: Sequence[str] | None = None
+        self.on_client_line: Callable[[str], None] | None = None
+        self.on_server_line: Callable[[str], None] | None = None
+        self.client: DrivenProcess | None = None
+        self.server: DrivenProcess | None = None
 
-    @property
-    def interrupted(self) -> bool:
-        """Ctrl-C (or SIGTERM) ended the run."""
-        return self.run.interrupted
+    def start_server(self) -> bool:
+        """Start the local server, if this run has one, and wait until it listens."""
+        if self.server_argv is None:
+            return True
+        self.server = self.driven.start("server", self.server_argv, self.on_server_line)
+        ready = printed(lambda line: "Server listening on" in line)
+        return self.driven.wait_ready(self.server, ready, SERVER_READY_S)
 
-    def raw(self) -> tuple[RawOutput, ...]:
-        """Raw output of every process that was started."""
-        return tuple(p.raw() for p in (self.client, self.server) if p is not None)
+    def run_client(self) -> None:
+        """The client, to its exit or its deadline; then the local server's last report."""
+        self.client = self.driven.start("client", self.client_argv, self.on_client_line)
+        self.driven.wait_exit(self.client, client_deadline(self.spec))
+        if self.server is not None:
+            self.driven.wait(self.server_done, SERVER_REPORT_S)
 
-    def command(self) -> str:
-        """The client command line, for error messages."""
-        return " ".join(self.client.argv) if self.client is not None else "(not started)"
+    def server_done(self) -> bool:
+        """True once the local server has printed all it will (default: it exited)."""
+        return self.server is None or self.server.returncode is not None
 
+    def failures(self) -> list[str]:
+        """What went wrong: the deadline, else :meth:`problem`."""
+        if self.driven.timed_out:
+            return [f"no result {client_deadline(self.spec):g} s after the start; stopped it"]
+        problem = self.problem()
+        return [problem] if problem else []
 
-@attrs.frozen
-class DriveSpec:
-    """What to run: the client, optionally a local server, and how long to allow."""
+    @abc.abstractmethod
+    def problem(self) -> str | None:
+        """Why the run failed in the tool's own words (None: it did not)."""
 
-    client_argv: Sequence[str]
-    on_client_line: Callable[[str], None] | None = None
-    server_argv: Sequence[str] | None = None
-    on_server_line: Callable[[str], None] | None = None
-    server_ready: Callable[[str], bool] = lambda line: False
-    server_done: Callable[[DrivenProcess], bool] = lambda server: True
-    deadline_s: float | None = None
+    @abc.abstractmethod
+    def parts(self) -> Parts:
+        """The figures read so far (also of a partial run)."""
 
-
-def drive(job: DriveSpec, reporter: Reporter, run: DrivenRun | None = None) -> Outcome:
-    """Run ``job`` to its end through ``run`` (a new one for ``reporter`` if not given):
-    every process started is stopped by its PID before this returns, also on Ctrl-C (then
-    ``interrupted`` is set instead of raising)."""
-    run = run or DrivenRun(reporter, tool="iperf")
-    outcome = Outcome(run)
-    with run:
-        if job.server_argv is not None:
-            outcome.server = run.start("server", job.server_argv, job.on_server_line)
-            ready = printed(job.server_ready)
-            if not run.wait_ready(outcome.server, ready, SERVER_START_TIMEOUT_S):
-                outcome.server_failed = _last_words(outcome.server.text) or "no output"
-                return outcome
-        outcome.client = run.start("client", job.client_argv, job.on_client_line)
-        run.wait_exit(outcome.client, job.deadline_s)
-        server = outcome.server
-        if server is not None:
-            run.wait(lambda: job.server_done(server), SERVER_REPORT_WAIT_S)
-    return outcome
-
-
-def _last_words(text: str, lines: int = 5) -> str:
-    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
-
-
-def deadline_for(spec: TestSpec) -> float | None:
-    """How long the client may run before it counts as hung (None in byte-count mode,
-    whose length cannot be known in advance)."""
-    if spec.bytes_total is not None or spec.duration_s is None:
-        return None
-    return spec.duration_s + spec.omit_s + HANG_GRACE_S
-
-
-def failure_message(tool: str, problem: str, outcome: Outcome) -> str:
-    """One message naming the tool's complaint, its exit code and the command line."""
-    code = outcome.client.returncode if outcome.client is not None else None
-    return f"{tool}: {problem} (exit code {code}; command: {outcome.command()})"
-
-
-def finish(
-    parts: Parts,
-    *,
-    tool: ToolInfo,
-    spec: TestSpec,
-    start_time: str,
-    outcome: Outcome,
-    problem: str | None,
-) -> Result:
-    """The Result of a run; raises TestFailed/TestInterrupted (with it as ``partial``)
-    when the run did not complete."""
-    if problem is None and not outcome.interrupted:
-        # iperf 2 exits 0 from a reset connection, with a summary of the second it ran.
-        provisional = assemble(parts, tool=tool, spec=spec, start_time=start_time,
-                               raw=outcome.raw())
-        problem = "; ".join(run_faults(provisional)) or None
-    status = "interrupted" if outcome.interrupted else ("failed" if problem else "ok")
-    errors = list(parts.errors)
-    message = ""
-    if status != "ok":
-        message = (
-            failure_message(tool.name, "interrupted by the user", outcome)
-            if outcome.interrupted
-            else failure_message(tool.name, problem or "failed", outcome)
-        )
-        # The tool's own words are in the message already.
-        errors = [e for e in errors if e not in message] + [message]
-    parts.warnings.extend(outcome.run.warnings)
-    result = assemble(
-        parts,
-        tool=tool,
-        spec=spec,
-        start_time=start_time,
-        status=status,
-        errors=errors,
-        raw=outcome.raw(),
-    )
-    if status == "interrupted":
-        raise TestInterrupted(message, result)
-    if status == "failed":
-        raise TestFailed(message, result)
-    return result
+    def result(self, status: str, errors: list[str]) -> Result:
+        """The Result of the run so far: :meth:`parts` put together, the tool's own errors
+        not already said in ``errors`` first."""
+        parts = self.parts()
+        parts.warnings.extend([*self.warnings, *self.driven.warnings])
+        said = " ".join(errors)
+        tool = ToolInfo(name=self.tool, version=self.version, mode=self.mode)
+        return assemble(parts, tool=tool, spec=self.spec, start_time=self.start_time,
+                        status=status, errors=[*(e for e in parts.errors if e not in said),
+                                               *errors],
+                        raw=tuple(p.raw() for p in (self.client, self.server) if p is not None))
 
 
 def assemble(
@@ -345,14 +294,13 @@ TCP_ONLY = {
 
 @attrs.frozen
 class Launch:
-    """Where a run starts: when, where the client connects, whether this adapter starts
-    the server itself (``local``), and the DrivenRun that owns the processes."""
+    """Where a run starts: when, where the client connects, and whether this adapter
+    starts the server itself (``local``)."""
 
     start_time: str
     host: str
     port: int
     local: bool
-    live: DrivenRun
 
 
 class IperfTool(DrivenTool):
@@ -396,14 +344,14 @@ class IperfTool(DrivenTool):
         assert self._found is not None  # identify() sets it whenever binary() succeeds
         return self._found
 
-    def launch(self, spec: TestSpec, reporter: Reporter) -> Launch:
+    def launch(self, spec: TestSpec) -> Launch:
         """The start of ``run``: the spec checked (SpecError), the binary found
         (ToolUnavailable), the client's target chosen."""
         self.check(spec)
         self.found()
         local = local_server_wanted(spec, self.options)
         host, port = client_target(spec, local, self.default_port)
-        return Launch(utc_now_iso(), host, port, local, DrivenRun(reporter, tool=self.name))
+        return Launch(utc_now_iso(), host, port, local)
 
     def tcp_only_refusals(self, spec: TestSpec, flags: Sequence[str]) -> list[str]:
         """Those of ``flags`` (keys of TCP_ONLY) that a UDP spec asks for: the binary would

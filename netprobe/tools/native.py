@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from netprobe.engine.capabilities import NATIVE_CAPABILITIES, native_refusals
 from netprobe.errors import TestFailed
-from netprobe.plugin import Availability, RelayReporter, Reporter, Tool
+from netprobe.plugin import Availability, Reporter, Tool
+from netprobe.reporting import RelayReporter
 from netprobe.schema import Result, TestSpec
 from netprobe.version import __version__
 

@@ -18,7 +18,8 @@ from netprobe.cli.exitcodes import ExitCode
 from netprobe.cli.formats import format_csv
 from netprobe.cli.outfile import append_text, check_target, choose_formats, write_stdout, write_text
 from netprobe.cli.units import format_rate
-from netprobe.plugin import NullReporter, Reporter
+from netprobe.plugin import Reporter
+from netprobe.reporting import NullReporter
 from netprobe.results.path import PathReport, Segment, run_path
 from netprobe.schema import Result, TestSpec
 

@@ -6,11 +6,12 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from netprobe.cli import args as opts
-from netprobe.cli.common import RegistryLoader, one_line
+from netprobe.cli.common import RegistryLoader
 from netprobe.cli.exitcodes import ExitCode
+from netprobe.registry import row, tool_rows
 
 if TYPE_CHECKING:
-    from netprobe.plugin import Registry, Tool
+    pass
 
 
 def add_parser(commands: Any, summary: str, epilog: str) -> None:
@@ -43,46 +44,24 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
 
 
 def _remote_tool_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from netprobe.agent.client import remote_tools
     from netprobe.engine.auth import load_secret
     from netprobe.engine.protocol import DEFAULT_PORT
+    from netprobe.farend import remote_tools
 
     rows = remote_tools(args.host, load_secret(args.secret_file), args.agent_port or DEFAULT_PORT)
-    return [_row(str(r.get("name")), "available" if r.get("available") else "unavailable",
-                 version=r.get("version"), reasons=list(r.get("reasons") or []),
-                 details=list(r.get("details") or [])) for r in rows]
+    return [_remote_row(r) for r in rows]
 
 
-def tool_rows(registry: Registry) -> list[dict[str, Any]]:
-    """One dict per tool (loaded or failed), as ``netprobe tools --json`` prints them.
-
-    Keys: name, status (available/unavailable/failed), version, path, details, reasons,
-    description, aliases, measures (``Tool.measures``: throughput, latency), error (load
-    or probe failure), target (entry point).
-    """
-    rows = [_tool_row(name, cls) for name, cls in sorted(registry.tools.items())]
-    for failure in registry.failures:
-        rows.append(_row(failure.name, "failed", error=failure.error, target=failure.target))
-    return rows
-
-
-def _tool_row(name: str, cls: type[Tool]) -> dict[str, Any]:
-    described = {"description": cls.description, "aliases": list(cls.aliases),
-                 "measures": sorted(getattr(cls, "measures", ())),
-                 "target": f"{cls.__module__}:{cls.__qualname__}"}
-    try:
-        found = cls().probe()
-    except Exception as exc:  # a plugin bug shows in the list instead of breaking it
-        return _row(name, "unavailable", error=f"probe failed: {one_line(exc)}", **described)
-    return _row(name, "available" if found.available else "unavailable",
-                version=found.version, path=found.path, details=list(found.details),
-                reasons=list(found.reasons), **described)
-
-
-def _row(name: str, status: str, **fields: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {"name": name, "status": status, "version": None, "path": None,
-                           "details": [], "reasons": [], "description": "", "aliases": [],
-                           "measures": [],
-                           "error": None, "target": None}
-    row.update(fields)
-    return row
+def _remote_row(found: dict[str, Any]) -> dict[str, Any]:
+    # An agent sends registry.tool_rows' shape; one from before it sent only name,
+    # available, version, reasons and details. Only the known keys, as text, are kept: the
+    # row is the far end's data.
+    status = found.get("status")
+    if status not in ("available", "unavailable", "failed"):
+        status = "available" if found.get("available") is True else "unavailable"
+    texts = {key: str(found[key]) for key in ("version", "path", "description", "error",
+                                              "target") if found.get(key) is not None}
+    lists = {key: [str(x) for x in found[key]] for key in ("details", "reasons", "aliases",
+                                                             "measures")
+             if isinstance(found.get(key), list)}
+    return row(str(found.get("name")), status, **texts, **lists)

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from netprobe import plugin
+from netprobe import reporting
 from netprobe.errors import ParseError
 from netprobe.schema import Endpoint, FlowSummary, Interval, Latency, SideSummary, StreamResult
 from netprobe.tools import _bounded
@@ -152,7 +152,7 @@ def _rate(value: str, unit: str) -> float:
 
 
 class _KeptRecords:
-    """The report lines a reader keeps: the first :data:`netprobe.plugin.MAX_INTERVALS_KEPT`,
+    """The report lines a reader keeps: the first :data:`netprobe.reporting.MAX_INTERVALS_KEPT`,
     then only each stream's latest (the final one, once it comes, is its summary), and a
     count of the rest. Read whole, an hour of -i 0.01 took 47x its log in memory."""
 
@@ -163,7 +163,7 @@ class _KeptRecords:
 
     def add(self, record: _Record) -> None:
         """Keep ``record``, or hold it as its stream's latest past the limit."""
-        if len(self.records) < plugin.MAX_INTERVALS_KEPT:
+        if len(self.records) < reporting.MAX_INTERVALS_KEPT:
             self.records.append(record)
             return
         key = (record.label, record.direction, record.role)

@@ -1,40 +1,28 @@
 """The iperf 2 adapter: drives the installed ``iperf`` (2.x) binary and maps its output
 into the result schema.
 
-Both ends print enhanced reports (``-e``) in plain bytes and bits (``-f b``), so every
-figure is exact; iperf 2 flushes each report line, so intervals are read live from the
-client (and from the local server, which this adapter starts when the host is this
-machine and stops by its PID afterwards: iperf 2 servers never exit by themselves).
-
-iperf 2 exits 0 on most failures (connection refused, unknown options are only warned
-about): the output is checked for those messages and they fail the test.
+The command lines are :mod:`~netprobe.tools.iperf2.command`'s; one run is an
+:class:`~netprobe.tools.iperf2.session.Iperf2Session`; the output is read by
+:mod:`~netprobe.tools.iperf2.parse_output`, and saved outputs become a Result in
+:mod:`~netprobe.tools.iperf2.parse_saved`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, cast
+from typing import cast
 
 import attrs
 
-from netprobe.driven import DrivenProcess, DrivenRun
-from netprobe.errors import NetprobeError, ParseError
-from netprobe.plugin import Capabilities, Reporter, fill_missing
-from netprobe.schema import RawOutput, Result, TestSpec, ToolInfo
-from netprobe.tools._iperf_common import (
-    DriveSpec,
-    IperfTool,
-    Launch,
-    Outcome,
-    Parts,
-    Probed,
-    assemble,
-    deadline_for,
-    drive,
-    finish,
-)
+from netprobe.errors import NetprobeError
+from netprobe.plugin import Capabilities, Reporter
+from netprobe.resultops import fill_missing
+from netprobe.schema import RawOutput, Result, TestSpec
+from netprobe.tools._iperf_common import IperfTool, Probed
 from netprobe.tools.iperf2 import parse_output as p2
-from netprobe.tools.iperf2.command import DEFAULT_PORT, client_argv, server_argv
+from netprobe.tools.iperf2.command import DEFAULT_PORT, server_argv
+from netprobe.tools.iperf2.parse_saved import parse_sources
+from netprobe.tools.iperf2.session import Iperf2Session
 
 ENV_VAR = "NETPROBE_IPERF2"
 """Environment variable naming the iperf 2 binary to use."""
@@ -86,48 +74,9 @@ class Iperf2Tool(IperfTool):
     def run(self, spec: TestSpec, reporter: Reporter) -> Result:
         """Run the test; start a local server (stopped by PID afterwards) when the host is
         this machine."""
-        go = self.launch(spec, reporter)
-        binary, host, port, live = self.found(), go.host, go.port, go.live
-        keys = p2.StreamKeys()
-        on = spec.interval_s is not None
-        client = p2.TextReader(True, keys, intervals=on)
-        server = p2.TextReader(False, keys, intervals=on)
-        expected = spec.streams * len(spec.flow_directions())
-        job = DriveSpec(
-            client_argv=client_argv(binary, spec, host, port),
-            on_client_line=_live(client, live),
-            server_argv=server_argv(binary, spec, host, port) if go.local else None,
-            on_server_line=_live(server, live),
-            server_ready=lambda line: "Server listening on" in line,
-            server_done=lambda proc: _finished(server) >= expected or proc.returncode is not None,
-            deadline_s=deadline_for(spec),
-        )
-        return self._result(spec, binary, go, drive(job, reporter, live), client, server)
-
-    def _result(
-        self,
-        spec: TestSpec,
-        binary: Iperf2Binary,
-        go: Launch,
-        outcome: Outcome,
-        client: p2.TextReader,
-        server: p2.TextReader,
-    ) -> Result:
-        parts = p2.merge(client.parts(), server.parts())
-        parts.local, parts.remote = p2.endpoints(client)
-        parts.remote = attrs.evolve(
-            parts.remote, host=spec.host or go.host, port=parts.remote.port or go.port
-        )
-        parts.start_time = client.start_time
-        parts.latency = p2.latency(parts)
-        problem = _problem(outcome, client, server, parts, spec)
-        parts.warnings.extend(_server_warnings(outcome.server, server, problem))
-        if outcome.client is not None and outcome.client.callback_error is not None:
-            parts.warnings.append(f"live interval display failed: {outcome.client.callback_error}")
-        tool = ToolInfo(name=self.name, version=binary.version, mode="copy")
-        return finish(
-            parts, tool=tool, spec=spec, start_time=go.start_time, outcome=outcome, problem=problem
-        )
+        launch = self.launch(spec)
+        return Iperf2Session(spec, reporter, name=self.name, binary=self.found(),
+                             launch=launch).run()
 
     # --- parsing saved output -----------------------------------------------------------------
 
@@ -156,136 +105,7 @@ class Iperf2Tool(IperfTool):
         """Saved iperf 2 output (``-e`` or legacy text, or ``-y C`` CSV, with or without
         the 2.2 header; client and/or server) as one Result. Raises ParseError when a
         source holds no iperf 2 report."""
-        if not sources:
-            raise ParseError("nothing to parse")
-        keys = p2.StreamKeys()
-        readings = [_read_source(name, text, keys) for name, text in sources]
-        clients = [r for r in readings if r[1]]
-        servers = [r for r in readings if not r[1]]
-        parts = clients[0][0] if clients else servers[0][0]
-        for other, _, _ in readings:
-            if other is not parts:
-                parts = p2.merge(parts, other)
-        parts.latency = p2.latency(parts)
-        status = "failed" if parts.errors else "ok"
-        spec = _spec_from(sources, parts)
-        raw = tuple(RawOutput(name=name, text=p2.kept_raw(text)) for name, text in sources)
-        return assemble(
-            parts,
-            tool=ToolInfo(name=self.name),
-            spec=spec,
-            start_time=parts.start_time,
-            status=status,
-            raw=raw,
-        )
-
-
-# --- live reading and the outcome ------------------------------------------------------------
-
-
-def _live(reader: p2.TextReader, live: DrivenRun) -> Any:
-    def on_line(line: str) -> None:
-        sample = reader.feed(line)
-        if sample is not None:
-            live.emit(sample)
-
-    return on_line
-
-
-def _finished(reader: p2.TextReader) -> int:
-    """How many per-stream final reports a reader has seen."""
-    parts = reader.parts()
-    return sum((s.sender is not None) + (s.receiver is not None) for s in parts.streams)
-
-
-def _problem(
-    outcome: Outcome, client: p2.TextReader, server: p2.TextReader, parts: Parts, spec: TestSpec
-) -> str | None:
-    if outcome.server_failed:
-        return f"the local iperf server did not start: {outcome.server_failed}"
-    if outcome.timed_out:
-        return f"no result {deadline_for(spec)} s after the start; stopped it"
-    if client.failures:
-        return "; ".join(dict.fromkeys(client.failures))  # in order, without repeats
-    code = outcome.client.returncode if outcome.client is not None else None
-    if code not in (0, None):
-        return _last_line(outcome.client) or f"exited with code {code}"
-    if not any(f.sender or f.receiver for f in parts.summaries):
-        return f"no report in the output: {_last_line(outcome.client) or 'nothing printed'}"
-    return None
-
-
-def _last_line(proc: DrivenProcess | None) -> str:
-    lines = [line.strip() for line in proc.lines if line.strip()] if proc else []
-    return lines[-1] if lines else ""
-
-
-def _server_warnings(
-    proc: DrivenProcess | None, reader: p2.TextReader, problem: str | None
-) -> list[str]:
-    if proc is None or problem:
-        return []
-    found = [f"local iperf server: {f}" for f in dict.fromkeys(reader.failures)]
-    if proc.callback_error is not None:
-        found.append(f"live interval display failed: {proc.callback_error}")
-    code = proc.returncode
-    if code is not None and code > 0:
-        # Debian's iperf 2.1.8 server has been seen to abort after a -P 2 test.
-        found.append(
-            f"the local iperf server exited with code {code}; the receiver's figures may be missing"
-        )
-    return found
-
-
-# --- parse(): saved outputs ------------------------------------------------------------------
-
-
-def _read_source(name: str, text: str, keys: p2.StreamKeys) -> tuple[Parts, bool, str]:
-    guessed = p2.guess_is_client(text, name)
-    is_client = guessed is not False
-    if p2.looks_like_csv(text):
-        parts = p2.parse_csv(text, is_client, name)
-    else:
-        reader = p2.read_text(text, is_client, keys)
-        if not reader.records and not reader.failures:
-            raise ParseError("no iperf 2 report lines found", name)
-        parts = reader.parts()
-        parts.local, parts.remote = p2.endpoints(reader)
-        parts.start_time = reader.start_time
-        parts.errors.extend(dict.fromkeys(reader.failures))
-    if guessed is None:
-        parts.warnings.append(
-            f"{name}: could not tell whether this is the client's or the "
-            f"server's output; read it as the client's"
-        )
-    return parts, is_client, name
-
-
-def _spec_from(sources: Sequence[tuple[str, str]], parts: Parts) -> TestSpec:
-    directions = {f.direction for f in parts.summaries}
-    direction = (
-        "bidir"
-        if len(directions) > 1
-        else ("reverse" if directions == {"server_to_client"} else "normal")
-    )
-    forward = [
-        s
-        for s in parts.streams
-        if s.direction == ("server_to_client" if direction == "reverse" else "client_to_server")
-    ]
-    intervals = [i for i in parts.intervals if i.stream_id is not None]
-    udp = any("UDP port" in text for _, text in sources) or any(
-        i.jitter_ms is not None for i in parts.intervals)
-    return TestSpec(
-        tool="iperf2",
-        host=parts.remote.host if parts.remote else None,
-        protocol="udp" if udp else "tcp",
-        direction=direction,
-        streams=max(1, len(forward)),
-        duration_s=round(parts.duration_s, 1) if parts.duration_s else 10.0,
-        interval_s=round(intervals[0].end_s - intervals[0].start_s, 4) if intervals else None,
-        port=parts.remote.port if parts.remote else None,
-    )
+        return parse_sources(self.name, sources)
 
 
 TCP_MIN_BYTES = 60

@@ -24,7 +24,7 @@ import attrs
 
 from netprobe import plugin
 from netprobe.errors import ParseError
-from netprobe.plugin import short_sender_totals
+from netprobe.resultops import short_sender_totals
 from netprobe.schema import (
     Cpu,
     Endpoint,

@@ -11,7 +11,7 @@ from typing import Any
 from netprobe.bottleneck import with_cpu_warnings
 from netprobe.driven import readable_sources
 from netprobe.errors import ParseError
-from netprobe.plugin import short_sender_totals
+from netprobe.resultops import short_sender_totals
 from netprobe.schema import Endpoint, FlowSummary, RawOutput, Result, TestSpec, ToolInfo
 from netprobe.tools.ntttcp import parse_output as p
 from netprobe.tools.ntttcp.parse_windows import (

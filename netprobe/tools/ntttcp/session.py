@@ -18,15 +18,23 @@ from typing import Any
 
 import attrs
 
-from netprobe.driven import DrivenProcess, DrivenSession, Ready, listening, system_name, tcpbytes
+from netprobe.driven import (
+    SERVER_READY_S,
+    DrivenProcess,
+    DrivenSession,
+    Ready,
+    listening,
+    system_name,
+    tcpbytes,
+)
 from netprobe.errors import ParseError, TestFailed
-from netprobe.plugin import Reporter, short_sender_totals
+from netprobe.plugin import Reporter
+from netprobe.resultops import short_sender_totals
 from netprobe.schema import Endpoint, FlowSummary, Interval, RawOutput, Result, TestSpec
 from netprobe.tools.ntttcp import parse_output as p
 from netprobe.tools.ntttcp.command import Plan
 from netprobe.tools.ntttcp.intervals import CounterSampler, IntervalBuilder, reconcile, schedule
 
-_START_TIMEOUT_S = 5.0
 _EXIT_GRACE_S = 2.0
 _FILE_GRACE_S = 2.0
 
@@ -82,7 +90,7 @@ class NtttcpSession(DrivenSession):
         if self.plan.server_argv is None:
             return True
         ready = self.serve("receiver", self.plan.server_argv, self._receiver_ports(),
-                           _START_TIMEOUT_S, on_line=self._parser_for("receiver"))
+                           SERVER_READY_S, on_line=self._parser_for("receiver"))
         if ready and self.plan.receive_only:
             self.driven.note(self._waiting_note())
         return ready

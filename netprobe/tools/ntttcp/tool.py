@@ -28,7 +28,8 @@ import attrs
 
 from netprobe.driven import DrivenTool, family_for, read_version
 from netprobe.errors import NetprobeError
-from netprobe.plugin import Availability, Capabilities, Reporter, fill_missing, short_sender_totals
+from netprobe.plugin import Availability, Capabilities, Reporter
+from netprobe.resultops import fill_missing, short_sender_totals
 from netprobe.schema import RawOutput, Result, TestSpec
 from netprobe.tools.ntttcp.command import common_args, line_buffer_prefix, make_plan
 from netprobe.tools.ntttcp.intervals import REALTIME_PERIOD_S, reconcile

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import attrs
 
-from netprobe import plugin
+from netprobe import reporting
 from netprobe.schema import (
     Cpu,
     CpuUsage,
@@ -116,7 +116,7 @@ class NuttcpOutput:
     first_side: str | None = None
     """The side printed first: the client's own (``r`` means the client received)."""
     intervals: list[Sample] = field(default_factory=list)
-    """Interval lines, the first :data:`netprobe.plugin.MAX_INTERVALS_KEPT` of them."""
+    """Interval lines, the first :data:`netprobe.reporting.MAX_INTERVALS_KEPT` of them."""
     intervals_not_kept: int = 0
     """Interval lines read past the limit, counted and not kept (bounded memory)."""
     brief: Sample | None = None
@@ -199,7 +199,7 @@ class NuttcpParser:
             return None
         if sample.summary:
             self.out.brief = sample
-        elif len(self.out.intervals) < plugin.MAX_INTERVALS_KEPT:
+        elif len(self.out.intervals) < reporting.MAX_INTERVALS_KEPT:
             self.out.intervals.append(sample)
         else:
             self.out.intervals_not_kept += 1

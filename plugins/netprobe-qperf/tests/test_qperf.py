@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from netprobe.driven import DrivenProcess, free_port, is_listening
 from netprobe.errors import SpecError, ToolUnavailable
-from netprobe.plugin import ENTRY_POINT_GROUP, load_registry
+from netprobe.plugin import ENTRY_POINT_GROUP
+from netprobe.registry import load_registry
 from netprobe.schema import TestSpec
 from netprobe.testing import RecordingReporter, validate_result
 

@@ -1,4 +1,7 @@
-"""The client's side of the agent: one command runs both ends of any tool.
+"""The far-end client: one command runs both ends of any tool, by asking the far host's agent.
+
+Below the run road (session.py imports it; it imports nothing above the plugin contract).
+The agent's own side, the daemon that answers these requests, is netprobe/agent/.
 
 ``run`` asks the agent on the target host (if one answers) to start the tool's server side,
 runs the client side here, and merges what the far end printed into the result.
