@@ -55,7 +55,8 @@ def run(host: Optional[str] = None, *, tool: str = "native", from_host: Optional
     plugin's name; every other keyword is a :class:`~netprobe.schema.TestSpec` field
     (``duration_s=5``, ``protocol="udp"``, ``streams=4``, ...). ``from_host``,
     ``reporter`` (live intervals; none by default) and ``agent`` are as for
-    :func:`run_spec`; ``tool_options`` go to the tool's constructor (e.g. ``path``).
+    :func:`netprobe.session.run_spec`; ``tool_options`` go to the tool's constructor (e.g.
+    ``path``).
     ``latency``: True, or a :class:`netprobe.loadlatency.ProbeOptions`, runs netprobe's
     latency probes beside the test, as ``netprobe run --latency`` does.
 
@@ -79,7 +80,7 @@ def run(host: Optional[str] = None, *, tool: str = "native", from_host: Optional
                                 test, live, probes, agent.secret)
 
 
-def _probe_options(latency: Any, agent: AgentAccess) -> Any:
+def _probe_options(latency: Any, agent: AgentAccess) -> Optional[ProbeOptions]:
     """The ProbeOptions ``latency`` asks for (None: no probes); the agents' port by default,
     as ``--agent-port`` is the probes' port on the command line."""
     if latency is False or latency is None:
