@@ -18,7 +18,7 @@ import attrs
 from netprobe.engine import latency
 from netprobe.errors import TestFailed
 from netprobe.loadlatency import LatencyReporter, ProbeOptions, far_end, open_prober, pause
-from netprobe.plugin import Reporter
+from netprobe.plugin import Reporter, Tool
 from netprobe.schema import (
     Endpoint,
     FlowSummary,
@@ -28,6 +28,12 @@ from netprobe.schema import (
     StreamResult,
     TestSpec,
     ToolInfo,
+)
+from netprobe.session import (
+    NO_SECRET,
+    AgentAccess,
+    prepare,
+    run_spec,
 )
 
 LOADED_PHASES = (("download", "reverse"), ("upload", "normal"), ("both", "bidir"))
@@ -60,11 +66,30 @@ def phase_spec(base: TestSpec, direction: str) -> TestSpec:
     return attrs.evolve(base, direction=direction)
 
 
-def run_bufferbloat(run: RunTest, base: TestSpec, reporter: Reporter,
-                    options: ProbeOptions, secret: Optional[bytes] = None,
-                    idle_s: float = DEFAULT_PHASE_S,
-                    plan: Sequence[tuple[str, str]] = LOADED_PHASES,
-                    label: str = "bufferbloat") -> Result:
+def prepare_plan(tool: Tool, base: TestSpec, plan: Sequence[tuple[str, str]]) -> None:
+    """Before anything runs: SpecError for every option ``tool`` cannot honour in any
+    phase of ``plan``, then ToolUnavailable if it cannot run here."""
+    for direction in dict.fromkeys(d for _, d in plan):
+        prepare(tool, phase_spec(base, direction))
+
+
+def run_plan(tool: Tool, base: TestSpec, plan: Sequence[tuple[str, str]], reporter: Reporter,
+             options: ProbeOptions, agent: AgentAccess = NO_SECRET,
+             label: str = "bufferbloat") -> Result:
+    """``netprobe bufferbloat`` and ``netprobe rrul`` (the commands and the Python API):
+    idle for ``options.idle_s``, each phase of ``plan`` run by ``tool`` through
+    :func:`~netprobe.session.run_spec`, idle again; probes throughout; one Result.
+    Call :func:`prepare_plan` first."""
+    return run_phases(lambda spec, live: run_spec(tool, spec, live, agent=agent), base,
+                      reporter, options, agent.secret, idle_s=options.idle_s, plan=plan,
+                      label=label)
+
+
+def run_phases(run: RunTest, base: TestSpec, reporter: Reporter,
+               options: ProbeOptions, secret: Optional[bytes] = None,
+               idle_s: float = DEFAULT_PHASE_S,
+               plan: Sequence[tuple[str, str]] = LOADED_PHASES,
+               label: str = "bufferbloat") -> Result:
     """Idle, the loaded phases of ``plan`` (name, direction; default download, upload,
     both), idle, with probes throughout; one Result. ``label`` begins the notes.
 

@@ -43,6 +43,9 @@ ENTRY_POINT_GROUP = "netprobe.tools"
 API_VERSION = 1
 """Version of this contract. A plugin declaring a higher ``api_version`` is incompatible."""
 
+MEASURES = frozenset({"throughput", "latency"})
+"""What a tool can declare it measures (:attr:`Tool.measures`)."""
+
 
 # The sets of Capabilities.all_but: everything netprobe knows how to ask of a tool.
 _EVERY_SET: dict[str, frozenset] = {
@@ -57,7 +60,9 @@ class Capabilities(Record):
     """What a tool can honour. Anything in a spec outside these is refused before running."""
 
     protocols: frozenset = frozenset({"tcp"})
-    """Protocols supported: ``tcp``, ``udp``."""
+    """Protocols supported: ``tcp``, ``udp``; empty for a tool that sends no TCP or UDP
+    test traffic a spec could choose (a ``ping`` driver): it runs the spec's default
+    protocol, TCP, which it ignores, and refuses ``--udp``."""
     directions: frozenset = frozenset({"normal"})
     """Directions supported: ``normal``, ``reverse``, ``bidir``."""
     max_streams: Optional[int] = 1
@@ -125,10 +130,10 @@ class Capabilities(Record):
         def refuse(option: str, why: str) -> None:
             found.append(f"{tool} cannot honour {option}: {why}")
 
-        if spec.protocol not in self.protocols:
-            refuse(
-                f"--{spec.protocol}" if spec.protocol == "udp" else "tcp", "protocol not supported"
-            )
+        if spec.protocol not in self.spec_protocols:
+            why = "" if self.protocols else " (it sends no TCP or UDP test traffic of its own)"
+            refuse(f"--{spec.protocol}" if spec.protocol == "udp" else "tcp",
+                   f"protocol not supported{why}")
         if spec.direction not in self.directions:
             flag = "--reverse" if spec.direction == "reverse" else f"--{spec.direction}"
             refuse(flag, "direction not supported")
@@ -143,6 +148,12 @@ class Capabilities(Record):
             if wanted and not able:
                 refuse(flag, "option not supported")
         return found
+
+    @property
+    def spec_protocols(self) -> frozenset:
+        """The protocols a spec may name: ``protocols``, or for a tool of neither (empty)
+        the spec's default, TCP, which such a tool ignores."""
+        return self.protocols or frozenset({"tcp"})
 
     def _check_interval(self, spec: TestSpec, refuse: Callable[[str, str], None]) -> None:
         if spec.interval_s is None:
@@ -258,6 +269,10 @@ class Tool(abc.ABC):
     """The plugin contract version this tool was written for."""
     capabilities: ClassVar[Capabilities] = Capabilities()
     """What the tool can honour."""
+    measures: ClassVar[frozenset[str]] = frozenset({"throughput"})
+    """What its results hold (:data:`MEASURES`): ``throughput`` (a summary per direction
+    the spec sends), ``latency`` (``Result.latency``: round trips), or both. The
+    conformance kit checks what a tool declares and no more."""
     description: ClassVar[str] = ""
     """One line for ``netprobe tools``."""
     modes: ClassVar[frozenset[str]] = frozenset()
@@ -332,6 +347,7 @@ __all__ = [
     "API_VERSION",
     "ENTRY_POINT_GROUP",
     "MAX_INTERVALS_KEPT",
+    "MEASURES",
     "SWITCHES",
     "Availability",
     "CallLengths",

@@ -287,8 +287,9 @@ def tool_rows(registry: Registry) -> list[dict[str, Any]]:
     agent sends for ``netprobe tools HOST``.
 
     Keys: name, status (available/unavailable/failed), available (bool, the key agents
-    before this shape sent), version, path, details, reasons, description, aliases, error
-    (load or probe failure), target (entry point).
+    before this shape sent), version, path, details, reasons, description, aliases, measures
+    (``Tool.measures``: throughput, latency), error (load or probe failure), target (entry
+    point).
     """
     rows = [_tool_row(name, cls) for name, cls in sorted(registry.tools.items())]
     for failure in registry.failures:
@@ -298,6 +299,7 @@ def tool_rows(registry: Registry) -> list[dict[str, Any]]:
 
 def _tool_row(name: str, cls: type[Tool]) -> dict[str, Any]:
     described = {"description": cls.description, "aliases": list(cls.aliases),
+                 "measures": sorted(getattr(cls, "measures", ())),
                  "target": f"{cls.__module__}:{cls.__qualname__}"}
     try:
         tool = cls()
@@ -313,7 +315,8 @@ def row(name: str, status: str, **fields: Any) -> dict[str, Any]:
     """A tool row (see :func:`tool_rows`) with ``fields`` over the defaults."""
     row: dict[str, Any] = {"name": name, "status": status, "available": status == "available",
                            "version": None, "path": None, "details": [], "reasons": [],
-                           "description": "", "aliases": [], "error": None, "target": None}
+                           "description": "", "aliases": [], "measures": [], "error": None,
+                           "target": None}
     row.update(fields)
     return row
 

@@ -1,5 +1,5 @@
 """One way to run a test, for every caller: ``netprobe run``, its ``--repeat``, ``compare``,
-``path``, the agent's third-party requests and the Python API (:func:`netprobe.run`).
+``path``, the agent's third-party requests and the Python API (:mod:`netprobe.api`).
 
 :func:`run_spec` refuses what the tool cannot honour, checks that it can run here, runs it
 (through the far host's agent when there is one, or entirely on the agent at
@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Optional
 
 import attrs
@@ -24,9 +26,10 @@ from netprobe.errors import (
     TestInterrupted,
     ToolUnavailable,
 )
+from netprobe.host import utc_now_iso
 from netprobe.plugin import Reporter, Tool
 from netprobe.record import Record
-from netprobe.registry import availability
+from netprobe.registry import availability, make_tool
 from netprobe.schema import Interval, Result, TestSpec
 
 
@@ -203,36 +206,41 @@ def _run(tool: Tool, spec: TestSpec, reporter: Reporter, from_host: Optional[str
                       port=agent.port)
 
 
-# --- the Python API ----------------------------------------------------------------------
+# --- for the Python API (netprobe/api.py) and the commands --------------------------------
 
 
-def run(host: Optional[str] = None, *, tool: str = "native", from_host: Optional[str] = None,
-        reporter: Optional[Reporter] = None, agent: AgentAccess = NO_SECRET,
-        tool_options: Optional[dict[str, Any]] = None, **spec: Any) -> Result:
-    """Run one test and return its :class:`~netprobe.schema.Result` (``netprobe.run``).
+def failed_result(tool_name: str, spec: TestSpec, message: str, status: str = "failed",
+                  started: Optional[str] = None) -> Result:
+    """The result of a test that ended before any figure came back (it could not connect,
+    Ctrl-C during the start): no figures, the spec and the error, so that a machine format
+    and ``TestFailed.partial`` still hold one record."""
+    from netprobe.schema import Endpoint, ToolInfo
 
-    ``host`` is the far end (None: both ends on this machine over loopback); ``tool`` the
-    plugin's name; every other keyword is a :class:`~netprobe.schema.TestSpec` field
-    (``duration_s=5``, ``protocol="udp"``, ``streams=4``, ...). ``from_host``,
-    ``reporter`` (live intervals; none by default) and ``agent`` are as for
-    :func:`run_spec`; ``tool_options`` go to the tool's constructor (e.g. ``path``).
-
-    Raises what the command line turns into its exit codes: SpecError (bad or refused
-    spec), ToolNotFound, ToolUnavailable, TestFailed (``partial`` holds what was measured;
-    TestInterrupted on Ctrl-C). A result comes back only when the test completed.
-    """
-    from netprobe.registry import make_tool
-    from netprobe.reporting import NullReporter
-
-    _check_call(tool, from_host, reporter, agent, tool_options)
-    test = _spec(tool, host, spec)
-    chosen = make_tool(tool, tool_options)
-    return run_spec(chosen, test, reporter or NullReporter(), from_host=from_host, agent=agent)
+    return Result(tool=ToolInfo(tool_name), spec=spec, start_time=started or utc_now_iso(),
+                  local=Endpoint("client"),
+                  remote=Endpoint("server", host=spec.host, port=spec.port),
+                  status=status, errors=(" ".join(message.split()),))
 
 
-def _check_call(tool: Any, from_host: Any, reporter: Any, agent: Any, options: Any) -> None:
-    """SpecError naming the argument of :func:`run` that is not what it must be: misuse is
-    told as such, not as a TypeError from the resolver or the plugin loader."""
+@contextmanager
+def failure_recorded(tool_name: str, spec: TestSpec, started: Optional[str] = None
+                     ) -> Iterator[None]:
+    """A TestFailed raised in the block leaves with a Result in ``partial``: what was
+    measured, or (when nothing came back) :func:`failed_result`, the record ``netprobe
+    run --json`` writes for the same failure."""
+    try:
+        yield
+    except TestFailed as exc:
+        if not isinstance(exc.partial, Result):
+            status = "interrupted" if isinstance(exc, TestInterrupted) else "failed"
+            exc.partial = failed_result(tool_name, spec, str(exc), status, started)
+        raise
+
+
+def check_call(tool: Any, from_host: Any, reporter: Any, agent: Any, options: Any) -> None:
+    """SpecError naming the argument of an API call (:func:`run`, ...) that is not what it
+    must be: misuse is told as such, not as a TypeError from the resolver or the plugin
+    loader."""
     is_reporter = all(callable(getattr(reporter, name, None)) for name in ("interval", "note"))
     checks = [
         ("tool", tool, isinstance(tool, str), "a tool name (string)"),
@@ -247,7 +255,8 @@ def _check_call(tool: Any, from_host: Any, reporter: Any, agent: Any, options: A
             raise SpecError(f"{name} must be {what}, got {repr(value)[:40]}")
 
 
-def _spec(tool: str, host: Optional[str], fields: dict[str, Any]) -> TestSpec:
+def spec_of(tool: str, host: Optional[str], fields: dict[str, Any]) -> TestSpec:
+    """The TestSpec of an API call's keywords: SpecError naming those that are no field."""
     known = {field.name for field in attrs.fields(TestSpec)} - {"tool", "host"}
     unknown = sorted(set(fields) - known)
     if unknown:
@@ -256,5 +265,6 @@ def _spec(tool: str, host: Optional[str], fields: dict[str, Any]) -> TestSpec:
     return TestSpec(tool=tool, host=host, **fields)
 
 
-__all__ = ["NO_SECRET", "AgentAccess", "availability", "prepare", "run", "run_spec",
+__all__ = ["NO_SECRET", "AgentAccess", "availability", "check_call", "failed_result",
+           "failure_recorded", "make_tool", "prepare", "run_spec", "spec_of",
            "unavailable_reasons"]

@@ -10,13 +10,14 @@ import argparse
 import itertools
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from netprobe.cli.exitcodes import ExitCode, UsageError
 from netprobe.limits import SAVED_RESULTS_MAX_BYTES, InputTooLarge, read_at_most
 
 if TYPE_CHECKING:
     from netprobe.cli.formats import Output
+    from netprobe.errors import TestFailed
     from netprobe.plugin import Reporter, Tool
     from netprobe.registry import Registry
     from netprobe.schema import Result, TestSpec
@@ -115,18 +116,19 @@ def emit_partial(out: Output, partial: Any, reporter: Reporter) -> None:
         error(str(exc))
 
 
-def failed_result(tool_name: str, spec: TestSpec, message: str, status: str = "failed",
-                  started: str | None = None) -> Result:
-    """The result of a test that ended before any figure came back (it could not connect,
-    Ctrl-C during the start): no figures, the spec and the error, so that a machine format
-    still gets its one record."""
-    from netprobe.host import utc_now_iso
-    from netprobe.schema import Endpoint, Result, ToolInfo
+def machine_record(out: Output, tool_name: str, spec: TestSpec, exc: TestFailed
+                   ) -> Optional[Result]:
+    """What a test that failed before any figure came back writes: for a machine format
+    its one record, the Result the Python API puts in ``TestFailed.partial`` for the same
+    failure (:func:`netprobe.session.failed_result`); for a person nothing but the error
+    line (no empty table)."""
+    from netprobe.errors import TestInterrupted
+    from netprobe.session import failed_result
 
-    return Result(tool=ToolInfo(tool_name), spec=spec, start_time=started or utc_now_iso(),
-                  local=Endpoint("client"),
-                  remote=Endpoint("server", host=spec.host, port=spec.port),
-                  status=status, errors=(" ".join(message.split()),))
+    if out.fmt == "human":
+        return None
+    status = "interrupted" if isinstance(exc, TestInterrupted) else "failed"
+    return failed_result(tool_name, spec, str(exc), status)
 
 
 def lines_shown(reporter: Reporter) -> bool:

@@ -13,13 +13,15 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Collection, Sequence
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional, Protocol, Union
 
 import attrs
 from attrs import frozen
 
 from netprobe.errors import NetprobeError, TestFailed, TestInterrupted
 from netprobe.plugin import Reporter, Tool
+from netprobe.registry import make_tool
+from netprobe.reporting import NullReporter
 from netprobe.schema import Result, TestSpec
 from netprobe.session import NO_SECRET, AgentAccess, run_spec, unavailable_reasons
 
@@ -174,7 +176,8 @@ class TrialRun:
         return len(self.failures) + sum(r.status != "ok" for r in self.results)
 
 
-def run_trials(spec: TestSpec, tools: Sequence[Tool], rounds: int, reporter: Reporter, *,
+def run_trials(spec: TestSpec, tools: Sequence[Union[Tool, str]], rounds: int,
+               reporter: Optional[Reporter] = None, *,
                events: Optional[TrialEvents] = None, pause_s: float = 0.0,
                run_id: Optional[str] = None,
                sleep: Callable[[float], None] = time.sleep,
@@ -182,10 +185,15 @@ def run_trials(spec: TestSpec, tools: Sequence[Tool], rounds: int, reporter: Rep
     """Run ``spec`` through ``tools`` for ``rounds`` rounds, interleaved, ``pause_s``
     seconds apart; every result carries the run id and its trial index.
 
-    Each trial runs as :func:`netprobe.session.run_spec` runs a test: from the agent at
-    ``from_host`` when given, with the target's agent starting the far end when it has one.
+    ``tools`` are Tool instances or tool names (as after ``--tool``; ToolNotFound before
+    anything runs for a name no plugin has). Live intervals go to ``reporter`` (none by
+    default). Each trial runs as :func:`netprobe.session.run_spec` runs a test: from the
+    agent at ``from_host`` when given, with the target's agent starting the far end when
+    it has one.
     """
-    by_name = {tool.name: tool for tool in tools}
+    made = [make_tool(tool) if isinstance(tool, str) else tool for tool in tools]
+    by_name = {tool.name: tool for tool in made}
+    reporter = reporter or NullReporter()
     plan = interleave(list(by_name), rounds)
     run = TrialRun(run_id or new_run_id(), len(plan))
     events = events or NullEvents()

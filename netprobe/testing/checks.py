@@ -70,7 +70,7 @@ import attrs
 from netprobe import convert
 from netprobe.driven import free_port
 from netprobe.errors import NetprobeError, SpecError, TestFailed, TestInterrupted, ToolUnavailable
-from netprobe.plugin import RANGED_CAPABILITIES, SWITCHES, Availability, Tool
+from netprobe.plugin import MEASURES, RANGED_CAPABILITIES, SWITCHES, Availability, Tool
 from netprobe.schema import (
     DIRECTIONS,
     Interval,
@@ -256,6 +256,24 @@ def conformance_tests(
     return test_conformance
 
 
+def declared(tool_cls: type[Tool]) -> frozenset[str]:
+    """What ``tool_cls`` declares it measures (``Tool.measures``), as a set of names."""
+    found = getattr(tool_cls, "measures", None)
+    return frozenset(found) if isinstance(found, (set, frozenset, tuple, list)) else frozenset()
+
+
+def declaration_problems(tool_cls: type[Tool]) -> list[str]:
+    """What is wrong with what ``tool_cls`` declares it measures."""
+    found = getattr(tool_cls, "measures", None)
+    known = ", ".join(sorted(MEASURES))
+    if not isinstance(found, (set, frozenset)) or not all(isinstance(m, str) for m in found):
+        return [f"measures must be a frozenset of names ({known}), not {found!r}"[:200]]
+    if not found:
+        return [f"measures declares nothing: a tool measures one or more of {known}"]
+    return [f"measures declares {name!r}: not one of {known}"
+            for name in sorted(found - MEASURES)]
+
+
 def _unexpected(exc: BaseException) -> str:
     import traceback
 
@@ -318,7 +336,8 @@ class Conformance:
                   **changes: Any) -> TestSpec:
         """The plainest loopback spec the capabilities allow, with ``changes``."""
         caps = self.tool_cls.capabilities
-        protocol = protocol or ("tcp" if "tcp" in caps.protocols else sorted(caps.protocols)[0])
+        protocols = caps.spec_protocols
+        protocol = protocol or ("tcp" if "tcp" in protocols else sorted(protocols)[0])
         direction = direction or (
             "normal" if "normal" in caps.directions else sorted(caps.directions)[0]
         )
@@ -347,7 +366,7 @@ class Conformance:
             return ["the class sets no name (what users type after --tool)"]
         notes.append(f"written for plugin API {self.tool_cls.api_version}; this netprobe has "
                      f"{API_VERSION}")
-        return []
+        return declaration_problems(self.tool_cls)
 
     # -- probe_without_binary -------------------------------------------------------------
 
@@ -419,7 +438,7 @@ class Conformance:
         caps = self.tool_cls.capabilities
         base = self.base_spec()
         found = [(f"protocol {p}", self.base_spec(protocol=p)) for p in ("tcp", "udp")
-                 if p not in caps.protocols]
+                 if p not in caps.spec_protocols]
         found += [(f"direction {d}", attrs.evolve(base, direction=d)) for d in DIRECTIONS
                   if d not in caps.directions]
         if caps.max_streams is not None:
@@ -431,7 +450,7 @@ class Conformance:
         if not caps.omit:
             found.append(("omit", attrs.evolve(base, omit_s=1.0)))
         found += [(f"rate limit on {p}", self.base_spec(protocol=p, rate_bits_per_second=1e6))
-                  for p in sorted(caps.protocols) if p not in caps.rate_limit]
+                  for p in sorted(caps.spec_protocols) if p not in caps.rate_limit]
         found += [(name, attrs.evolve(base, **change)) for name, change in _SWITCHES.items()
                   if not getattr(caps, name)]
         return found
@@ -553,7 +572,7 @@ class Conformance:
 
     def _axis_specs(self) -> list[tuple[str, TestSpec]]:
         caps = self.tool_cls.capabilities
-        protocols = sorted(caps.protocols, key=lambda p: p != "tcp")
+        protocols = sorted(caps.spec_protocols, key=lambda p: p != "tcp")
         directions = sorted(caps.directions, key=lambda d: d != "normal")
         count = max(len(protocols), len(directions))
         found = []
@@ -572,7 +591,7 @@ class Conformance:
     def _inside_options(self) -> list[tuple[str, str, dict[str, Any], bool]]:
         """(label, protocol, spec changes, must run alone) for each option inside."""
         caps = self.tool_cls.capabilities
-        tcp = "tcp" if "tcp" in caps.protocols else sorted(caps.protocols)[0]
+        tcp = "tcp" if "tcp" in caps.spec_protocols else sorted(caps.spec_protocols)[0]
         found: list[tuple[str, str, dict[str, Any], bool]] = []
         if caps.max_streams is None or caps.max_streams >= 2:
             found.append(("2 streams", tcp, {"streams": 2}, False))
@@ -582,7 +601,7 @@ class Conformance:
             found.append(("omit", tcp, {"omit_s": 1.0}, False))
         if caps.min_interval_s is not None:
             found.append(("interval", tcp, {"interval_s": max(caps.min_interval_s, 0.5)}, False))
-        for protocol in sorted(caps.rate_limit & caps.protocols):
+        for protocol in sorted(caps.rate_limit & caps.spec_protocols):
             rate = 100e6 if protocol == "tcp" else 50e6
             found.append((f"rate limit on {protocol}", protocol,
                           {"rate_bits_per_second": rate}, False))
@@ -602,7 +621,7 @@ class Conformance:
         except NetprobeError as exc:
             return [f"run raised {type(exc).__name__}: {exc}"], None
         problems = validate_result(result, spec, self.settings.tolerance)
-        return problems + honoured_problems(result, spec), result
+        return problems + honoured_problems(result, spec, declared(self.tool_cls)), result
 
     # -- loopback_run ---------------------------------------------------------------------
 

@@ -15,8 +15,16 @@ from netprobe.testing.validation import _sides
 # --- what an honoured option looks like in the result ----------------------------------
 
 
-def honoured_problems(result: Result, spec: TestSpec) -> list[str]:
-    """Ways ``result`` shows that options of ``spec`` were not honoured (empty if none)."""
+THROUGHPUT = frozenset({"throughput"})
+"""What a tool measures unless it declares otherwise (``Tool.measures``)."""
+
+
+def honoured_problems(result: Result, spec: TestSpec,
+                      measures: frozenset[str] = THROUGHPUT) -> list[str]:
+    """Ways ``result`` shows that options of ``spec`` were not honoured (empty if none).
+    The throughput figures (a summary per direction sent, streams, byte count, rate,
+    warm-up) are looked for only when ``measures`` (the tool's declaration) has
+    ``throughput``."""
     if not isinstance(result, Result):
         return []
     problems = []
@@ -26,13 +34,25 @@ def honoured_problems(result: Result, spec: TestSpec) -> list[str]:
         if getattr(result.spec, name) != getattr(spec, name):
             problems.append(f"result.spec.{name} is {getattr(result.spec, name)!r}, "
                             f"asked {getattr(spec, name)!r}")
-    problems += _direction_problems(result, spec)
-    problems += _stream_count_problems(result, spec)
-    problems += _byte_count_problems(result, spec)
-    problems += _rate_limit_problems(result, spec)
-    problems += _omit_problems(result, spec)
+    if "throughput" in measures:
+        problems += _direction_problems(result, spec)
+        problems += _stream_count_problems(result, spec)
+        problems += _byte_count_problems(result, spec)
+        problems += _rate_limit_problems(result, spec)
+        problems += _omit_problems(result, spec)
+    if "latency" in measures:
+        problems += _latency_measured_problems(result)
     problems += _interval_width_problems(result, spec)
     return problems
+
+
+def _latency_measured_problems(result: Result) -> list[str]:
+    if result.latency is None:
+        return ["the tool declares it measures latency, but the result has no latency"]
+    if result.latency.count <= 0:
+        return ["the tool declares it measures latency, but the result's latency holds no "
+                "sample"]
+    return []
 
 
 def _direction_problems(result: Result, spec: TestSpec) -> list[str]:

@@ -38,7 +38,7 @@ def validate_result(
     problems += _start_time_problems(result.start_time)
     problems += _interval_problems(result.intervals, tolerance)
     problems += _summary_problems(result, tolerance)
-    problems += _latency_problems(result.latency)
+    problems += _latency_problems(result)
     if spec is not None and result.status == "ok":
         problems += _duration_problems(result, spec)
     return problems
@@ -112,6 +112,7 @@ def _interval_problems(intervals: Sequence[Interval], tol: float) -> list[str]:
         problems += _rate_problem(what, item.bytes, item.end_s - item.start_s,
                                   item.bits_per_second, tol)
         problems += _sign_problems(what, item)
+        problems += _ordered(what, item, ("latency_p50_us", "latency_max_us"))
         key = (item.direction, item.role, item.stream_id)
         before = last.get(key)
         if before is not None and item.start_s < before.end_s - 1e-6:
@@ -128,6 +129,14 @@ def _interval_problems(intervals: Sequence[Interval], tol: float) -> list[str]:
 _NON_NEGATIVE = ("retransmits", "rtt_us", "rttvar_us", "min_rtt_us", "max_rtt_us",
                  "cwnd_bytes", "packets", "lost_packets", "out_of_order_packets",
                  "duplicate_packets", "jitter_ms")
+
+
+def _ordered(what: str, record: Any, names: Sequence[str]) -> list[str]:
+    """Problems if the known figures ``names`` of ``record`` are negative or decrease."""
+    known = [(n, getattr(record, n)) for n in names if getattr(record, n, None) is not None]
+    problems = [f"{what}: {n} = {v:g} is negative" for n, v in known if v < 0]
+    return problems + [f"{what}: {n1} = {v1:g} exceeds {n2} = {v2:g}"
+                       for (n1, v1), (n2, v2) in zip(known, known[1:]) if v1 > v2]
 
 
 def _sign_problems(what: str, record: Any) -> list[str]:
@@ -163,6 +172,7 @@ def _summary_problems(result: Result, tol: float) -> list[str]:
         problems += _rate_problem(what, side.bytes, side.end_s - side.start_s,
                                   side.bits_per_second, tol)
         problems += _sign_problems(what, side)
+        problems += _ordered(what, side, ("min_rtt_us", "max_rtt_us"))
     for flow in result.summaries:
         sent, got = flow.sender, flow.receiver
         if result.spec.omit_s > 0 or sent is None or got is None:
@@ -170,25 +180,80 @@ def _summary_problems(result: Result, tol: float) -> list[str]:
         if got.bytes > sent.bytes * 1.01 + 65536:
             problems.append(f"summary {flow.direction}: the receiver got {got.bytes} bytes, more "
                             f"than the {sent.bytes} the sender sent")
+        lost, count = got.lost_packets, sent.packets
+        if lost is not None and count is not None and lost > count * 1.01 + 1:
+            problems.append(f"summary {flow.direction}: the receiver lost {lost} datagrams, "
+                            f"more than the {count} the sender sent")
     if len({f.direction for f in result.summaries}) != len(result.summaries):
         problems.append("two summaries for the same direction")
     return problems
 
 
-def _latency_problems(latency: Optional[Latency]) -> list[str]:
-    if latency is None:
-        return []
-    problems = [] if latency.count >= 0 else [f"latency count {latency.count} is negative"]
-    order = [(n, getattr(latency, n)) for n in ("min_us", "p50_us", "p90_us", "p99_us", "max_us")]
-    known = [(n, v) for n, v in order if v is not None]
-    problems += [f"latency {n} = {v} is negative" for n, v in known if v < 0]
+def _latency_records(result: Result) -> Iterator[tuple[str, Latency]]:
+    """Every latency distribution in ``result``, named as a problem names it."""
+    for what, latency in (("latency", result.latency), ("tool_latency", result.tool_latency)):
+        if latency is None:
+            continue
+        yield what, latency
+        for phase in latency.phases:
+            for part in ("rtt", "client_to_server", "server_to_client"):
+                inner = getattr(phase, part)
+                if inner is not None:
+                    yield f"{what} phase {phase.name} {part}", inner
+
+
+_LATENCY_ORDER = ("min_us", "p50_us", "p90_us", "p99_us", "max_us")
+"""Figures of a distribution that can never decrease along this order."""
+_LATENCY_FIGURES = (*_LATENCY_ORDER, "mean_us", "jitter_us")
+
+
+def _latency_problems(result: Result) -> list[str]:
+    problems: list[str] = []
+    for what, latency in _latency_records(result):
+        problems += _distribution_problems(what, latency)
+    for what, top in (("latency", result.latency), ("tool_latency", result.tool_latency)):
+        if top is not None:
+            problems += _phase_order_problems(what, top)
+    return problems
+
+
+def _distribution_problems(what: str, latency: Latency) -> list[str]:
+    """What cannot be true of one distribution: a percentile above the maximum, a mean
+    outside min..max, negative times or counts, loss that is no percentage, figures of
+    no sample."""
+    problems = [] if latency.count >= 0 else [f"{what}: count {latency.count} is negative"]
+    figures = {n: getattr(latency, n) for n in _LATENCY_FIGURES if getattr(latency, n) is not None}
+    problems += [f"{what}: {n} = {v:g} is negative" for n, v in figures.items() if v < 0]
+    if latency.count == 0 and figures:
+        problems.append(f"{what}: figures from a count of 0 samples "
+                        f"({', '.join(sorted(figures))})")
+    known = [(n, figures[n]) for n in _LATENCY_ORDER if n in figures]
     for (n1, v1), (n2, v2) in zip(known, known[1:]):
         if v1 > v2:
-            problems.append(f"latency {n1} = {v1} exceeds {n2} = {v2}")
+            problems.append(f"{what}: {n1} = {v1:g} exceeds {n2} = {v2:g}")
     low, high, mean = latency.min_us, latency.max_us, latency.mean_us
-    below = mean is not None and low is not None and mean < low
-    if below or (mean is not None and high is not None and mean > high):
-        problems.append(f"latency mean_us = {mean} lies outside min..max")
+    if mean is not None and ((low is not None and mean < low)
+                             or (high is not None and mean > high)):
+        shown = "..".join("?" if v is None else f"{v:g}" for v in (low, high))
+        problems.append(f"{what}: mean_us = {mean:g} lies outside min_us..max_us ({shown})")
+    if latency.lost is not None and latency.lost < 0:
+        problems.append(f"{what}: lost = {latency.lost} is negative")
+    if latency.lost_percent is not None and not 0 <= latency.lost_percent <= 100:
+        problems.append(f"{what}: lost_percent = {latency.lost_percent:g} is not a percentage")
+    return problems
+
+
+def _phase_order_problems(what: str, latency: Latency) -> list[str]:
+    problems = []
+    before = None
+    for phase in latency.phases:
+        if phase.end_s < phase.start_s or phase.start_s < 0:
+            problems.append(f"{what} phase {phase.name}: span {phase.start_s:g}.."
+                            f"{phase.end_s:g} s is negative")
+        if before is not None and phase.start_s < before.end_s - 1e-3:
+            problems.append(f"{what} phase {phase.name}: starts at {phase.start_s:g} s, before "
+                            f"the phase before it ended ({before.end_s:g} s)")
+        before = phase
     return problems
 
 

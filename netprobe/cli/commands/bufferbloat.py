@@ -83,15 +83,13 @@ def handle(args: argparse.Namespace, load: common.RegistryLoader) -> int:
 def run_phases(args: argparse.Namespace, load: common.RegistryLoader,
                plan: Sequence[tuple[str, str]]) -> int:
     """Idle, the loaded phases of ``plan`` (name, direction), idle; write the one result."""
-    from netprobe.bufferbloat import phase_spec, run_bufferbloat
+    from netprobe.bufferbloat import phase_spec, prepare_plan, run_plan
     from netprobe.loadlatency import ProbeOptions
-    from netprobe.session import prepare, run_spec
 
     spec = _spec(args)
     registry = common.registry_for(load, spec.tool)
     tool = common.make_tool(registry, spec.tool, common.secret_options(args))
-    for direction in dict.fromkeys(d for _, d in plan):
-        prepare(tool, phase_spec(spec, direction))  # refused (exit 2) before anything runs
+    prepare_plan(tool, spec, plan)  # refused (exit 2) before anything runs
     access = common.agent_access(args)
     out = common.output(args)
     out.check()
@@ -99,11 +97,10 @@ def run_phases(args: argparse.Namespace, load: common.RegistryLoader,
     options = ProbeOptions(idle_s=args.idle, rate_hz=args.latency_rate,
                            transport=args.latency_transport)
     try:
-        result = run_bufferbloat(lambda s, r: run_spec(tool, s, r, agent=access), spec,
-                                 reporter, options, access.secret, idle_s=args.idle,
-                                 plan=plan, label=args.command)
+        result = run_plan(tool, spec, plan, reporter, options, access, label=args.command)
     except TestFailed as exc:
-        common.emit_partial(out, exc.partial, reporter)
+        common.emit_partial(out, exc.partial or common.machine_record(
+            out, tool.name, phase_spec(spec, "bidir"), exc), reporter)
         raise
     out.emit(result, intervals_shown=common.lines_shown(reporter))
     return common.status_code(result)

@@ -9,8 +9,8 @@ from netprobe.cli.common import (
     RegistryLoader,
     agent_access,
     emit_partial,
-    failed_result,
     lines_shown,
+    machine_record,
     make_tool,
     output,
     registry_for,
@@ -75,22 +75,14 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
             result = run_spec(tool, spec, reporter, from_host=args.from_host,
                               agent=agent_access(args))
     except TestFailed as exc:
-        status = "interrupted" if isinstance(exc, TestInterrupted) else "failed"
-        emit_partial(out, exc.partial or _record(out, tool.name, spec, str(exc), status),
-                     reporter)
+        emit_partial(out, exc.partial or machine_record(out, tool.name, spec, exc), reporter)
         raise
     except KeyboardInterrupt:  # Ctrl-C before the tool could make a partial result
-        emit_partial(out, _record(out, tool.name, spec, "interrupted", "interrupted"),
+        emit_partial(out, machine_record(out, tool.name, spec, TestInterrupted("interrupted")),
                      reporter)
         raise
     out.emit(result, intervals_shown=lines_shown(reporter))
     return status_code(result)
-
-
-def _record(out: Any, tool_name: str, spec: Any, message: str, status: str) -> Any:
-    # A machine format owes its reader one record, figures or not; a person reads the
-    # error line and needs no empty table.
-    return None if out.fmt == "human" else failed_result(tool_name, spec, message, status)
 
 
 def _with_latency(tool: Any, spec: Any, reporter: Any, args: argparse.Namespace) -> Any:

@@ -61,6 +61,7 @@ def _remote_row(found: dict[str, Any]) -> dict[str, Any]:
         status = "available" if found.get("available") is True else "unavailable"
     texts = {key: str(found[key]) for key in ("version", "path", "description", "error",
                                               "target") if found.get(key) is not None}
-    lists = {key: [str(x) for x in found[key]] for key in ("details", "reasons", "aliases")
+    lists = {key: [str(x) for x in found[key]] for key in ("details", "reasons", "aliases",
+                                                             "measures")
              if isinstance(found.get(key), list)}
     return row(str(found.get("name")), status, **texts, **lists)
