@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import attrs
 
 from netprobe.engine import latency, protocol
-from netprobe.engine.probes import DEFAULT_RATE_HZ, Prober
+from netprobe.engine.prober import DEFAULT_RATE_HZ, Prober
 from netprobe.errors import TestFailed
 from netprobe.plugin import Reporter
 from netprobe.schema import Interval, Result, TestSpec

@@ -2,20 +2,25 @@
 Reporter protocol itself (the contract, in :mod:`netprobe.plugin`).
 
 :class:`KeptIntervals` bounds what a Result keeps; :class:`RelayReporter` calls a reporter
-from one thread with its errors contained (:func:`contained`, the one place a reporter's
-exception is turned into a warning); :class:`NullReporter` ignores everything.
+from one thread with its errors contained (a reporter's exception becomes one warning);
+:class:`NullReporter` ignores everything.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
 from netprobe.schema import Interval
 
-if TYPE_CHECKING:
-    from netprobe.plugin import Reporter
+
+class _Receiver(Protocol):
+    # What a relay calls: the Reporter protocol of the contract (netprobe.plugin), named
+    # here by its shape so that this module needs nothing of the contract's.
+    def interval(self, sample: Interval) -> None: ...
+
+    def note(self, message: str) -> None: ...
 
 MAX_INTERVALS_KEPT = 20_000
 """Interval samples of each end a Result keeps: a one-hour test at the default 1 s interval
@@ -70,10 +75,10 @@ class RelayReporter:
     on several threads). Use as a context manager around the run; :attr:`warnings` then
     says whether the reporter failed."""
 
-    def __init__(self, reporter: Reporter) -> None:
+    def __init__(self, reporter: _Receiver) -> None:
         self.warnings: list[str] = []
         """One line if the reporter raised (it is not called again after that)."""
-        self._reporter: Optional[Reporter] = reporter
+        self._reporter: Optional[_Receiver] = reporter
         self._events: queue.SimpleQueue[Optional[tuple[str, Any]]] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._relay, name="netprobe-reporter",
                                         daemon=True)

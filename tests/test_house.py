@@ -58,3 +58,58 @@ def test_the_contract_is_apart_from_the_registry() -> None:
     assert not defined & {"Registry", "load_registry", "make_manager", "LoadFailure",
                           "RelayReporter", "KeptIntervals", "fill_missing", "utc_now_iso"}
     assert "stevedore" not in source
+
+
+def test_a_service_plugs_into_the_servers_port_as_a_handler() -> None:
+    # The handler contract (engine/handlers.py): a builder passes a handler for a request
+    # type; it gets the control session, holds a slot through Admission, and refuses the
+    # way every handler does. The native test and the latency echo are handlers too.
+    import json
+    import socket
+    import struct
+
+    from netprobe.engine import protocol
+    from netprobe.engine.handlers import ControlSession
+    from netprobe.engine.server import Server, ServerConfig
+
+    def greet(session: ControlSession, request: dict) -> None:
+        if request.get("name") == "nobody":
+            session.refuse("no greeting for nobody", "spec")
+        with session.slot(kind="greeting"):
+            busy = session.server.admission.active_tests
+            session.channel.send({"type": "greeting", "to": request.get("name"),
+                                  "slots_held": busy})
+
+    def ask(port: int, body: dict) -> dict:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(protocol.pack_hello(protocol.KIND_CONTROL))
+            channel = protocol.Channel(sock)
+            channel.expect("welcome", timeout=5)
+            raw = json.dumps(body).encode()
+            sock.sendall(struct.pack("!I", len(raw)) + raw)
+            return channel.recv(timeout=5)
+
+    server = Server(ServerConfig(bind_address="127.0.0.1", port=0), handlers={"greet": greet})
+    port = server.start()
+    try:
+        assert set(server.handlers) >= {"test", "latency", "greet"}
+        assert ask(port, {"type": "greet", "name": "ada"}) == {
+            "type": "greeting", "to": "ada", "slots_held": 1}
+        refused = ask(port, {"type": "greet", "name": "nobody"})
+        assert (refused["type"], refused["code"]) == ("error", "spec")
+        unknown = ask(port, {"type": "nothing-here"})
+        assert (unknown["type"], unknown["code"]) == ("error", "unknown")
+        assert server.admission.active_tests == 0 and server.admission.served == 1
+    finally:
+        server.close()
+
+
+def test_the_engines_server_is_split_along_its_handler_contract() -> None:
+    engine = PACKAGE / "engine"
+    for module in ("handlers.py", "admission.py", "control.py", "nativetest.py", "echo.py",
+                   "prober.py"):
+        assert (engine / module).is_file(), module
+    _, classes = _calls_and_classes(engine / "server.py")
+    assert [name for name, _ in classes] == ["Server", "_Hello"]
+    _, classes = _calls_and_classes(engine / "probes.py")
+    assert not {name for name, _ in classes} & {"Echo", "Prober", "ProbeService"}

@@ -146,3 +146,22 @@ def test_the_run_road_imports_nothing_above_it() -> None:
     reached = _reach(import_graph(), "netprobe.session")
     upward = sorted(name for name in reached if name.startswith(above))
     assert upward == [], f"the run road reaches up to: {upward}"
+
+
+class _EveryImport(_Imports):
+    """Imports under ``if TYPE_CHECKING:`` too: a circle there is one in the design."""
+
+    def visit_If(self, node: ast.If) -> None:
+        self.generic_visit(node)
+
+
+def test_no_import_cycle_even_for_type_checking() -> None:
+    modules = _modules()
+    known = set(modules)
+    graph = {}
+    for name, path in modules.items():
+        visitor = _EveryImport(name, path.name == "__init__.py", known)
+        visitor.visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        graph[name] = visitor.found - {name}
+    found = cycles(graph)
+    assert found == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)

@@ -215,7 +215,7 @@ def test_probe_round_trips_and_is_bound_to_its_cookie() -> None:
 
 
 def test_received_bitmap_round_trips_and_refuses_junk() -> None:
-    bitmap = probes._Bitmap(100)
+    bitmap = probes.Bitmap(100)
     for seq in (0, 9, 99):
         assert bitmap.add(seq)
     assert not bitmap.add(9)

@@ -139,7 +139,7 @@ class _Unaware:
 
 
 @needs_native
-@pytest.mark.parametrize("unaware", ["netprobe.engine.client", "netprobe.engine.server"])
+@pytest.mark.parametrize("unaware", ["netprobe.engine.client", "netprobe.engine.nativetest"])
 def test_an_end_without_the_warm_up_feature_is_never_sent_it(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         unaware: str) -> None:

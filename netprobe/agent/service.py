@@ -25,8 +25,8 @@ from netprobe.agent.guard import CHECK_S, EXTRA_CONNECTIONS, Guard, limits_for, 
 from netprobe.agent.liveness import RequesterWatch, keep_alive
 from netprobe.agent.udpcount import CounterUnavailable, UdpCounter
 from netprobe.driven import DrivenProcess, port_is_free
+from netprobe.engine.handlers import ControlSession as Session
 from netprobe.engine.log import client, escape
-from netprobe.engine.server import Session
 from netprobe.errors import NetprobeError, SecretMissing, SecretRefused, TestFailed
 from netprobe.plugin import Tool
 from netprobe.registry import Registry, load_registry, tool_rows
@@ -64,10 +64,10 @@ def _status(session: Session) -> None:
     # refuses a test beyond its slots ("busy") rather than queueing it: the queue of a
     # fleet lives in its runner, not here.
     server = session.server
-    running = server.activity()
+    running = server.admission.activity()
     session.channel.send({"type": "status", "state": "busy" if running else "idle",
                           "running": running, "slots": server.config.max_tests,
-                          "served": server.served,
+                          "served": server.admission.served,
                           "third_party": server.config.allow_third_party,
                           "far_end_limits": limits_note()})
 

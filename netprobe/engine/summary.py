@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
 import attrs
 
@@ -15,8 +15,29 @@ from netprobe.record import Record
 from netprobe.resultops import bits_per_second
 from netprobe.schema import Cpu, CpuUsage, Interval, SideSummary
 
-if TYPE_CHECKING:
-    from netprobe.engine.side import LocalStream
+
+class MeasuredStream(Protocol):
+    """What the arithmetic reads of a stream (side.LocalStream is one): its identity, its
+    running totals, and the TCP figures gathered while it ran. A protocol, so that this
+    module needs nothing of the side that runs the loops."""
+
+    stream_id: int
+    direction: str
+    role: str
+    rtt_samples: list
+    max_cwnd_bytes: Optional[int]
+    call_length_bytes: Optional[int]
+
+    @property
+    def is_tcp(self) -> bool:
+        """Whether the stream is TCP."""
+
+    @property
+    def base(self) -> Snapshot:
+        """The totals at the summary's start (after any warm-up)."""
+
+    def snapshot(self) -> Snapshot:
+        """The running totals now."""
 
 
 @attrs.frozen(repr=False, eq=False)
@@ -58,7 +79,7 @@ def _diff(now: Optional[int], before: Optional[int]) -> Optional[int]:
 
 
 def interval(
-    stream: LocalStream,
+    stream: MeasuredStream,
     last: Snapshot,
     now: Snapshot,
     start_s: float,
@@ -67,7 +88,7 @@ def interval(
 ) -> Interval:
     """The interval of one stream between two snapshots."""
     # Never below 0: a TCP receiver's snapshot taken while its loop reads may count one
-    # read's bytes twice (LocalStream.arrived_bytes); the next one, taken after the last
+    # read's bytes twice (side.LocalStream.arrived_bytes); the next one, taken after the last
     # byte came, must not give them back as a negative interval.
     nbytes = max(0, now.bytes - last.bytes)
     udp = not stream.is_tcp
@@ -92,7 +113,7 @@ def interval(
     )
 
 
-def note_tcp_sample(stream: LocalStream, snap: Snapshot) -> None:
+def note_tcp_sample(stream: MeasuredStream, snap: Snapshot) -> None:
     """Keep the RTT and cwnd samples a TCP sender's summary is made of."""
     if snap.rtt_us is not None:
         stream.rtt_samples.append(snap.rtt_us)
@@ -143,7 +164,7 @@ def sum_intervals(samples: Sequence[Interval]) -> list[Interval]:
     return sums
 
 
-def side_summary(stream: LocalStream, start_s: float, end_s: float,
+def side_summary(stream: MeasuredStream, start_s: float, end_s: float,
                  rcvbuf_drops: Optional[int] = None,
                  base_bytes: Optional[int] = None) -> SideSummary:
     """A stream's summary from its warm-up baseline to its final totals (``rcvbuf_drops``:

@@ -1,0 +1,105 @@
+"""The server's handler contract: what whoever builds a netprobe server passes it, and what
+each handler gets.
+
+A control connection starts with a request; the server looks its ``type`` up in the
+handlers it was given (``Server(config, handlers={...})``) and calls the handler with the
+:class:`ControlSession` and the request. The native test (``"test"``), the latency echo
+(``"latency"``) and the agent's requests (tools, far ends, third-party tests, status) are
+all handlers; so will be the iperf3-compatible listener. A handler refuses with
+``session.refuse`` (the client is told why, the refusal is logged), holds one of the
+server's test slots with ``session.slot``, and hands the data connections and UDP
+streams it expects to the server by cookie (``session.server.register``): they arrive on
+the server's port and are given to the :class:`Attachable` registered under their cookie.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import NoReturn, Optional, Protocol
+
+from netprobe.engine.admission import Admission
+from netprobe.engine.config import ServerConfig
+from netprobe.engine.log import Log
+from netprobe.engine.protocol import Channel, DataHello
+from netprobe.schema import TestSpec
+
+
+class Attachable(Protocol):
+    """What data connections and UDP hellos are handed to, by cookie: a native test, or a
+    latency probe session's echo."""
+
+    control_peer: tuple
+    """The control connection's peer: data may come only from its address."""
+    local_address: str
+    """The control connection's local address: UDP answers leave from it."""
+    udp_key: bytes
+    """The session's secret for the UDP return-routability nonces."""
+
+    def attach(self, hello: DataHello, sock: socket.socket) -> bool:
+        """Take a TCP data connection; False if it does not belong."""
+
+    def attach_udp(self, hello: DataHello, peer: tuple, datagram: bytes) -> None:
+        """Take a UDP stream whose ``peer`` has proved it receives there, and answer it
+        ``datagram`` (the hello) from the stream's own socket."""
+
+
+class ServerFacts(Protocol):
+    """The server as a handler sees it."""
+
+    config: ServerConfig
+    """What the server allows."""
+    log: Log
+    """The event log (one line and one record per event)."""
+    port: int
+    """The port it listens on (TCP and UDP)."""
+    admission: Admission
+    """Its slots, budgets, ACL and per-address counts."""
+
+    def allows(self, address: str) -> bool:
+        """Whether the --allow list accepts ``address``."""
+
+    def register(self, cookie: bytes, session: Attachable) -> None:
+        """Hand the data connections and UDP streams carrying ``cookie`` to ``session``."""
+
+    def unregister(self, cookie: bytes) -> None:
+        """Stop handing them (the test is over)."""
+
+
+class ControlSession(Protocol):
+    """One client's control connection, after its welcome (and proof of the secret)."""
+
+    server: ServerFacts
+    channel: Channel
+    """The control connection's framed messages."""
+    peer: tuple
+    """The client's address and port."""
+    control_peer: tuple
+    """The same: the address data may come from."""
+    local_address: str
+    """This end's address on the control connection."""
+    udp_key: bytes
+    """The session's secret for UDP return-routability nonces."""
+
+    def refuse(self, message: str, code: str = "refused") -> NoReturn:
+        """Tell the client why not, log it, then end the session (SpecError)."""
+
+    def slot(self, spec: Optional[TestSpec] = None, kind: str = "test",
+             memory: int = 0) -> AbstractContextManager[None]:
+        """Hold one of the server's test slots and ``memory`` bytes of its budget."""
+
+    def checked_spec(self, request: dict,
+                     refusals: Callable[[TestSpec], list[str]] = ...) -> TestSpec:
+        """The request's spec, refused if invalid, not runnable or over a limit."""
+
+    def require_udp_proof(self, request: dict) -> None:
+        """Refuse a client that does not make the UDP return-routability check."""
+
+
+Handler = Callable[[ControlSession, dict], None]
+"""A request's handler: called with the session and the request on the session's thread;
+it returns when the request is done (or raises: SpecError for a refusal)."""
+
+
+__all__ = ["Attachable", "ControlSession", "Handler", "ServerFacts"]
