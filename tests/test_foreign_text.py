@@ -197,7 +197,7 @@ def test_fleet_run_progress_line_shows_a_far_end_error_as_data(
         capsys: Any) -> None:
     """``fleet run`` prints each pair's line as it ends; the error is the far end's."""
     from netprobe.archives import Record
-    from netprobe.cli.commands.fleet import _Bar
+    from netprobe.cli.fleetview import FleetBar as _Bar
 
     bar = _Bar()
     try:

@@ -110,7 +110,7 @@ def _archived(urls: Sequence[str]) -> tuple[list[tuple[Result, str]], list[tuple
     if not urls:
         return [], []
     from netprobe.archives import open_archive
-    from netprobe.cli.commands.fleet import matrix_html
+    from netprobe.cli.fleetview import matrix_html
     from netprobe.fleet.matrix import build, groups_of
 
     results: list[tuple[Result, str]] = []
