@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
-from netprobe.archives import Record, figures
+from netprobe.archives import PairRecord, figures
 from netprobe.engine.auth import read_credential
 from netprobe.errors import NetprobeError, SpecError, listen_error
 from netprobe.exporter_config import NO_CONFIG, ExporterConfig
@@ -119,7 +119,7 @@ class FleetCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         with self.open_archive() as archive:
-            latest: list[Record] = archive.latest()
+            latest: list[PairRecord] = archive.latest()
             skipped = len(getattr(archive, "warnings", []))
         names = ("group", "source", "target", "tool")
         up = GaugeMetricFamily("netprobe_fleet_up", "1 when the pair's latest test was ok.",

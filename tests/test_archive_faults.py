@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from netprobe import convert
-from netprobe.archives import Archive, ArchiveError, Record, Run, open_archive
+from netprobe.archives import Archive, ArchiveError, PairRecord, Run, open_archive
 from netprobe.fleet import config
 from netprobe.fleet.runner import FleetRunner
 from netprobe.schema import Result
@@ -70,8 +70,8 @@ def _read_only(source: Path, where: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(where)], timeout=30, check=False)
 
 
-def _record(n: int, result: Result | None, error: str | None = None) -> Record:
-    return Record("run-1", "core", 1, f"s{n}", f"t{n}", "2026-12-01T10:00:01.000+00:00",
+def _record(n: int, result: Result | None, error: str | None = None) -> PairRecord:
+    return PairRecord("run-1", "core", 1, f"s{n}", f"t{n}", "2026-12-01T10:00:01.000+00:00",
                   "ok" if error is None else "failed", error, result)
 
 
@@ -276,9 +276,9 @@ def test_postgres_takes_text_with_nul(postgres_url: str, result: Result) -> None
     with open_archive(postgres_url) as archive:
         archive.start_run(Run("run-nul", "fleet\x00.toml", "2026-12-01T10:00:00.000+00:00",
                               1, 2))
-        archive.add(Record("run-nul", "core", 1, "a", "b", "2026-12-01T10:00:01.000+00:00",
+        archive.add(PairRecord("run-nul", "core", 1, "a", "b", "2026-12-01T10:00:01.000+00:00",
                            "failed", "stderr: \x00\x00 boom", bad))
-        archive.add(Record("run-nul", "core", 1, "b", "a", "2026-12-01T10:00:02.000+00:00",
+        archive.add(PairRecord("run-nul", "core", 1, "b", "a", "2026-12-01T10:00:02.000+00:00",
                            "ok", None, result))
         archive.finish_run("run-nul", "2026-12-01T10:00:09.000+00:00", "done")
         records = archive.records("run-nul")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from netprobe import convert
-from netprobe.archives import Archive, ArchiveError, Record, Run, open_archive, scheme_of
+from netprobe.archives import Archive, ArchiveError, PairRecord, Run, open_archive, scheme_of
 from netprobe.archives.sqlite import SqliteArchive, path_of
 from netprobe.errors import SpecError
 from netprobe.schema import Result
@@ -48,11 +48,11 @@ def postgres_url() -> Iterator[str]:
 
 def _fill(archive: Archive, results: list[Result]) -> None:
     archive.start_run(Run("run-1", "fleet.toml", "2026-12-01T10:00:00.000+00:00", 2, 3))
-    archive.add(Record("run-1", "core", 1, "a", "b", "2026-12-01T10:00:01.000+00:00", "ok",
+    archive.add(PairRecord("run-1", "core", 1, "a", "b", "2026-12-01T10:00:01.000+00:00", "ok",
                        None, results[0]))
-    archive.add(Record("run-1", "core", 1, "c", "d", "2026-12-01T10:00:01.500+00:00",
+    archive.add(PairRecord("run-1", "core", 1, "c", "d", "2026-12-01T10:00:01.500+00:00",
                        "unreachable", "no netprobe agent answers at 10.0.0.4"))
-    archive.add(Record("run-1", "core", 2, "a", "b", "2026-12-01T10:00:05.000+00:00", "ok",
+    archive.add(PairRecord("run-1", "core", 2, "a", "b", "2026-12-01T10:00:05.000+00:00", "ok",
                        None, results[1]))
     archive.finish_run("run-1", "2026-12-01T10:00:09.000+00:00", "done")
 
@@ -144,12 +144,12 @@ def test_archive_urls(tmp_path: Path) -> None:
 WRITER = textwrap.dedent("""
     import sys
     from netprobe import convert
-    from netprobe.archives import Record, Run, open_archive
+    from netprobe.archives import PairRecord, Run, open_archive
     result = convert.from_json(open(sys.argv[2]).read())
     archive = open_archive(sys.argv[1])
     archive.start_run(Run("killed", "f", "2026-12-01T10:00:00.000+00:00", 1, 100000))
     for n in range(100000):
-        archive.add(Record("killed", "g", 1, "a", f"b{n}", "2026-12-01T10:00:01.000+00:00",
+        archive.add(PairRecord("killed", "g", 1, "a", f"b{n}", "2026-12-01T10:00:01.000+00:00",
                            "ok", None, result))
         print(n, flush=True)
 """)

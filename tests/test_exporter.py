@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from netprobe import convert
-from netprobe.archives import Record, Run, open_archive
+from netprobe.archives import PairRecord, Run, open_archive
 
 from .servers import NETPROBE, free_port, netprobe_server, wait_listening
 
@@ -69,9 +69,9 @@ def archive_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("exp") / "fleet.db"
     with open_archive(str(path)) as archive:
         archive.start_run(Run("r1", "f.toml", "2026-12-01T10:00:00.000+00:00", 1, 2))
-        archive.add(Record("r1", "core", 1, "a", "b", "2026-12-01T10:00:01.000+00:00", "ok",
+        archive.add(PairRecord("r1", "core", 1, "a", "b", "2026-12-01T10:00:01.000+00:00", "ok",
                            None, result))
-        archive.add(Record("r1", "core", 1, "c", "d", "2026-12-01T10:00:01.000+00:00",
+        archive.add(PairRecord("r1", "core", 1, "c", "d", "2026-12-01T10:00:01.000+00:00",
                            "unreachable", "no agent"))
     return path
 

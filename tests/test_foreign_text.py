@@ -196,12 +196,12 @@ def test_fleet_status_shows_a_hostile_status_as_data(tmp_path: Path) -> None:
 def test_fleet_run_progress_line_shows_a_far_end_error_as_data(
         capsys: Any) -> None:
     """``fleet run`` prints each pair's line as it ends; the error is the far end's."""
-    from netprobe.archives import Record
+    from netprobe.archives import PairRecord
     from netprobe.cli.fleetview import FleetBar as _Bar
 
     bar = _Bar()
     try:
-        bar.pair_done(Record("run-1", "g[/]", 1, "a", "b", "2026-12-01T10:00:01.000+00:00",
+        bar.pair_done(PairRecord("run-1", "g[/]", 1, "a", "b", "2026-12-01T10:00:01.000+00:00",
                              "failed", HOSTILE))
         bar.note(HOSTILE)
     finally:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from netprobe import convert
-from netprobe.archives import Record, Run, open_archive
+from netprobe.archives import PairRecord, Run, open_archive
 
 from .servers import NETPROBE, free_port, netprobe_server, wait_listening
 
@@ -137,10 +137,10 @@ def archive_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     stamp = "2026-12-01T10:00:01.000+00:00"
     with open_archive(str(path)) as archive:
         archive.start_run(Run("r1", "fleet.toml", "2026-12-01T10:00:00.000+00:00", 1, 4))
-        archive.add(Record("r1", "core", 1, "a", "b", stamp, "ok", None, tcp))
-        archive.add(Record("r1", "core", 1, "b", "a", stamp, "ok", None, udp))
-        archive.add(Record("r1", "core", 1, "a", "c", stamp, "unreachable", "no agent"))
-        archive.add(Record("r1", "core", 1, "c", "a", stamp, "failed", "refused"))
+        archive.add(PairRecord("r1", "core", 1, "a", "b", stamp, "ok", None, tcp))
+        archive.add(PairRecord("r1", "core", 1, "b", "a", stamp, "ok", None, udp))
+        archive.add(PairRecord("r1", "core", 1, "a", "c", stamp, "unreachable", "no agent"))
+        archive.add(PairRecord("r1", "core", 1, "c", "a", stamp, "failed", "refused"))
     return path
 
 

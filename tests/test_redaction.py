@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from netprobe.archives import Record, Run, open_archive
+from netprobe.archives import PairRecord, Run, open_archive
 from netprobe.redact import redact
 from tests import pgserver
 from tests.servers import NETPROBE
@@ -73,7 +73,7 @@ def test_report_archive_html_never_shows_the_password(socket_dir: str,
     with open_archive(_urls(socket_dir)[0]) as archive:
         assert SECRET not in archive.url
         archive.start_run(Run("run-r", "fleet.toml", "2026-12-01T10:00:00.000+00:00", 1, 1))
-        archive.add(Record("run-r", "core", 1, "a", "b", "2026-12-01T10:00:01.000+00:00",
+        archive.add(PairRecord("run-r", "core", 1, "a", "b", "2026-12-01T10:00:01.000+00:00",
                            "ok", None, sample_result()))
         archive.finish_run("run-r", "2026-12-01T10:00:02.000+00:00", "done")
     for n, url in enumerate(_urls(socket_dir)):

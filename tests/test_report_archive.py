@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from netprobe import convert
-from netprobe.archives import Record, Run, open_archive
+from netprobe.archives import PairRecord, Run, open_archive
 from netprobe.schema import Result
 
 from .servers import NETPROBE
@@ -48,7 +48,7 @@ def _archive(path: Path, results: dict[str, Result]) -> None:
         archive.start_run(Run("run-1", "f.toml", "2026-12-01T10:00:00.000+00:00", 1,
                               len(_PAIRS)))
         for n, (source, target, protocol) in enumerate(_PAIRS):
-            archive.add(Record("run-1", "g", 1, source, target,
+            archive.add(PairRecord("run-1", "g", 1, source, target,
                                f"2026-12-01T10:00:0{n}.000+00:00", "ok",
                                result=results[protocol]))
         archive.finish_run("run-1", "2026-12-01T10:00:09.000+00:00", "done")

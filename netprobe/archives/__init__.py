@@ -38,8 +38,9 @@ class ArchiveMissing(ArchiveError, SpecError):
 
 
 @attrs.frozen
-class Record:
-    """One pair's test in one round, as archived."""
+class PairRecord:
+    """One pair's test in one round, as archived (a fleet's record; netprobe.record.Record
+    is the base class of the schema's records, a different thing)."""
 
     run_id: str
     """The fleet run it belongs to."""
@@ -136,7 +137,7 @@ class Archive(abc.ABC):
         """Record that a run began."""
 
     @abc.abstractmethod
-    def add(self, record: Record) -> None:
+    def add(self, record: PairRecord) -> None:
         """Keep one test's record, durably, before returning (one transaction)."""
 
     @abc.abstractmethod
@@ -148,11 +149,11 @@ class Archive(abc.ABC):
         """Every run, oldest first."""
 
     @abc.abstractmethod
-    def records(self, run_id: Optional[str] = None) -> list[Record]:
+    def records(self, run_id: Optional[str] = None) -> list[PairRecord]:
         """Every record (of one run), in the order they were written."""
 
     @abc.abstractmethod
-    def latest(self) -> list[Record]:
+    def latest(self) -> list[PairRecord]:
         """The newest record of each (group, source, target)."""
 
     warnings: list[str]
@@ -211,5 +212,5 @@ def open_archive(url: str, manager: Callable[[str], Any] = backend_manager, *,
 
 
 __all__: Sequence[str] = ["FIGURES", "GROUP", "OUTCOMES", "Archive", "ArchiveError",
-                          "ArchiveMissing", "Record",
+                          "ArchiveMissing", "PairRecord",
                           "Run", "figures", "open_archive", "scheme_of"]

@@ -16,7 +16,7 @@ from typing import Any, Optional
 import attrs
 
 from netprobe import convert
-from netprobe.archives import FIGURES, Archive, ArchiveError, Record, Run, figures
+from netprobe.archives import FIGURES, Archive, ArchiveError, PairRecord, Run, figures
 from netprobe.errors import NetprobeError
 from netprobe.redact import redact
 from netprobe.schema import Result
@@ -137,7 +137,7 @@ class SqlArchive(Archive):
                     (run.run_id, run.fleet, self.time_in(run.started), None, run.rounds,
                      run.pairs, run.status))
 
-    def add(self, record: Record) -> None:
+    def add(self, record: PairRecord) -> None:
         """One test's record, committed before this returns."""
         data = convert.unstructure(record.result) if record.result is not None else None
         values = (record.run_id, record.group, record.round, record.source, record.target,
@@ -167,12 +167,12 @@ class SqlArchive(Archive):
                 self._skip(f"runs row {_shown(r[0])}", exc)
         return out
 
-    def records(self, run_id: Optional[str] = None) -> list[Record]:
+    def records(self, run_id: Optional[str] = None) -> list[PairRecord]:
         """Every record (of one run), in the order they were written."""
         where, params = ("WHERE run_id = ? ", (run_id,)) if run_id else ("", ())
         return self._records(f"{where}ORDER BY id", params)
 
-    def latest(self) -> list[Record]:
+    def latest(self) -> list[PairRecord]:
         """The newest record of each (group, source, target)."""
         return self._records("WHERE id IN (SELECT MAX(id) FROM results "
                              "GROUP BY grp, source, target) ORDER BY id", ())
@@ -187,7 +187,7 @@ class SqlArchive(Archive):
 
     # -- plumbing -----------------------------------------------------------------------
 
-    def _records(self, tail: str, params: Sequence[Any]) -> list[Record]:
+    def _records(self, tail: str, params: Sequence[Any]) -> list[PairRecord]:
         rows = self._read(f"SELECT {', '.join(_RECORD_COLUMNS)}, result, id FROM results "
                           f"{tail}", params)
         out = []
@@ -199,13 +199,13 @@ class SqlArchive(Archive):
                            f"{_shown(row[3])} -> {_shown(row[4])})", exc)
         return out
 
-    def _record(self, row: Sequence[Any]) -> Record:
+    def _record(self, row: Sequence[Any]) -> PairRecord:
         try:
             data = None if row[8] is None else self.decode_json(row[8])
         except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
             raise ValueError(f"its result is not JSON ({exc})") from None
         result = None if data is None else convert.structure(data, Result)
-        return Record(row[0], row[1], int(row[2]), row[3], row[4], self.time_out(row[5]),
+        return PairRecord(row[0], row[1], int(row[2]), row[3], row[4], self.time_out(row[5]),
                       row[6], row[7], result)
 
     def _skip(self, row: str, exc: BaseException) -> None:

@@ -15,7 +15,7 @@ from netprobe.cli.render import plain, print_note, stderr_console, stdout_consol
 from netprobe.cli.units import format_rate
 
 if TYPE_CHECKING:
-    from netprobe.archives import Record
+    from netprobe.archives import PairRecord
     from netprobe.fleet.config import Fleet
     from netprobe.fleet.matrix import Cell, Matrix
     from netprobe.fleet.schedule import Plan, PlannedRound
@@ -101,7 +101,7 @@ class FleetBar:
                              f"({planned.group} {planned.index}/{planned.of})",
                              total=len(planned.pairs), completed=0)
 
-    def pair_done(self, record: Record) -> None:
+    def pair_done(self, record: PairRecord) -> None:
         """Count the pair and print its line."""
         self.progress.advance(self.task)
         self.progress.console.print(record_line(record), soft_wrap=True, highlight=False)
@@ -115,12 +115,12 @@ class FleetBar:
         self.progress.stop()
 
 
-def _mbit(record: Record) -> Optional[float]:
+def _mbit(record: PairRecord) -> Optional[float]:
     bps = figures(record.result)["receiver_bits_per_second"]
     return None if bps is None else bps / 1e6
 
 
-def record_line(record: Record) -> Any:
+def record_line(record: PairRecord) -> Any:
     mbit = _mbit(record)
     figure = format_rate(mbit * 1e6) if mbit is not None else "-"
     tail = "" if record.outcome == "ok" else f"  {record.outcome}: {record.error}"
@@ -128,7 +128,7 @@ def record_line(record: Record) -> Any:
                  f"{figure}{tail}")  # the error is the far end's words: data
 
 
-def print_run(records: list[Record]) -> None:
+def print_run(records: list[PairRecord]) -> None:
     table = Table()
     for column in ("group", "round", "source", "target", "received", "outcome"):
         table.add_column(column, justify="right" if column == "received" else "left")

@@ -7,7 +7,7 @@ from typing import Optional
 
 import attrs
 
-from netprobe.archives import Record, figures
+from netprobe.archives import PairRecord, figures
 
 
 @attrs.frozen
@@ -37,7 +37,7 @@ class Matrix:
     """(source, target) -> its latest cell; pairs never tested are absent."""
 
 
-def build(records: Iterable[Record], group: Optional[str] = None) -> Matrix:
+def build(records: Iterable[PairRecord], group: Optional[str] = None) -> Matrix:
     """The matrix of the newest record per pair among ``records`` (in archive order), its
     hosts sorted by name."""
     cells: dict[tuple[str, str], Cell] = {}
@@ -53,6 +53,6 @@ def build(records: Iterable[Record], group: Optional[str] = None) -> Matrix:
     return Matrix(group, tuple(sorted(hosts)), cells)
 
 
-def groups_of(records: Sequence[Record]) -> list[str]:
+def groups_of(records: Sequence[PairRecord]) -> list[str]:
     """The groups among ``records``, in first-seen order."""
     return list(dict.fromkeys(r.group for r in records))

@@ -22,7 +22,7 @@ from typing import Callable, Optional, Protocol
 
 import attrs
 
-from netprobe.archives import Archive, ArchiveError, Record, Run
+from netprobe.archives import Archive, ArchiveError, PairRecord, Run
 from netprobe.engine.protocol import DEFAULT_PORT
 from netprobe.errors import NetprobeError, SpecError, TestFailed
 from netprobe.fleet.config import Agent, Fleet, Group
@@ -53,7 +53,7 @@ class Progress(Protocol):
     def round_started(self, number: int, total: int, planned: PlannedRound) -> None:
         """Round ``number`` of ``total`` begins."""
 
-    def pair_done(self, record: Record) -> None:
+    def pair_done(self, record: PairRecord) -> None:
         """One pair's record has been archived."""
 
     def note(self, message: str) -> None:
@@ -66,7 +66,7 @@ class QuietProgress:
     def round_started(self, number: int, total: int, planned: PlannedRound) -> None:
         """Ignore it."""
 
-    def pair_done(self, record: Record) -> None:
+    def pair_done(self, record: PairRecord) -> None:
         """Ignore it."""
 
     def note(self, message: str) -> None:
@@ -79,7 +79,7 @@ class RunSummary:
 
     run_id: str
     """The run's id (the archive's and the results' ``run_id``)."""
-    records: tuple[Record, ...]
+    records: tuple[PairRecord, ...]
     """Every pair's record, in the order they ended."""
     status: str
     """done or interrupted."""
@@ -157,7 +157,7 @@ class FleetRunner:
         rounds = plan(self.fleet, groups)
         check_groups([g for g in self.fleet.groups if groups is None or g.name in groups])
         run_id = uuid.uuid4().hex
-        records: list[Record] = []
+        records: list[PairRecord] = []
         if self.archive is not None:
             self.archive.start_run(Run(run_id, self.fleet.path, utc_now_iso(), len(rounds),
                                        rounds.tests))
@@ -224,12 +224,12 @@ class RoundRun:
         self.run_id = run_id
         self.planned = planned
         self.group = runner.group(planned.group)
-        self.records: list[Record] = []
+        self.records: list[PairRecord] = []
         self._written: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._failure: Optional[ArchiveError] = None  # an archive write a pair thread lost
 
-    def run(self) -> list[Record]:
+    def run(self) -> list[PairRecord]:
         """Run the round; every pair's record, in the order they ended."""
         down = self._unreachable()
         threads = []
@@ -326,7 +326,7 @@ class RoundRun:
             self._written.add((source, target))
         if result is not None:
             result = attrs.evolve(result, run_id=self.run_id)
-        record = Record(self.run_id, self.planned.group, self.planned.index, source, target,
+        record = PairRecord(self.run_id, self.planned.group, self.planned.index, source, target,
                         started, outcome, error, result)
         if self.runner.archive is not None:
             self.runner.archive.add(record)

@@ -15,7 +15,7 @@ from netprobe.cli.exitcodes import ExitCode, UsageError
 from netprobe.cli.outfile import write_stdout
 
 if TYPE_CHECKING:
-    from netprobe.archives import Record
+    from netprobe.archives import PairRecord
     from netprobe.fleet.config import Fleet
     from netprobe.fleet.matrix import Matrix
 
@@ -164,7 +164,7 @@ def handle_run(args: argparse.Namespace, _load_registry: RegistryLoader) -> int:
     return ExitCode.OK if all(r.outcome == "ok" for r in records) else ExitCode.TEST_FAILED
 
 
-def _record_json(record: Record) -> dict[str, Any]:
+def _record_json(record: PairRecord) -> dict[str, Any]:
     from netprobe.archives import figures
 
     return {"group": record.group, "round": record.round, "source": record.source,
