@@ -125,3 +125,31 @@ def test_the_core_confirms_gso_itself(path: str) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     sent = json.loads(done.stdout)
     assert sent == {"packets": 300, "messages": 300}
+
+
+@pytest.mark.parametrize(("length", "gone"), [
+    (192, "retransmitted bytes"),  # Linux 4.10-4.17, a 4.14 router's
+    (104, "minimum RTT, acknowledged bytes, delivery rate, retransmitted bytes"),  # 3.x
+])
+def test_a_short_tcp_info_leaves_the_rest_unknown(length: int, gone: str) -> None:
+    # A filter cannot shorten what the kernel returns: a real connection's TCP_INFO is cut
+    # to an old kernel's length and read as the pure path reads the kernel's answer (the C
+    # path's reading of the same lengths is checked in csrc/test_core.c).
+    from netprobe.core import pure
+    from netprobe.engine import features
+
+    with socket.create_server(("127.0.0.1", 0)) as server, \
+            socket.create_connection(server.getsockname()) as client:
+        peer, _ = server.accept()
+        with peer:
+            client.sendall(b"hello")
+            assert peer.recv(5) == b"hello"
+            raw = client.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    if len(raw) <= 4:
+        pytest.skip("TCP_INFO is truncated to 4 bytes here (qemu-user emulation)")
+    full, short = pure.tcp_info_from(raw), pure.tcp_info_from(raw[:length])
+    assert full.bytes_retrans is not None and features.tcp_info_gaps(full) is None
+    assert short.retransmits == full.retransmits and short.rtt_us == full.rtt_us
+    assert short.bytes_retrans is None
+    note = features.tcp_info_gaps(short)
+    assert note is not None and f": {gone} not reported" in note

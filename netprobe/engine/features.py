@@ -80,6 +80,11 @@ def tcp_info_note(fd: int) -> Optional[str]:
     except OSError as exc:
         why = errno.errorcode.get(exc.errno or 0, os.strerror(exc.errno or 0))
         return f"TCP_INFO unavailable (the kernel refused it: {why}): {TCP_INFO_COST}"
+    return tcp_info_gaps(info)
+
+
+def tcp_info_gaps(info: core.TcpInfo) -> Optional[str]:
+    """The note for a TCP_INFO shorter than netprobe reads (an old kernel's), or None."""
     missing = [name for name, value in (
         ("retransmits", info.retransmits), ("RTT", info.rtt_us),
         ("congestion window", info.snd_cwnd_bytes), ("minimum RTT", info.min_rtt_us),
