@@ -107,6 +107,10 @@ int64_t np_pace_due(const struct np_pacer *p, uint64_t done);
 uint64_t np_pace_allowed(const struct np_pacer *p, uint64_t done, int64_t now_ns);
 void np_sleep_until(int64_t when_ns);
 
+/* np_tcpinfo.c: the figures of a TCP_INFO answer `len` bytes long (an old kernel's is
+ * shorter: what it does not reach is -1). */
+void np_tcp_info_fill(struct np_tcp_info *out, const void *raw, socklen_t len);
+
 /* One stream loop's session on a socket (np_sock.c): sets a short SO_SNDTIMEO or
  * SO_RCVTIMEO so blocked calls come back to look at the stop flag, and restores the
  * caller's value at the end (the socket belongs to Python). */

@@ -40,8 +40,17 @@ _Static_assert(offsetof(struct np_kernel_tcp_info, bytes_retrans) == 208, "tcp_i
                        + sizeof(((struct np_kernel_tcp_info *)0)->field))
 #define FIELD(len, ti, field) (HAVE(len, field) ? (int64_t)(ti).field : -1)
 
-static void fill(struct np_tcp_info *out, const struct np_kernel_tcp_info *ti, socklen_t len)
+/* The figures of a TCP_INFO answer of `len` bytes at `raw`: a field the answer does not
+ * reach is -1, whatever lies past it in the caller's buffer (copied into a zeroed struct
+ * first, so min_rtt's "no sample" test reads a zero, not a stale byte, on a short one). */
+void np_tcp_info_fill(struct np_tcp_info *out, const void *raw, socklen_t len)
 {
+    struct np_kernel_tcp_info copy, *ti = &copy;
+
+    memset(&copy, 0, sizeof(copy));
+    if (len > sizeof(copy))
+        len = sizeof(copy);
+    memcpy(&copy, raw, len);
     out->retransmits = FIELD(len, *ti, total_retrans);
     out->rtt_us = FIELD(len, *ti, rtt);
     out->rttvar_us = FIELD(len, *ti, rttvar);
@@ -67,6 +76,6 @@ int np_tcp_info(int fd, struct np_tcp_info *out, const char **failed_call)
         *failed_call = "getsockopt(TCP_INFO)";
         return -errno;
     }
-    fill(out, &ti, len);
+    np_tcp_info_fill(out, &ti, len);
     return 0;
 }

@@ -539,6 +539,12 @@ def tcp_info(fd: int) -> TcpInfo:
             raw = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 256)
         except OSError as exc:
             raise CoreError("getsockopt(TCP_INFO)", exc.errno or errno.EIO) from None
+    return tcp_info_from(raw)
+
+
+def tcp_info_from(raw: bytes) -> TcpInfo:
+    """The figures of a TCP_INFO answer: a field its length (an old kernel's is shorter)
+    does not reach is None."""
     cwnd, mss, rate = _tcpi(raw, "snd_cwnd"), _tcpi(raw, "snd_mss"), _tcpi(raw, "delivery_rate")
     min_rtt = _tcpi(raw, "min_rtt")
     return TcpInfo(

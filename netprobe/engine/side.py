@@ -42,7 +42,7 @@ from netprobe.core.records import (
     UDP_SEND_CALL_BYTES,
     WAKE_BYTES,
 )
-from netprobe.engine import kernel, lengthprobe, summary
+from netprobe.engine import features, kernel, lengthprobe, summary
 from netprobe.engine.sockets import (
     datagram_waiting,
     socket_drops,
@@ -220,6 +220,8 @@ class LocalStream:
     rtt_samples: list = attrs.field(factory=list)
     max_cwnd_bytes: Optional[int] = None
     socket_info: SocketInfo = attrs.field(factory=SocketInfo)
+    unavailable: list[str] = attrs.field(factory=list)  # kernel features refused, and cost
+    gso_usable: bool = True  # UDP sender: the kernel confirmed UDP_SEGMENT
     thread: Optional[threading.Thread] = None
     # Read once: socket.type builds an enum at every read, and the sampler asks each tick.
     is_tcp: bool = attrs.field(init=False, default=attrs.Factory(
@@ -370,6 +372,7 @@ class Side:
         self._wake_bytes = wake_bytes(sum(s.role == "receiver" and s.is_tcp for s in self.streams))
         for stream in self.streams:
             stream.socket_info = socket_info(stream.sock)
+            self._note_features(stream)
             stream.thread = threading.Thread(
                 target=self._run_stream,
                 args=(stream,),
@@ -391,6 +394,17 @@ class Side:
                              name="np-boundary", daemon=True).start()
         if not self.streams:
             self._done.set()
+
+    def _note_features(self, stream: LocalStream) -> None:
+        """Confirm the optional kernel features the stream's loop would use (see
+        netprobe.engine.features); note each refused one."""
+        udp_sender = not stream.is_tcp and stream.role == "sender"
+        wants_gso = udp_sender and core.DATA_PATH == "c" \
+            and udp_gso(self.spec, default_length(self.spec))
+        if udp_sender:
+            stream.gso_usable = features.gso_usable(stream.sock)
+        stream.unavailable = features.unavailable(stream.sock, stream.role, gso=wants_gso,
+                                                  gro=UDP_GRO)
 
     def _run_stream(self, stream: LocalStream) -> None:
         _lower_thread_priority(self._nice)
@@ -452,7 +466,7 @@ class Side:
                 )
                 _shutdown_write(stream.sock)
             else:
-                self._udp_send(fd, c, length, deadline, rate)
+                self._udp_send(fd, c, length, deadline, rate, stream.gso_usable)
             return
         limit = None if deadline is None else deadline + RECEIVER_GRACE_S
         skip = spec.skip_rx_copy
@@ -488,14 +502,14 @@ class Side:
         return lengthprobe.Schedule(lambda: sum(c.bytes for c in mine), cpu_s)
 
     def _udp_send(self, fd: int, c: core.Counters, length: int, deadline: Optional[float],
-                  rate: Optional[float]) -> None:
+                  rate: Optional[float], gso_usable: bool = True) -> None:
         # The core sends whole datagrams only; a byte count is made exact by a short
         # last datagram (or two), sent by the same counters so sequence numbers go on.
         total = self.spec.bytes_total
         full, tail = udp_datagrams(total, length) if total else (None, ())
         if full != 0:
             core.udp_send(fd, c, length=length, deadline=deadline, max_packets=full,
-                          rate_bps=rate, gso=udp_gso(self.spec, length))
+                          rate_bps=rate, gso=gso_usable and udp_gso(self.spec, length))
         for size in tail:
             if c.stopped:
                 return
@@ -679,6 +693,8 @@ class Side:
         """What the figures should be read with: a failed reporter, foreign datagrams."""
         notes = list(self.reporter_errors)
         for s in self.streams:
+            notes.extend(f"{s.direction} {s.role}: {note}" for note in s.unavailable
+                         if f"{s.direction} {s.role}: {note}" not in notes)
             foreign = 0 if s.is_tcp or s.role != "receiver" else s.counters.foreign
             if foreign:
                 notes.append(f"stream {s.stream_id} ({s.direction}): {foreign} datagrams not "
