@@ -22,7 +22,9 @@ import pytest
 
 from tests import sockfilter
 
-pytestmark = pytest.mark.skipif(not sockfilter.available(), reason="libseccomp is not installed")
+pytestmark = pytest.mark.skipif(
+    not sockfilter.available(),
+    reason="no seccomp filter can be loaded here (libseccomp absent, or an emulated CPU)")
 
 ROOT = Path(__file__).resolve().parent.parent
 SOL_UDP, UDP_SEGMENT, UDP_GRO = 17, 103, 104
