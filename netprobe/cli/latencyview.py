@@ -14,7 +14,7 @@ from rich.text import Text
 from netprobe.cli.tabulate import BLOCKS
 from netprobe.cli.textsafe import for_terminal
 from netprobe.cli.units import format_ms_from_us, format_rate
-from netprobe.engine.latency import (
+from netprobe.latency.figures import (
     PROBLEM_QUEUE_US,
     bloated_direction,
     phase_verdict,
@@ -215,7 +215,7 @@ def loss_words(phases: Sequence[LatencyPhase]) -> Optional[str]:
 
 def _averaged(latency: Latency) -> str:
     """`` (mean of download and upload)`` when the run's bloat averages several phases."""
-    from netprobe.bufferbloat import GRADED_PHASES
+    from netprobe.latency.bufferbloat import GRADED_PHASES
 
     loaded = [p.name for p in latency.phases if p.bloat_us is not None]
     graded = [name for name in GRADED_PHASES if name in loaded] or loaded

@@ -32,9 +32,9 @@ from netprobe.driven import (
     read_version,
     run_once,
 )
-from netprobe.engine.latency import as_run, distribution
 from netprobe.errors import NetprobeError
 from netprobe.host import utc_now_iso
+from netprobe.latency.figures import as_run, distribution
 from netprobe.plugin import Availability, Reporter
 from netprobe.resultops import with_call_lengths
 from netprobe.schema import (

@@ -15,9 +15,10 @@ from typing import Callable, Optional
 
 import attrs
 
-from netprobe.engine import latency, protocol
-from netprobe.engine.prober import DEFAULT_RATE_HZ, Prober
+from netprobe.engine import protocol
 from netprobe.errors import TestFailed
+from netprobe.latency import figures as latency
+from netprobe.latency.prober import DEFAULT_RATE_HZ, Prober
 from netprobe.plugin import Reporter
 from netprobe.schema import Interval, Result, TestSpec
 

@@ -15,9 +15,9 @@ from typing import Callable, Optional
 
 import attrs
 
-from netprobe.engine import latency
 from netprobe.errors import TestFailed
-from netprobe.loadlatency import LatencyReporter, ProbeOptions, far_end, open_prober, pause
+from netprobe.latency import figures as latency
+from netprobe.latency.probing import LatencyReporter, ProbeOptions, far_end, open_prober, pause
 from netprobe.plugin import Reporter, Tool
 from netprobe.schema import (
     Endpoint,
