@@ -17,6 +17,7 @@ import attrs
 
 from netprobe.errors import SpecError
 from netprobe.host import utc_now_iso
+from netprobe.latency.beside import run_with_latency
 from netprobe.latency.bufferbloat import (
     DEFAULT_PHASE_S,
     DEFAULT_STREAMS,
@@ -26,7 +27,7 @@ from netprobe.latency.bufferbloat import (
     prepare_plan,
     run_plan,
 )
-from netprobe.latency.probing import ProbeOptions, run_with_latency
+from netprobe.latency.probing import ProbeOptions
 from netprobe.plugin import Reporter
 from netprobe.registry import make_tool
 from netprobe.reporting import NullReporter

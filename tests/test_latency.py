@@ -13,8 +13,9 @@ from netprobe.engine import probes
 from netprobe.engine.probes import KIND_ECHO, KIND_PROBE, Probe, pack, unpack
 from netprobe.engine.server import Server, ServerConfig
 from netprobe.latency import figures as latency
+from netprobe.latency.beside import run_with_latency
 from netprobe.latency.figures import Phase, ProbeLog, ProbeSample
-from netprobe.latency.probing import ProbeOptions, open_prober, run_with_latency
+from netprobe.latency.probing import ProbeOptions, open_prober
 from netprobe.plugin import NullReporter
 from netprobe.schema import Interval, Latency, LatencyPhase, TestSpec
 from netprobe.tools.native import NativeTool

@@ -1,7 +1,7 @@
 """Latency probes: small timestamped datagrams the client sends at a steady rate and the
 server echoes, beside any test (native or driven), on the server's one port. This module is
 the wire format and the transport both ends share; the server's half is
-:mod:`netprobe.engine.echo`, the client's :mod:`netprobe.latency.prober`.
+:mod:`netprobe.engine.echo`, the client's :mod:`netprobe.engine.prober`.
 
 A probe session has a control connection of its own (request ``latency``), so it runs
 beside a test without touching the test's protocol, and ``netprobe server`` answers it
