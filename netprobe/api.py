@@ -5,8 +5,8 @@ the command renders and raises what the command turns into its exit codes; a Tes
 ``partial`` is the Result ``--json`` writes for the same failure. Nothing here prints.
 
 It sits above the run road (:mod:`netprobe.session`) and the latency features
-(:mod:`netprobe.loadlatency`, :mod:`netprobe.bufferbloat`), which it puts together as the
-commands do; ``run_trials`` is :func:`netprobe.results.trials.run_trials`.
+(:mod:`netprobe.latency.probing`, :mod:`netprobe.latency.bufferbloat`), which it puts
+together as the commands do; ``run_trials`` is :func:`netprobe.results.trials.run_trials`.
 """
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ from typing import Any, Optional
 
 import attrs
 
-from netprobe.bufferbloat import (
+from netprobe.errors import SpecError
+from netprobe.host import utc_now_iso
+from netprobe.latency.beside import run_with_latency
+from netprobe.latency.bufferbloat import (
     DEFAULT_PHASE_S,
     DEFAULT_STREAMS,
     LOADED_PHASES,
@@ -24,9 +27,7 @@ from netprobe.bufferbloat import (
     prepare_plan,
     run_plan,
 )
-from netprobe.errors import SpecError
-from netprobe.host import utc_now_iso
-from netprobe.loadlatency import ProbeOptions, run_with_latency
+from netprobe.latency.probing import ProbeOptions
 from netprobe.plugin import Reporter
 from netprobe.registry import make_tool
 from netprobe.reporting import NullReporter
@@ -57,7 +58,7 @@ def run(host: Optional[str] = None, *, tool: str = "native", from_host: Optional
     ``reporter`` (live intervals; none by default) and ``agent`` are as for
     :func:`netprobe.session.run_spec`; ``tool_options`` go to the tool's constructor (e.g.
     ``path``).
-    ``latency``: True, or a :class:`netprobe.loadlatency.ProbeOptions`, runs netprobe's
+    ``latency``: True, or a :class:`netprobe.latency.probing.ProbeOptions`, runs netprobe's
     latency probes beside the test, as ``netprobe run --latency`` does.
 
     Raises what the command line turns into its exit codes: SpecError (bad or refused

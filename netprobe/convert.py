@@ -226,9 +226,32 @@ def _class_structurer(cls: type) -> Callable[[Any], Any]:
         # Unknown keys are ignored: a newer netprobe's result loads in an older one.
         kwargs = {alias: _at(name, convert, value[name])
                   for name, alias, convert in fields if name in value}
+        if cls in _NARROWED:
+            _refuse_filled(value, _NARROWED[cls]())
         return cls(**kwargs)
 
     return build
+
+
+def _stats_left_behind() -> tuple[str, ...]:
+    stats = set(_field_names(schema.LatencyStats))
+    return tuple(name for name in _field_names(schema.Latency) if name not in stats)
+
+
+_NARROWED: dict[type, Callable[[], tuple[str, ...]]] = {
+    schema.LatencyStats: _stats_left_behind}
+"""Records that were once a wider one, and the fields the wider one had: an older result
+wrote them there empty (1.11's phase records were whole Latency records), which is left
+behind; a filled one is a figure this version has no place for, refused (by its path)
+rather than dropped unseen."""
+
+
+def _refuse_filled(value: dict[str, Any], names: tuple[str, ...]) -> None:
+    for name in names:
+        if value.get(name) not in (None, [], ()):
+            raise _FieldError(name, ValueError(
+                f"a figure where this record has none (a run's, not a phase's): "
+                f"{_shown(value[name])}"))
 
 
 def _fields_of(cls: type) -> list[tuple[str, str, Callable[[Any], Any]]]:

@@ -23,7 +23,7 @@ from netprobe.errors import SpecError
 from netprobe.limits import LONGEST_S
 from netprobe.record import Record
 
-SCHEMA_VERSION = "1.11"
+SCHEMA_VERSION = "1.12"
 """Version of the result format; bumped on any change, minor for additions (1.1: latency
 fields documented for plugins, run_id and trial; 1.2: latency under load: phases, one-way
 delay variation, probe loss, RPM, grade, per-interval latency; 1.3: the probes' own samples
@@ -36,8 +36,11 @@ LatencyPhase.bloat_us; 1.9: the length of the data loop's calls,
 SideSummary.call_length_bytes; 1.10: the verdict beside the DSLReports grade, and the
 tail it weighs, Latency.verdict, Latency.tail_increase_us and the same per LatencyPhase;
 netprobe's probes fill Latency.metric; 1.11: how UDP datagrams travelled,
-SideSummary.datagrams_per_message, and the sender's choice, TestSpec.udp_gso). Results of
-an older minor version load (their verdict is worked out again from their phases)."""
+SideSummary.datagrams_per_message, and the sender's choice, TestSpec.udp_gso; 1.12: a
+phase's round trip and directions are LatencyStats, the distribution alone, where they were
+a whole Latency with its run-level fields empty). Results of an older minor version load
+(their verdict is worked out again from their phases; a phase record's empty run-level
+fields are left behind, a filled one is refused)."""
 
 PROTOCOLS = ("tcp", "udp")
 DIRECTIONS = ("normal", "reverse", "bidir")
@@ -465,15 +468,12 @@ class FlowSummary(Record):
 
 
 @frozen(repr=False, eq=False)
-class Latency(Record):
-    """A latency distribution in microseconds, for tools that measure round trips.
+class LatencyStats(Record):
+    """A latency distribution in microseconds: the figures of a set of samples and their loss.
 
-    On ``Result.latency`` the distribution is the round trip under load (the test itself);
-    a run with netprobe's latency probes adds the phases (idle, loaded, ...), the increase
-    over idle, RPM and the grade. Inside a :class:`LatencyPhase` the same record holds one
-    distribution (round trip, or one direction's delay variation) and leaves the run-level
-    fields (``measured_by``, ``phases``, ``increase_us``, ``rpm``, ``grade``) empty.
-    """
+    What a :class:`LatencyPhase` keeps for its round trip and each direction (1.12; before,
+    a whole :class:`Latency` with its run-level fields empty), and what :class:`Latency`
+    builds on."""
 
     count: int
     """Samples the distribution is made of."""
@@ -495,6 +495,17 @@ class Latency(Record):
     """``lost`` as a percentage of the probes sent."""
     jitter_us: Optional[float] = None
     """Mean absolute difference between consecutive samples (packet delay variation)."""
+
+
+@frozen(repr=False, eq=False)
+class Latency(LatencyStats):
+    """A tool's latency: the distribution (:class:`LatencyStats`) and what a run adds.
+
+    On ``Result.latency`` the distribution is the round trip under load (the test itself);
+    a run with netprobe's latency probes adds the phases (idle, loaded, ...), the increase
+    over idle, RPM and the grade. A phase's own figures are :class:`LatencyStats`.
+    """
+
     measured_by: Optional[str] = None
     """Who measured it: ``netprobe-udp`` or ``netprobe-tcp`` (netprobe's own probes over
     UDP, or over TCP where UDP is dropped), or the driven tool's name (``qperf``, ...)."""
@@ -532,6 +543,20 @@ class Latency(Record):
     so the worse direction, its tail and its probe loss all count."""
 
 
+def _stats_only(value: Optional[LatencyStats]) -> Optional[LatencyStats]:
+    """A phase's figure as the distribution alone: a :class:`Latency` given (its run-level
+    fields empty) becomes the LatencyStats of its figures, so a phase holds, writes and
+    compares as what it loads as; SpecError when a run-level field is filled."""
+    if value is None or type(value) is LatencyStats:
+        return value
+    stats = attrs.fields(LatencyStats)
+    filled = [a.name for a in attrs.fields(type(value))
+              if a not in stats and getattr(value, a.name) not in (None, ())]
+    if filled:
+        raise SpecError(f"a phase's latency figures carry no run-level field: {', '.join(filled)}")
+    return LatencyStats(**{a.name: getattr(value, a.name) for a in stats})
+
+
 @frozen(repr=False, eq=False)
 class LatencySample(Record):
     """One latency probe: when it was sent and what it measured (None: it was lost)."""
@@ -564,11 +589,11 @@ class LatencyPhase(Record):
     """Start of the phase, seconds since the probes started."""
     end_s: float
     """End of the phase, seconds since the probes started."""
-    rtt: Optional[Latency] = None
+    rtt: Optional[LatencyStats] = field(default=None, converter=_stats_only)
     """Round trip of the probes sent in the phase (the far end's turnaround taken out)."""
-    client_to_server: Optional[Latency] = None
+    client_to_server: Optional[LatencyStats] = field(default=None, converter=_stats_only)
     """One-way delay variation from client to server."""
-    server_to_client: Optional[Latency] = None
+    server_to_client: Optional[LatencyStats] = field(default=None, converter=_stats_only)
     """One-way delay variation from server to client."""
     increase_us: Optional[float] = None
     """This phase's median round trip minus the idle median (loaded phases)."""

@@ -17,7 +17,7 @@ import pytest
 import netprobe
 from netprobe.convert import to_json
 from netprobe.errors import SpecError, TestFailed, ToolNotFound
-from netprobe.loadlatency import ProbeOptions
+from netprobe.latency.probing import ProbeOptions
 from netprobe.schema import Interval, Result, TestSpec
 
 from .servers import netprobe_server

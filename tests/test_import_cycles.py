@@ -142,7 +142,8 @@ def test_the_run_road_imports_nothing_above_it() -> None:
     # fleet, the exporter and the latency features: everything it reaches, function-local
     # imports included, must be at its level or under it (docs/architecture.md).
     above = ("netprobe.cli", "netprobe.agent", "netprobe.fleet", "netprobe.exporter",
-             "netprobe.loadlatency", "netprobe.bufferbloat", "netprobe.archives")
+             "netprobe.latency.probing", "netprobe.latency.phases", "netprobe.latency.beside",
+             "netprobe.latency.bufferbloat", "netprobe.archives")
     reached = _reach(import_graph(), "netprobe.session")
     upward = sorted(name for name in reached if name.startswith(above))
     assert upward == [], f"the run road reaches up to: {upward}"

@@ -172,7 +172,7 @@ def test_bufferbloat_verdict_counts_probe_loss_and_lines_break_when_idle(  # typ
     # The queue is 5 ms deep: the DSLReports grade (mean bloat) stays A, but a fifth of
     # the probes lost is a call no one can hold: the verdict is the loss's cap, never A.
     assert latency["grade"] in ("A+", "A")
-    from netprobe.engine.latency import loss_cap, worst_grade  # (here: older code lacks them)
+    from netprobe.latency.figures import loss_cap, worst_grade  # (here: older code lacks them)
 
     expected = worst_grade(*(loss_cap(p["rtt"]["lost_percent"]) for p in loaded))
     assert latency["verdict"] == expected

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from netprobe.engine.latency import grade
+from netprobe.latency.figures import grade
 
 from .netlab import A_ADDR, B_ADDR, Lab, wait_listening
 

@@ -9,11 +9,13 @@ from collections.abc import Iterator
 import attrs
 import pytest
 
-from netprobe.engine import latency, probes
-from netprobe.engine.latency import Phase, ProbeLog, ProbeSample
+from netprobe.engine import probes
 from netprobe.engine.probes import KIND_ECHO, KIND_PROBE, Probe, pack, unpack
 from netprobe.engine.server import Server, ServerConfig
-from netprobe.loadlatency import ProbeOptions, open_prober, run_with_latency
+from netprobe.latency import figures as latency
+from netprobe.latency.beside import run_with_latency
+from netprobe.latency.figures import Phase, ProbeLog, ProbeSample
+from netprobe.latency.probing import ProbeOptions, open_prober
 from netprobe.plugin import NullReporter
 from netprobe.schema import Interval, Latency, LatencyPhase, TestSpec
 from netprobe.tools.native import NativeTool
@@ -147,7 +149,7 @@ def _phased_log(bloats_ms: dict[str, float]) -> ProbeLog:
 def test_bufferbloat_grade_averages_download_and_upload_as_dslreports() -> None:
     """(bloat down + bloat up) / 2: 10 and 70 ms make 40 ms, B (the worst phase alone, 70
     ms, would say C); the ``both`` phase, which DSLReports does not run, is graded alone."""
-    from netprobe.bufferbloat import combine
+    from netprobe.latency.bufferbloat import combine
 
     log = _phased_log({"download": 10.0, "upload": 70.0, "both": 250.0})
     result = combine(TestSpec(), [], log)

@@ -11,8 +11,8 @@ import attrs
 import pytest
 
 from netprobe.convert import to_json
-from netprobe.engine import latency
-from netprobe.engine.latency import Phase, ProbeLog, ProbeSample
+from netprobe.latency import figures as latency
+from netprobe.latency.figures import Phase, ProbeLog, ProbeSample
 from netprobe.results.analysis import group_results, group_stats
 from netprobe.schema import Result
 from tests.test_report import result, run_main

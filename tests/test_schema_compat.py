@@ -108,7 +108,7 @@ def test_result_with_latency_round_trips() -> None:
     text = convert.to_json(result)
     assert convert.from_json(text) == result
     assert json.loads(text)["latency"]["p99_us"] == 41.0
-    assert result.schema_version == schema.SCHEMA_VERSION == "1.11"
+    assert result.schema_version == schema.SCHEMA_VERSION == "1.12"
 
 
 def test_result_with_latency_validates_against_the_shipped_schema() -> None:

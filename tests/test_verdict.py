@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from netprobe.cli.latencyview import signed_ms, verdict
-from netprobe.engine import latency
-from netprobe.engine.latency import LOSS_GRADE_CAPS, Phase, ProbeLog, ProbeSample, loss_cap
+from netprobe.latency import figures as latency
+from netprobe.latency.figures import LOSS_GRADE_CAPS, Phase, ProbeLog, ProbeSample, loss_cap
 
 
 def _r_factor(loss_percent: float) -> float:

@@ -279,7 +279,7 @@ def add_latency_options(parser: argparse.ArgumentParser) -> None:
 
 def probe_options(args: argparse.Namespace) -> Any:
     """The ProbeOptions of --latency-idle, -tail, -rate and -transport."""
-    from netprobe.loadlatency import ProbeOptions
+    from netprobe.latency.probing import ProbeOptions
 
     return ProbeOptions(idle_s=args.latency_idle, tail_s=args.latency_tail,
                         rate_hz=args.latency_rate, transport=args.latency_transport,

@@ -14,7 +14,7 @@ from typing import Any
 
 from netprobe.cli.htmlparts import _RC, _e, _label, _scoped
 from netprobe.cli.latencyview import loss_words, signed_ms
-from netprobe.engine.latency import run_verdict
+from netprobe.latency.figures import run_verdict
 from netprobe.schema import Latency, Result
 
 _PHASE_COLOURS = {"idle": "#dddddd", "idle_tail": "#dddddd", "loaded": "#fdd0a2",

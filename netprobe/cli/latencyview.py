@@ -14,14 +14,14 @@ from rich.text import Text
 from netprobe.cli.tabulate import BLOCKS
 from netprobe.cli.textsafe import for_terminal
 from netprobe.cli.units import format_ms_from_us, format_rate
-from netprobe.engine.latency import (
+from netprobe.latency.figures import (
     PROBLEM_QUEUE_US,
     bloated_direction,
     phase_verdict,
     run_verdict,
     tail_increase,
 )
-from netprobe.schema import Latency, LatencyPhase, LatencySample, Result
+from netprobe.schema import Latency, LatencyPhase, LatencySample, LatencyStats, Result
 
 CHART_WIDTH = 64
 CHART_ROWS = 5
@@ -97,7 +97,7 @@ def phase_table(phases: Sequence[LatencyPhase]) -> Table:
     for name in ("Lost", "p50", "mean", "p99", "c->s", "s->c", "bloat", "DSLR", "Grade"):
         table.add_column(name, justify="right", no_wrap=True)
     for phase in phases:
-        rtt = phase.rtt or Latency(count=0)
+        rtt = phase.rtt or LatencyStats(count=0)
         sent = rtt.count + (rtt.lost or 0)
         lost = "-" if rtt.lost is None else f"{rtt.lost}/{sent}"
         shown = Text(for_terminal(phase.name, one_line=True))  # a saved file's: data
@@ -131,7 +131,7 @@ def rate_table(phases: Sequence[LatencyPhase]) -> Optional[Table]:
     return table
 
 
-def _one_way(record: Optional[Latency]) -> str:
+def _one_way(record: Optional[LatencyStats]) -> str:
     return "-" if record is None else _num(record.p50_us)
 
 
@@ -215,7 +215,7 @@ def loss_words(phases: Sequence[LatencyPhase]) -> Optional[str]:
 
 def _averaged(latency: Latency) -> str:
     """`` (mean of download and upload)`` when the run's bloat averages several phases."""
-    from netprobe.bufferbloat import GRADED_PHASES
+    from netprobe.latency.bufferbloat import GRADED_PHASES
 
     loaded = [p.name for p in latency.phases if p.bloat_us is not None]
     graded = [name for name in GRADED_PHASES if name in loaded] or loaded

@@ -25,7 +25,7 @@ from netprobe.cli.tabulate import (
 )
 from netprobe.cli.textsafe import for_terminal
 from netprobe.cli.units import format_length, format_rate
-from netprobe.engine.latency import run_verdict
+from netprobe.latency.figures import run_verdict
 from netprobe.results.analysis import GroupStats, throughput_series
 from netprobe.results.trials import CallLength, Skipped
 from netprobe.schema import Result

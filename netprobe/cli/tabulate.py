@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from netprobe.engine.latency import grade
+from netprobe.latency.figures import grade
 from netprobe.results.analysis import (
     LATENCY,
     Figure,

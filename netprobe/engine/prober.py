@@ -1,5 +1,5 @@
 """The client's half of the latency probes: :class:`Prober` sends probes at a steady rate
-beside a test, matches the echoes and returns a :class:`~netprobe.engine.latency.ProbeLog`
+beside a test, matches the echoes and returns a :class:`~netprobe.latency.figures.ProbeLog`
 (wire format: :mod:`netprobe.engine.probes`).
 """
 
@@ -16,7 +16,6 @@ import attrs
 
 from netprobe import core
 from netprobe.engine import protocol
-from netprobe.engine.latency import Phase, ProbeLog, ProbeSample
 from netprobe.engine.probes import (
     DEFAULT_RATE_HZ,
     HELLO_TRIES,
@@ -33,6 +32,7 @@ from netprobe.engine.probes import (
 )
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.errors import NetprobeError, ProtocolError, TestFailed
+from netprobe.latency.figures import Phase, ProbeLog, ProbeSample
 
 
 @attrs.define

@@ -13,6 +13,7 @@ from netprobe.schema import (
     STATUSES,
     Interval,
     Latency,
+    LatencyStats,
     Result,
     SideSummary,
     TestSpec,
@@ -189,7 +190,7 @@ def _summary_problems(result: Result, tol: float) -> list[str]:
     return problems
 
 
-def _latency_records(result: Result) -> Iterator[tuple[str, Latency]]:
+def _latency_records(result: Result) -> Iterator[tuple[str, LatencyStats]]:
     """Every latency distribution in ``result``, named as a problem names it."""
     for what, latency in (("latency", result.latency), ("tool_latency", result.tool_latency)):
         if latency is None:
@@ -217,7 +218,7 @@ def _latency_problems(result: Result) -> list[str]:
     return problems
 
 
-def _distribution_problems(what: str, latency: Latency) -> list[str]:
+def _distribution_problems(what: str, latency: LatencyStats) -> list[str]:
     """What cannot be true of one distribution: a percentile above the maximum, a mean
     outside min..max, negative times or counts, loss that is no percentage, figures of
     no sample."""

@@ -32,9 +32,9 @@ from netprobe.driven import (
     read_version,
     run_once,
 )
-from netprobe.engine.latency import distribution
 from netprobe.errors import NetprobeError
 from netprobe.host import utc_now_iso
+from netprobe.latency.figures import as_run, distribution
 from netprobe.plugin import Availability, Reporter
 from netprobe.resultops import with_call_lengths
 from netprobe.schema import (
@@ -191,9 +191,8 @@ def tcp_rtt_latency(intervals: Sequence[Interval], measured_by: str) -> Latency 
     if not read:
         return None
     # Consecutive samples come from different streams: their difference is no jitter.
-    return attrs.evolve(
-        distribution([float(i.rtt_us or 0) for i in read]),
-        jitter_us=None,
+    return as_run(
+        attrs.evolve(distribution([float(i.rtt_us or 0) for i in read]), jitter_us=None),
         measured_by=measured_by,
         metric="tcp_srtt",
         samples=tuple(LatencySample(t_s=i.end_s, rtt_us=float(i.rtt_us or 0)) for i in read),

@@ -75,7 +75,7 @@ def _spec(args: argparse.Namespace) -> Any:
 
 def handle(args: argparse.Namespace, load: common.RegistryLoader) -> int:
     """Run the five phases and write the one result (a partial one too, when it fails)."""
-    from netprobe.bufferbloat import LOADED_PHASES
+    from netprobe.latency.bufferbloat import LOADED_PHASES
 
     return run_phases(args, load, LOADED_PHASES)
 
@@ -83,8 +83,8 @@ def handle(args: argparse.Namespace, load: common.RegistryLoader) -> int:
 def run_phases(args: argparse.Namespace, load: common.RegistryLoader,
                plan: Sequence[tuple[str, str]]) -> int:
     """Idle, the loaded phases of ``plan`` (name, direction), idle; write the one result."""
-    from netprobe.bufferbloat import phase_spec, prepare_plan, run_plan
-    from netprobe.loadlatency import ProbeOptions
+    from netprobe.latency.bufferbloat import phase_spec, prepare_plan, run_plan
+    from netprobe.latency.probing import ProbeOptions
 
     spec = _spec(args)
     registry = common.registry_for(load, spec.tool)

@@ -39,6 +39,6 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
 
 def handle(args: argparse.Namespace, load: common.RegistryLoader) -> int:
     """Idle, both directions at once, idle; the one result."""
-    from netprobe.bufferbloat import RRUL_PHASES
+    from netprobe.latency.bufferbloat import RRUL_PHASES
 
     return run_phases(args, load, RRUL_PHASES)

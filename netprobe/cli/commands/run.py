@@ -88,7 +88,7 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
 def _with_latency(tool: Any, spec: Any, reporter: Any, args: argparse.Namespace) -> Any:
     """The test with netprobe's latency probes beside it (--latency)."""
     from netprobe.engine.auth import load_secret
-    from netprobe.loadlatency import run_with_latency
+    from netprobe.latency.beside import run_with_latency
     from netprobe.session import run_spec
 
     return run_with_latency(lambda live: run_spec(tool, spec, live, agent=agent_access(args)),

@@ -29,11 +29,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Collection, Sequence
-from typing import Optional
+from typing import Any, Optional
 
 import attrs
 
-from netprobe.schema import GRADES, Interval, Latency, LatencyPhase, LatencySample
+from netprobe.schema import GRADES, Interval, Latency, LatencyPhase, LatencySample, LatencyStats
 
 GRADE_LIMITS_MS = ((5.0, "A+"), (30.0, "A"), (60.0, "B"), (200.0, "C"), (400.0, "D"))
 """Upper bounds (exclusive) of the latency increase for each grade; F from 400 ms."""
@@ -185,13 +185,13 @@ def jitter(values: Sequence[float]) -> Optional[float]:
 
 
 def distribution(values: Sequence[float], lost: Optional[int] = None,
-                 sent: Optional[int] = None) -> Latency:
-    """A Latency record of the values (in their time order), with loss if known."""
+                 sent: Optional[int] = None) -> LatencyStats:
+    """The statistics of the values (in their time order), with loss if known."""
     ordered = sorted(values)
     lost_percent = None if lost is None or not sent else 100.0 * lost / sent
     if not ordered:
-        return Latency(count=0, lost=lost, lost_percent=lost_percent)
-    return Latency(
+        return LatencyStats(count=0, lost=lost, lost_percent=lost_percent)
+    return LatencyStats(
         count=len(ordered),
         min_us=ordered[0],
         mean_us=statistics.fmean(ordered),
@@ -210,7 +210,7 @@ def _answered(samples: Sequence[ProbeSample]) -> list[ProbeSample]:
 
 
 def _one_way(samples: Sequence[ProbeSample], name: str, base: Optional[int],
-             lost: Optional[int], sent: Optional[int]) -> Optional[Latency]:
+             lost: Optional[int], sent: Optional[int]) -> Optional[LatencyStats]:
     """One direction's delay variation of the answered ``samples``; its loss is of the
     ``sent`` probes that set out that way (not of those answered, which left the lost
     ones out of the count they were a share of)."""
@@ -218,7 +218,8 @@ def _one_way(samples: Sequence[ProbeSample], name: str, base: Optional[int],
     known = [v for v in raw if v is not None]
     lost_percent = None if lost is None or not sent else 100.0 * lost / sent
     if base is None or not known:
-        return None if lost is None else Latency(count=0, lost=lost, lost_percent=lost_percent)
+        return None if lost is None else LatencyStats(count=0, lost=lost,
+                                                      lost_percent=lost_percent)
     return attrs.evolve(distribution([(v - base) / 1000.0 for v in known]), lost=lost,
                         lost_percent=lost_percent)
 
@@ -309,7 +310,7 @@ def summarize(log: ProbeLog, graded: Optional[Collection[str]] = None) -> Latenc
     increase = max(increases) if increases else None
     bloat = run_bloat(phases, graded)
     tails = [p.tail_increase_us for p in phases if p.tail_increase_us is not None]
-    return attrs.evolve(
+    return as_run(
         top,
         metric="round_trip",
         measured_by=log.measured_by,
@@ -322,6 +323,14 @@ def summarize(log: ProbeLog, graded: Optional[Collection[str]] = None) -> Latenc
         grade=grade(bloat) if bloat is not None else None,
         samples=series(log.samples, bases),
     )
+
+
+def as_run(stats: LatencyStats, **run: Any) -> Latency:
+    """A run's :class:`Latency` of a distribution and the run-level fields in ``run``."""
+    return Latency(count=stats.count, min_us=stats.min_us, mean_us=stats.mean_us,
+                   p50_us=stats.p50_us, p90_us=stats.p90_us, p99_us=stats.p99_us,
+                   max_us=stats.max_us, lost=stats.lost, lost_percent=stats.lost_percent,
+                   jitter_us=stats.jitter_us, **run)
 
 
 def _above(raw: Optional[int], base: Optional[int]) -> Optional[float]:

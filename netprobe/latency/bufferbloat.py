@@ -15,9 +15,10 @@ from typing import Callable, Optional
 
 import attrs
 
-from netprobe.engine import latency
 from netprobe.errors import TestFailed
-from netprobe.loadlatency import LatencyReporter, ProbeOptions, far_end, open_prober, pause
+from netprobe.latency import figures as latency
+from netprobe.latency.phases import Done, Loaded, Plan, run_probed
+from netprobe.latency.probing import LatencyReporter, ProbeOptions
 from netprobe.plugin import Reporter, Tool
 from netprobe.schema import (
     Endpoint,
@@ -47,18 +48,6 @@ DEFAULT_PHASE_S = 10.0
 DEFAULT_STREAMS = 4
 
 RunTest = Callable[[TestSpec, Reporter], Result]
-
-
-@attrs.frozen
-class _Done:
-    name: str
-    result: Result
-    live: LatencyReporter
-
-    @property
-    def zero_s(self) -> float:
-        """When this phase's test began, on the probes' clock."""
-        return self.live.zero_s or 0.0
 
 
 def phase_spec(base: TestSpec, direction: str) -> TestSpec:
@@ -96,34 +85,35 @@ def run_phases(run: RunTest, base: TestSpec, reporter: Reporter,
     A phase that fails ends the run: TestFailed carries what the phases before it and
     the probes measured."""
     per_test = base.planned_s() or DEFAULT_PHASE_S
-    session_s = 2 * idle_s + len(plan) * (per_test + 5) + 60
-    done: list[_Done] = []
-    with far_end(base, options) as (host, port):
-        prober = open_prober(host, port, secret, options, session_s)
+    idle_note = f"{label}: idle {idle_s:g} s"
+    probed = Plan(
+        spec=base,
+        phases=tuple(Loaded(name, _settled(run, phase_spec(base, direction), per_test),
+                            note=f"{label}: {name} ({direction}) {per_test:g} s")
+                     for name, direction in plan),
+        idle_s=idle_s, tail_s=idle_s, idle_note=idle_note, tail_note=idle_note,
+        session_s=2 * idle_s + len(plan) * (per_test + 5) + 60)
+
+    def finish(done: Sequence[Done], stop: Callable[[], latency.ProbeLog],
+               failed: Optional[str]) -> Result:
+        return combine(base, done, stop(), failed=failed)
+
+    return run_probed(probed, reporter, options, secret, finish)
+
+
+def _settled(run: RunTest, spec: TestSpec,
+             per_test: float) -> Callable[[LatencyReporter], Result]:
+    """The phase's test, its start on the probes' clock settled when it ends."""
+    def go(live: LatencyReporter) -> Result:
         try:
-            reporter.note(f"{label}: idle {idle_s:g} s")
-            pause(prober, idle_s)
-            for name, direction in plan:
-                prober.mark(name, True)
-                reporter.note(f"{label}: {name} ({direction}) {per_test:g} s")
-                live = LatencyReporter(reporter, prober)
-                try:
-                    result = run(phase_spec(base, direction), live)
-                except TestFailed as exc:
-                    if isinstance(exc.partial, Result):
-                        _settle(live, prober.now_s())
-                        done.append(_Done(name, exc.partial, live))
-                    prober.mark("idle_tail", False)
-                    exc.partial = combine(base, done, prober.stop(), failed=str(exc))
-                    raise
-                _settle(live, prober.now_s() - per_test)
-                done.append(_Done(name, result, live))
-            prober.mark("idle_tail", False)
-            reporter.note(f"{label}: idle {idle_s:g} s")
-            pause(prober, idle_s)
-            return combine(base, done, prober.stop())
-        finally:
-            prober.close()
+            result = run(spec, live)
+        except TestFailed:
+            _settle(live, live.prober.now_s())
+            raise
+        _settle(live, live.prober.now_s() - per_test)
+        return result
+
+    return go
 
 
 def _settle(live: LatencyReporter, fallback_s: float) -> None:
@@ -140,7 +130,7 @@ def _receiver_rate(result: Result, direction: str) -> Optional[float]:
     return side.bits_per_second if side is not None else None
 
 
-def _with_rates(phases: Sequence[LatencyPhase], done: Sequence[_Done]) -> tuple:
+def _with_rates(phases: Sequence[LatencyPhase], done: Sequence[Done]) -> tuple:
     by_name = {d.name: d.result for d in done}
     out = []
     for phase in phases:
@@ -160,7 +150,7 @@ def _shifted(intervals: Sequence[Interval], by: float) -> list[Interval]:
             for i in intervals]
 
 
-def _alone(done: Sequence[_Done]) -> tuple[list[FlowSummary], list[StreamResult]]:
+def _alone(done: Sequence[Done]) -> tuple[list[FlowSummary], list[StreamResult]]:
     """Each direction's summary and streams from the phase where it ran alone (else from
     the first phase that carried it: ``rrul`` runs both directions at once only)."""
     flows, streams = [], []
@@ -174,7 +164,7 @@ def _alone(done: Sequence[_Done]) -> tuple[list[FlowSummary], list[StreamResult]
     return flows, streams
 
 
-def combine(base: TestSpec, done: Sequence[_Done], log: latency.ProbeLog,
+def combine(base: TestSpec, done: Sequence[Done], log: latency.ProbeLog,
             failed: Optional[str] = None) -> Result:
     """One Result of the phases run so far and the probes' log (times on the probes' clock)."""
     named = {p.name for p in log.phases}

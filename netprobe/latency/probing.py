@@ -1,9 +1,9 @@
-"""Latency under load: any test (native or driven) with netprobe's latency probes beside it.
+"""The probe session beside a test: its options, the far end it probes, the reporter that
+adds the probes' latency to each interval, and the probes' figures put into the result.
 
-The probes start before the test and run through it: an idle baseline first (default 2 s),
-then the test itself (the loaded phase), then an optional idle tail. They need a netprobe
-server at the far end (the native tool's server, or ``netprobe server`` as the agent next
-to a driven tool's server); with no host, a server of their own runs on loopback.
+The probes need a netprobe server at the far end (the native tool's server, or ``netprobe
+server`` as the agent next to a driven tool's server); with no host, a server of their own
+runs on loopback. :mod:`netprobe.latency.phases` runs a session through its phases.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Callable, Optional
+from typing import Optional
 
 import attrs
 
-from netprobe.engine import latency, protocol
+from netprobe.engine import protocol
 from netprobe.engine.prober import DEFAULT_RATE_HZ, Prober
 from netprobe.errors import TestFailed
+from netprobe.latency import figures as latency
 from netprobe.plugin import Reporter
 from netprobe.schema import Interval, Result, TestSpec
 
@@ -144,34 +145,3 @@ def pause(prober: Prober, seconds: float) -> None:
     end = prober.now_s() + seconds
     while prober.now_s() < end:
         time.sleep(min(0.05, max(0.0, end - prober.now_s())))
-
-
-def run_with_latency(run: Callable[[Reporter], Result], spec: TestSpec, reporter: Reporter,
-                     options: ProbeOptions = ProbeOptions(),
-                     secret: Optional[bytes] = None) -> Result:
-    """Run ``run`` (the test, given a reporter) with the probes beside it.
-
-    A failed or interrupted test keeps its probes' figures in its partial result."""
-    planned_s = spec.planned_s()
-    test_s = BYTE_COUNT_SESSION_S if planned_s is None else planned_s
-    planned = test_s + options.idle_s + options.tail_s + SESSION_MARGIN_S
-    with far_end(spec, options) as (host, port):
-        prober = open_prober(host, port, secret, options, planned)
-        live = LatencyReporter(reporter, prober)
-        try:
-            reporter.note(f"latency probes: {options.idle_s:g} s idle baseline")
-            pause(prober, options.idle_s)
-            prober.mark("loaded", True)
-            try:
-                result = run(live)
-            except TestFailed as exc:
-                prober.mark("idle_tail", False)
-                if isinstance(exc.partial, Result):
-                    exc.partial = attach(exc.partial, prober.stop(), live)
-                raise
-            if options.tail_s > 0:
-                prober.mark("idle_tail", False)
-                pause(prober, options.tail_s)
-            return attach(result, prober.stop(), live)
-        finally:
-            prober.close()
