@@ -29,8 +29,9 @@ one, which says nothing about what it sent). Its cgroup's quota throttling still
 The starvation warnings (:mod:`netprobe.starvation`: a cgroup quota, a run queue) go
 the same way: dropped when every flow reached the rate asked, since the rate held it.
 
-Plugins call :func:`with_cpu_warnings` on the Result they built (part of the public plugin
-API, like :mod:`netprobe.plugin`); it adds each warning once.
+The run road applies :func:`with_cpu_warnings` once to every Result a tool gives
+(:func:`netprobe.session.checked`: run, failed run's partial, ``netprobe parse``), so a
+plugin need not; calling it again adds nothing (each warning is added once).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ import attrs
 from attrs import frozen
 
 from netprobe import farend
+from netprobe.bottleneck import with_cpu_warnings
 from netprobe.errors import (
     NetprobeError,
     SpecError,
@@ -88,10 +89,10 @@ def run_spec(tool: Tool, spec: TestSpec, reporter: Reporter, *,
     prepare(tool, spec, from_host=from_host)
     watch = ByteCountWatch(reporter, spec) if spec.bytes_total is not None else None
     try:
-        return _said_if_nothing_sent(_finite(_run(tool, spec, watch or reporter, from_host,
+        return _said_if_nothing_sent(checked(_run(tool, spec, watch or reporter, from_host,
                                                   agent)))
     except TestInterrupted as exc:
-        exc.partial = _finite(exc.partial)  # what was measured must reach the output too
+        exc.partial = checked(exc.partial)  # what was measured must reach the output too
         if watch is None or watch.overran is None:
             raise
         raise TestFailed(f"{tool.name}: {watch.overran}",
@@ -104,7 +105,7 @@ def run_spec(tool: Tool, spec: TestSpec, reporter: Reporter, *,
             raise
         raise TestFailed(f"{tool.name}: {watch.overran}") from None
     except TestFailed as exc:
-        exc.partial = _finite(exc.partial)
+        exc.partial = checked(exc.partial)
         raise
     except (SpecError, ToolUnavailable, BrokenPipeError):
         raise  # a closed stdout is the caller's output failing, not the test
@@ -177,15 +178,19 @@ def _said_if_nothing_sent(result: Result) -> Result:
     return attrs.evolve(result, warnings=(*result.warnings, note))
 
 
-def _finite(result: Any) -> Any:
-    """A tool's Result with its non-finite figures made unknown (see
-    :func:`netprobe.convert.finite_figures`): every output is JSON, which has no NaN, and a
-    tool's output or a plugin may hold one."""
+def checked(result: Any) -> Any:
+    """What the road does to every Result a tool gives (a run's, a failed run's partial, a
+    parsed one), once, for every tool and plugin alike: its non-finite figures made unknown
+    (see :func:`netprobe.convert.finite_figures`: every output is JSON, which has no NaN,
+    and a tool's output or a plugin may hold one), then the one CPU rule
+    (:func:`netprobe.bottleneck.with_cpu_warnings`: was the tester the bottleneck?), so a
+    plugin's results and a merged far end's figures get it too. Anything else passes."""
     if not isinstance(result, Result):
         return result
     from netprobe.convert import finite_figures
 
-    return finite_figures(result)
+    return with_cpu_warnings(finite_figures(result))
+
 
 
 def _failed(partial: Any, reason: str) -> Any:

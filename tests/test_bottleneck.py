@@ -19,8 +19,18 @@ from netprobe.bottleneck import (
     side_warning,
     with_cpu_warnings,
 )
-from netprobe.plugin import NullReporter
-from netprobe.schema import Cpu, CpuUsage, Result, TestSpec
+from netprobe.plugin import Availability, NullReporter, Reporter, Tool
+from netprobe.schema import (
+    Cpu,
+    CpuUsage,
+    Endpoint,
+    FlowSummary,
+    Result,
+    SideSummary,
+    TestSpec,
+    ToolInfo,
+)
+from netprobe.session import run_spec
 from netprobe.tools.iperf3 import Iperf3Tool
 from netprobe.tools.native import NativeTool
 from netprobe.tools.nuttcp import NuttcpTool
@@ -102,8 +112,8 @@ def test_a_sender_held_by_its_own_calls_is_flagged() -> None:
     if core.DATA_PATH != "c":
         pytest.skip("the compiled core is not built here")
     for _ in range(2):
-        result = NativeTool().run(TestSpec(duration_s=1.0, interval_s=None,
-                                           length_bytes=4096), NullReporter())
+        result = run_spec(NativeTool(), TestSpec(duration_s=1.0, interval_s=None,
+                                                 length_bytes=4096), NullReporter())
         if not _host_busy_and_sender_short(result):
             break
     assert result.status == "ok"
@@ -212,3 +222,29 @@ def test_a_starved_tester_that_reached_the_asked_rate_is_not_warned(data_path: s
         assert not any("CPU-starved" in w for w in kept)
     else:  # the rate was not reached on this (loaded) host: the warning stays
         assert any("CPU-starved" in w for w in kept)
+
+
+class _BusyPlugin(Tool):
+    """A plugin that reports its sender at a whole core and never applies the CPU rule
+    itself: the road must (session.checked), as for every tool."""
+
+    name = "busy-plugin"
+
+    def probe(self) -> Availability:
+        return Availability(True, "1")
+
+    def run(self, spec: TestSpec, reporter: Reporter) -> Result:
+        busy = Cpu(process=CpuUsage(total_percent=99.0, max_thread_percent=99.0))
+        sender = SideSummary(role="sender", start_s=0.0, end_s=1.0, bytes=125_000_000,
+                             bits_per_second=1e9, cpu=busy)
+        receiver = SideSummary(role="receiver", start_s=0.0, end_s=1.0, bytes=125_000_000,
+                               bits_per_second=1e9)
+        return Result(tool=ToolInfo(self.name), spec=spec, start_time="2026-12-05T00:00:00+00:00",
+                      local=Endpoint(role="client"), remote=Endpoint(role="server"),
+                      summaries=(FlowSummary("client_to_server", sender, receiver),))
+
+
+def test_the_road_applies_the_cpu_rule_to_a_plugins_result() -> None:
+    result = run_spec(_BusyPlugin(), TestSpec(tool="busy-plugin", duration_s=1.0, interval_s=None),
+                      NullReporter())
+    assert any("CPU-bound" in w for w in result.warnings), result.warnings

@@ -30,8 +30,11 @@ def _made_by(path: Path) -> str:
 
 def _saved_outputs() -> list[Path]:
     found = [*sorted(PEER_FIXTURES.glob("*")), *sorted(DATA.rglob("*"))]
+    # A peer's outputs only (each named after its tool): netprobe's own results live in
+    # tests/data too, and are no tool's output (test_a_netprobe_result_is_no_peers_output).
     return [p for p in found if p.is_file() and p.suffix in (".txt", ".log", ".xml", ".json")
-            and p.name != "runs.jsonl"]
+            and p.name != "runs.jsonl"
+            and any(tool in p.name or tool in p.parent.name for tool in DETECTABLE)]
 
 
 @needs_fixtures
@@ -127,3 +130,10 @@ def test_files_of_different_tools_are_refused() -> None:
     assert done.returncode == 2
     assert_one_error_line(done.stderr)
     assert "iperf3" in done.stderr and "iperf2" in done.stderr and "--tool" in done.stderr
+
+
+def test_a_netprobe_result_is_no_peers_output(tmp_path: Path) -> None:
+    # netprobe's own saved Result has an "intervals" key, which read alone is iperf3's mark:
+    # parse must not take it for iperf3 output (it said "iperf3" before).
+    saved = DATA / "result-1.11-latency-phases.json"
+    assert detect_tool(saved.read_text().splitlines(keepends=True)) is None

@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from netprobe.bottleneck import with_cpu_warnings
 from netprobe.driven.net import is_local_host, system_name
 from netprobe.driven.run import DrivenRun, Ready
 from netprobe.driven.verdict import run_faults
@@ -215,8 +214,9 @@ class DrivenSession(abc.ABC):
     ) -> Result:
         """A Result of this run: the tool, the spec, the start time, this machine as the
         client, ``warnings`` then the session's and the run's own, ``raw`` (default: every
-        process's output in the order started), and CPU-bound warnings."""
-        return with_cpu_warnings(Result(
+        process's output in the order started). The CPU rule is the road's
+        (:func:`netprobe.session.checked`), applied to every tool's Result alike."""
+        return Result(
             tool=ToolInfo(name=self.tool, version=version or self.version),
             spec=self.spec,
             start_time=self.start_time,
@@ -230,7 +230,7 @@ class DrivenSession(abc.ABC):
             warnings=(*warnings, *self.warnings, *self.driven.warnings),
             errors=tuple(errors),
             raw=self.driven.raw() if raw is None else tuple(raw),
-        ))
+        )
 
 
 __all__ = [

@@ -7,7 +7,6 @@ from typing import Any, Optional
 import attrs
 
 from netprobe import convert
-from netprobe.bottleneck import with_cpu_warnings
 from netprobe.engine.conduct import Outcome
 from netprobe.engine.side import Side
 from netprobe.engine.summary import sum_summaries, summary_from_intervals
@@ -92,7 +91,7 @@ def build_result(
         key=lambda i: (i.end_s, i.direction, i.role, i.stream_id or 1_000_000),
     )
     ends = [s.end_s for s in summaries.values()]
-    return with_cpu_warnings(Result(
+    return Result(
         tool=ToolInfo(name="native", version=__version__, data_path=data_path, mode=_mode(spec)),
         spec=spec,
         start_time=start_time,
@@ -106,7 +105,7 @@ def build_result(
         errors=tuple(errors),
         warnings=(*side.warnings(), *warnings, *_peer_warnings(outcome.peer_report),
                   *_rcvbuf_warnings(flows), *_super_packet_warnings(flows)),
-    ))
+    )
 
 
 def _with_late_retransmits(intervals: list[Interval],

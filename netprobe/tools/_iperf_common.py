@@ -17,7 +17,6 @@ from typing import Any, Callable, ClassVar
 
 import attrs
 
-from netprobe.bottleneck import with_cpu_warnings
 from netprobe.driven import (
     SERVER_READY_S,
     SERVER_REPORT_S,
@@ -158,7 +157,7 @@ def assemble(
     raw: tuple[RawOutput, ...] = (),
 ) -> Result:
     """Put ``parts`` into a Result, intervals in time order."""
-    return with_cpu_warnings(with_call_lengths(Result(
+    return with_call_lengths(Result(
         tool=tool,
         spec=spec,
         start_time=parts.start_time or start_time,
@@ -173,7 +172,7 @@ def assemble(
         warnings=tuple(parts.warnings),
         errors=tuple(parts.errors if errors is None else errors),
         raw=raw,
-    ), parts.call_lengths))
+    ), parts.call_lengths)
 
 
 def _interval_order(sample: Interval) -> tuple[float, str, str, int]:

@@ -41,13 +41,21 @@ _MARKS = (
 )
 
 
+_OWN = re.compile(r'^\s*"(?:spec|summaries|schema_version)"\s*:')
+"""A key of netprobe's own Result JSON: such a file is no peer's output (its ``"intervals"``
+key would otherwise read as iperf3's); ``netprobe report`` reads it."""
+
+
 def detect_tool(lines: Iterable[str]) -> Optional[str]:
     """The tool whose mark is on the first marked line of ``lines`` (at most
-    :data:`DETECT_LINES` are read), or None when no line is marked."""
+    :data:`DETECT_LINES` are read), or None when no line is marked or the text is a
+    netprobe Result."""
     for number, line in enumerate(lines):
         if number >= DETECT_LINES:
             break
         text = line.replace("\x1b[2K", "").rstrip("\r\n")
+        if _OWN.search(text):
+            return None
         for tool, mark in _MARKS:
             if mark.search(text):
                 return tool

@@ -100,10 +100,11 @@ def _results(tool: Tool, paths: list[str], files: Sequence[Iterable[str]]) -> It
 
 
 def _tests(tool: Tool, paths: list[str], files: Sequence[Iterable[str]]) -> Iterator[Result]:
-    """One Result per test, its figures made finite: each file split into its tests by the
+    """One Result per test, checked as the road checks every Result (figures made finite,
+    the CPU rule: :func:`netprobe.session.checked`): each file split into its tests by the
     tool; with several files (a client's and a server's log), their k-th tests make the
     k-th result."""
-    from netprobe.convert import finite_figures
+    from netprobe.session import checked
 
     splits = [tool.split_tests(lines) for lines in files]
     for number, texts in enumerate(itertools.zip_longest(*splits), start=1):
@@ -113,6 +114,6 @@ def _tests(tool: Tool, paths: list[str], files: Sequence[Iterable[str]]) -> Iter
                              f"no test {number}")
         parsed = tool.parse(list(zip(paths, texts)))
         try:
-            yield finite_figures(parsed)
+            yield checked(parsed)
         except ParseError as exc:
             raise ParseError(exc.detail, ", ".join(paths)) from None

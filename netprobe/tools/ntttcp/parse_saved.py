@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from netprobe.bottleneck import with_cpu_warnings
 from netprobe.driven import readable_sources
 from netprobe.errors import ParseError
 from netprobe.resultops import short_sender_totals
@@ -113,7 +112,7 @@ def _parsed_result(
         warnings.append("ntttcp's real-time throughput lines carry no timestamps: no intervals")
     first = receiver or sender
     consoles = [slot.console for slot in roles.values() if slot.console]
-    return with_cpu_warnings(Result(
+    return Result(
         tool=ToolInfo(
             name="ntttcp", version=next((c.version for c in consoles if c.version), None)
         ),
@@ -128,7 +127,7 @@ def _parsed_result(
         warnings=(_RECONSTRUCTED, *warnings),
         errors=tuple(errors),
         raw=raw,
-    ))
+    )
 
 
 _RECONSTRUCTED = (

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from netprobe.bottleneck import with_cpu_warnings
 from netprobe.driven import readable_sources
 from netprobe.errors import ParseError
 from netprobe.schema import Endpoint, RawOutput, Result, TestSpec, ToolInfo
@@ -95,7 +94,7 @@ def _parsed_result(name: str, text: str, out: p.NuttcpOutput, extra: list[str]) 
     if not out.has_summary:
         warnings.append(f"{name}: no final summary: the output is incomplete")
     message = p.failure_message(out)
-    return with_cpu_warnings(Result(
+    return Result(
         tool=ToolInfo(name="nuttcp", version=out.version),
         spec=spec,
         start_time=None,
@@ -109,4 +108,4 @@ def _parsed_result(name: str, text: str, out: p.NuttcpOutput, extra: list[str]) 
         warnings=tuple(warnings),
         errors=(message,) if message else (),
         raw=(RawOutput(name=name, text=_bounded.kept_raw(text)),),
-    ))
+    )
