@@ -33,6 +33,12 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                         help="serve one test, then exit")
     _add_service_options(parser)
     _add_server_limits(parser)
+    group = parser.add_argument_group("iperf3 clients (see docs/iperf3.md)")
+    group.add_argument("--iperf3", action="store_true",
+                       help="also serve stock iperf3 clients (TCP), several at once within "
+                            "--max-tests and the same limits (off by default)")
+    group.add_argument("--iperf3-port", type=opts.LISTEN_PORT, metavar="PORT", default=5201,
+                       help="TCP port for iperf3 clients (default: %(default)s)")
 
 
 def _add_service_options(parser: argparse.ArgumentParser) -> None:
@@ -193,9 +199,17 @@ def _serve_logged(args: argparse.Namespace, config: Any, log: Any,
         # One start line says all this process enforces, the far ends' fence included.
         log(f"netprobe server listening on {where} port {port}: {describe(config)}; "
             f"far ends: {limits_note()}", event="listening", address=args.bind, port=port)
+        for service in services:
+            log(f"iperf3 clients served on {where} TCP port {service.port}",
+                event="listening", address=args.bind, port=service.port, kind="iperf3")
 
+    services = []
+    if args.iperf3:
+        from netprobe.engine.iperf3.service import Iperf3Service
+
+        services.append(Iperf3Service(args.iperf3_port))
     try:
-        serve(config, log=log, handlers=handlers(), ready=ready)
+        serve(config, log=log, handlers=handlers(), ready=ready, services=services)
     except KeyboardInterrupt:
         if args.logfile:
             log("netprobe server: stopped", event="stopped")

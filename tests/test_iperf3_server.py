@@ -1,0 +1,134 @@
+"""``netprobe server --iperf3``: stock iperf3 clients (3.9 to 3.21, the real binaries)
+against the iperf3 listener on loopback, several at once, busy, limits, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from netprobe.convert import to_json
+from netprobe.engine.config import ServerConfig
+from netprobe.engine.iperf3.service import Iperf3Service
+from netprobe.engine.server import Server
+from netprobe.schema import Result
+
+PEERS = Path(os.environ.get("NETPROBE_PEERS_BIN",
+                            Path.home() / ".cache" / "netprobe-peers" / "bin"))
+CLIENTS = {"3.9": PEERS / "iperf3-3.9", "3.12": Path(shutil.which("iperf3") or "/nonexistent"),
+           "3.16": PEERS / "iperf3-3.16", "3.17.1": PEERS / "iperf3-3.17.1",
+           "3.21": PEERS / "iperf3"}
+CLIENT_TIMEOUT_S = 30
+
+
+def stock(version: str) -> str:
+    """The stock iperf3 binary of ``version`` (the test skips, saying why, without it)."""
+    path = CLIENTS[version]
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.skip(f"iperf3 {version} not found at {path} (peers/build.sh builds it)")
+    out = subprocess.run([str(path), "--version"], capture_output=True, text=True,
+                         timeout=10).stdout
+    if f"iperf {version}" not in out:
+        pytest.skip(f"{path} is not iperf3 {version}: {out.splitlines()[:1]}")
+    return str(path)
+
+
+class Running:
+    """A netprobe Server with the iperf3 listener on loopback, collecting its Results."""
+
+    def __init__(self, **config: object) -> None:
+        self.log: list[tuple[str, str, dict]] = []
+        self.results: list[Result] = []
+        self.service = Iperf3Service(0, on_result=self.results.append)
+        cfg = ServerConfig(bind_address="127.0.0.1", port=0, **config)  # type: ignore[arg-type]
+        self.server = Server(cfg, self._log, services=[self.service])
+
+    def _log(self, message: str, /, event: str = "note", **fields: object) -> None:
+        self.log.append((event, message, fields))
+
+    def __enter__(self) -> Running:
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.close()
+
+    @property
+    def port(self) -> int:
+        return self.service.port
+
+    def events(self, event: str) -> list[tuple[str, str, dict]]:
+        return [e for e in self.log if e[0] == event]
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Whether every slot is free again within ``timeout`` (bounded poll)."""
+        for _ in range(int(timeout / 0.05)):
+            if self.server.admission.active_tests == 0:
+                return True
+            time.sleep(0.05)
+        return False
+
+
+def run_client(binary: str, port: int, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([binary, "-c", "127.0.0.1", "-p", str(port), *args],
+                          capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
+
+
+def parsed(doc: str, tmp_path: Path) -> dict:
+    """The client's -J output through ``netprobe parse --tool iperf3``."""
+    path = tmp_path / "client.json"
+    path.write_text(doc)
+    out = subprocess.run([sys.executable, "-m", "netprobe", "parse", "--tool", "iperf3",
+                          "--json", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def receiver_bps(summaries: list, direction: str) -> float:
+    for flow in summaries:
+        if flow["direction"] == direction:
+            return float(flow["receiver"]["bits_per_second"])
+    raise AssertionError(f"no {direction} flow in {summaries}")
+
+
+FAST = [("3.21", ()), ("3.12", ("-R",))]
+MATRIX = [(v, a) for v in CLIENTS for a in [(), ("-P", "4"), ("-R",)] if (v, a) not in FAST]
+
+
+def _matrix(version: str, args: tuple, tmp_path: Path) -> None:
+    binary = stock(version)
+    with Running(max_tests=2) as srv:
+        out = run_client(binary, srv.port, "-t", "1", "-J", *args)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr
+        assert srv.wait_idle()
+    assert len(srv.results) == 1
+    ours = json.loads(to_json(srv.results[0]))
+    direction = "server_to_client" if "-R" in args else "client_to_server"
+    theirs = parsed(out.stdout, tmp_path)
+    mine = receiver_bps(ours["summaries"], direction)
+    assert mine > 0
+    # The client's receiver figure is the server's byte count over the server's time
+    # (direction c->s) or its own (-R): the two records agree within 1 %.
+    assert receiver_bps(theirs["summaries"], direction) == pytest.approx(mine, rel=0.01)
+    streams = 4 if "4" in args else 1
+    assert len(ours["streams"]) == streams
+    assert srv.events("test-end")
+
+
+@pytest.mark.peers
+@pytest.mark.parametrize(("version", "args"), FAST)
+def test_stock_client_fast(version: str, args: tuple, tmp_path: Path) -> None:
+    _matrix(version, args, tmp_path)
+
+
+@pytest.mark.peers
+@pytest.mark.slow
+@pytest.mark.parametrize(("version", "args"), MATRIX)
+def test_stock_client_matrix(version: str, args: tuple, tmp_path: Path) -> None:
+    _matrix(version, args, tmp_path)
