@@ -132,3 +132,97 @@ def test_stock_client_fast(version: str, args: tuple, tmp_path: Path) -> None:
 @pytest.mark.parametrize(("version", "args"), MATRIX)
 def test_stock_client_matrix(version: str, args: tuple, tmp_path: Path) -> None:
     _matrix(version, args, tmp_path)
+
+
+@pytest.mark.peers
+def test_length_window_omit_reach_the_server(tmp_path: Path) -> None:
+    """-l, -w and -O are read from the params (and -O's seconds left out of the counts)."""
+    binary = stock("3.21")
+    with Running() as srv:
+        out = run_client(binary, srv.port, "-t", "2", "-O", "1", "-l", "32K", "-w", "256K",
+                         "-J")
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr
+        assert srv.wait_idle()
+    spec = srv.results[0].spec
+    assert (spec.length_bytes, spec.window_bytes, spec.omit_s) == (32768, 262144, 1.0)
+    flow = srv.results[0].summary("client_to_server")
+    assert flow is not None and flow.receiver is not None
+    theirs = parsed(out.stdout, tmp_path)
+    assert receiver_bps(theirs["summaries"], "client_to_server") == pytest.approx(
+        flow.receiver.bits_per_second, rel=0.01)
+    # The omitted second is not in the server's count: its bytes are those the client
+    # reports after omit, not its whole transfer.
+    doc = json.loads(out.stdout)
+    assert flow.receiver.bytes == doc["end"]["sum_received"]["bytes"]
+
+
+def start_clients(binary: str, port: int, count: int, *args: str) -> list[subprocess.Popen]:
+    return [subprocess.Popen([binary, "-c", "127.0.0.1", "-p", str(port), *args],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for _ in range(count)]
+
+
+def finish(procs: list[subprocess.Popen]) -> list[tuple[int, str]]:
+    """Each client's exit code and output; a client still running after the timeout is
+    killed and fails the test (nothing may hang)."""
+    done = []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=CLIENT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+                other.communicate()
+            raise AssertionError("a stock client hung") from None
+        done.append((proc.returncode, out))
+    return done
+
+
+@pytest.mark.peers
+def test_several_clients_at_once() -> None:
+    """Three stock clients on the one port at once, each its own test (data by cookie)."""
+    binary = stock("3.21")
+    with Running(max_tests=3) as srv:
+        done = finish(start_clients(binary, srv.port, 3, "-t", "2", "-P", "2"))
+        assert srv.wait_idle()
+    assert [code for code, _ in done] == [0, 0, 0], done
+    assert len(srv.results) == 3
+    assert len({r.remote.port for r in srv.results}) == 3  # three control connections
+    assert all(len(r.streams) == 2 for r in srv.results)
+    assert len(srv.events("test")) == 3
+
+
+@pytest.mark.peers
+def test_busy_beyond_max_tests() -> None:
+    """--max-tests 1 and five clients started together: all exit, the extras with the
+    stock client's busy error; none hangs and the slot is free after."""
+    binary = stock("3.21")
+    with Running(max_tests=1) as srv:
+        done = finish(start_clients(binary, srv.port, 5, "-t", "2"))
+        assert srv.wait_idle()
+    ok = [out for code, out in done if code == 0]
+    busy = [out for code, out in done if code != 0 and "busy" in out]
+    assert len(ok) >= 1 and len(busy) >= 1, done
+    assert len(ok) + len(busy) == 5, done
+    assert len(srv.events("busy")) == len(busy)
+    assert srv.service.counters["busy"] == len(busy)
+
+
+@pytest.mark.peers
+@pytest.mark.parametrize("reverse", [False, True])
+def test_killed_client_frees_its_slot(reverse: bool) -> None:
+    """A stock client killed mid-test (SIGKILL: no CLIENT_TERMINATE) frees its slot at
+    once, and the next client runs."""
+    binary = stock("3.21")
+    with Running(max_tests=1) as srv:
+        [proc] = start_clients(binary, srv.port, 1, "-t", "30", *(["-R"] if reverse else []))
+        for _ in range(200):
+            if srv.server.admission.active_tests == 1 and srv.events("test"):
+                break
+            time.sleep(0.05)
+        assert srv.server.admission.active_tests == 1
+        proc.kill()
+        proc.communicate()
+        assert srv.wait_idle(5.0)
+        out = run_client(binary, srv.port, "-t", "1")
+        assert out.returncode == 0, out.stdout + out.stderr
