@@ -3,18 +3,25 @@ against the iperf3 listener on loopback, several at once, busy, limits, and bad 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import shutil
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
 from netprobe.convert import to_json
 from netprobe.engine.config import ServerConfig
+from netprobe.engine.iperf3 import wire
 from netprobe.engine.iperf3.service import Iperf3Service
 from netprobe.engine.server import Server
 from netprobe.schema import Result
@@ -75,9 +82,15 @@ class Running:
         return False
 
 
-def run_client(binary: str, port: int, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([binary, "-c", "127.0.0.1", "-p", str(port), *args],
-                          capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
+def run_client(binary: str, port: int, *args: str,
+               srv: Optional[Running] = None) -> subprocess.CompletedProcess:
+    """Run a stock client to its end; a hang fails with what the server logged."""
+    try:
+        return subprocess.run([binary, "-c", "127.0.0.1", "-p", str(port), *args],
+                              capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the stock client hung: {exc.stdout!r:.1500}; server log: "
+                             f"{srv.log if srv else None}") from None
 
 
 def parsed(doc: str, tmp_path: Path) -> dict:
@@ -104,7 +117,7 @@ MATRIX = [(v, a) for v in CLIENTS for a in [(), ("-P", "4"), ("-R",)] if (v, a) 
 def _matrix(version: str, args: tuple, tmp_path: Path) -> None:
     binary = stock(version)
     with Running(max_tests=2) as srv:
-        out = run_client(binary, srv.port, "-t", "1", "-J", *args)
+        out = run_client(binary, srv.port, "-t", "1", "-J", *args, srv=srv)
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr
         assert srv.wait_idle()
     assert len(srv.results) == 1
@@ -226,3 +239,148 @@ def test_killed_client_frees_its_slot(reverse: bool) -> None:
         assert srv.wait_idle(5.0)
         out = run_client(binary, srv.port, "-t", "1")
         assert out.returncode == 0, out.stdout + out.stderr
+
+
+REFUSALS = [
+    ({"allow": ("10.75.0.0/16",)}, (), "acl", "test authorization failed"),
+    ({"max_duration_s": 5.0}, ("-t", "10"), "duration", "duration exceeds"),
+    ({"max_streams": 2}, ("-P", "4"), "streams", "parallel streams too large"),
+    ({"max_rate_bps": 1e8}, (), "rate", "larger than server limit"),
+    ({"max_rate_bps": 1e8}, ("-b", "40M", "-P", "3"), "rate", "larger than server limit"),
+]
+
+
+@pytest.mark.peers
+@pytest.mark.parametrize(("config", "args", "reason", "printed"), REFUSALS)
+def test_refusals_are_iperf3_errors(config: dict, args: tuple, reason: str,
+                                    printed: str) -> None:
+    """The ACL and --max-duration/--max-streams/--max-rate refuse with iperf3's numeric
+    error, which the stock client prints as its message; each is logged with its reason."""
+    binary = stock("3.21")
+    with Running(**config) as srv:
+        out = run_client(binary, srv.port, "-t", "1", *args, srv=srv)
+        assert srv.wait_idle()
+    assert out.returncode != 0
+    assert printed in out.stdout + out.stderr
+    assert [e[2]["reason"] for e in srv.events("refused")] == [reason]
+    assert not srv.results
+
+
+@pytest.mark.peers
+def test_within_the_rate_limit_runs() -> None:
+    """A test that asks for no more than --max-rate in all runs (the counterpart)."""
+    binary = stock("3.21")
+    with Running(max_rate_bps=1e8) as srv:
+        out = run_client(binary, srv.port, "-t", "1", "-b", "10M", "-P", "2", srv=srv)
+        assert srv.wait_idle()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert len(srv.results) == 1
+
+
+COOKIE = b"abcdefghijklmnopqrstuvwxyz2345670123\0"
+
+
+def control(port: int, cookie: bytes = COOKIE) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(cookie)
+    return sock
+
+
+def data_from(source: str, port: int, cookie: bytes = COOKIE) -> socket.socket:
+    sock = socket.socket()
+    sock.settimeout(10)
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(cookie)
+    return sock
+
+
+def test_no_reflection_data_only_from_the_control_peer() -> None:
+    """A data connection with a running test's cookie from another address (127.0.0.2)
+    is told 0xFF and closed, never attached (a reverse test never sends to it)."""
+    with Running() as srv:
+        ctl = control(srv.port)
+        assert wire.read_state(ctl) == wire.PARAM_EXCHANGE
+        wire.send_json(ctl, {"tcp": True, "time": 1, "parallel": 1, "reverse": True,
+                             "len": 1000})
+        assert wire.read_state(ctl) == wire.CREATE_STREAMS
+        stranger = data_from("127.0.0.2", srv.port)
+        assert stranger.recv(16) == struct.pack("b", wire.ACCESS_DENIED)
+        assert stranger.recv(16) == b""  # closed: no data was sent to it
+        stranger.close()
+        mine = data_from("127.0.0.1", srv.port)
+        assert wire.read_state(ctl) == wire.TEST_START
+        assert wire.read_state(ctl) == wire.TEST_RUNNING
+        assert len(mine.recv(1000)) > 0  # the reverse stream goes to the control's peer
+        wire.send_state(ctl, wire.TEST_END)
+        assert wire.read_state(ctl) == wire.EXCHANGE_RESULTS
+        wire.send_json(ctl, {"cpu_util_total": 0, "cpu_util_user": 0, "cpu_util_system": 0,
+                             "sender_has_retransmits": -1, "streams": []})
+        theirs = wire.read_json(ctl, 1 << 20)
+        assert [s["id"] for s in theirs["streams"]] == [1]
+        assert wire.read_state(ctl) == wire.DISPLAY_RESULTS
+        wire.send_state(ctl, wire.IPERF_DONE)
+        mine.close()
+        ctl.close()
+        assert srv.wait_idle()
+    assert srv.results[0].spec.direction == "reverse"
+
+
+def _fuzz_case(rng: random.Random, port: int) -> None:
+    """One malformed client: a cut cookie, junk state bytes, a bad length or bad JSON."""
+    kind = rng.randrange(7)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    try:
+        if kind == 0:
+            sock.sendall(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 37))))
+            return
+        sock.sendall(bytes(rng.randrange(256) for _ in range(37)))
+        sock.recv(1)  # PARAM_EXCHANGE
+        if kind == 1:
+            sock.sendall(struct.pack(">I", rng.choice([0, 8193, 2**32 - 1])) + b"{}")
+        elif kind == 2:
+            body = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))
+            sock.sendall(struct.pack(">I", len(body)) + body)
+        elif kind == 3:
+            body = json.dumps(rng.choice([[], 7, "x", None, {"parallel": 10**30},
+                                          {"len": -5}, {"time": 1, "reverse": False,
+                                                        "parallel": 1},
+                                          {"time": "1", "PARALLEL": 2.5}])).encode()
+            sock.sendall(struct.pack(">I", len(body)) + body)
+            # A test that was accepted gets no streams and no states but junk.
+            sock.sendall(bytes([rng.randrange(256)]))
+        elif kind == 4:
+            sock.sendall(struct.pack(">I", 100) + b'{"time": 1')  # cut short, then close
+        elif kind == 5:
+            body = b"[" * 8000 + b"]" * 8000  # deeper than Python's JSON parser recurses
+            sock.sendall(struct.pack(">I", 8000) + body[:8000])
+        else:
+            body = b"x" * 9000  # over iperf3's 8 KiB params cap
+            sock.sendall(struct.pack(">I", len(body)) + body)
+        sock.settimeout(2)
+        with contextlib.suppress(OSError):
+            sock.recv(64)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
+def test_malformed_input_never_crashes_or_sticks_a_slot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bounded fuzz: 60 malformed clients; no server thread dies of an exception, every
+    slot comes back, and a good client runs after them."""
+    died: list[str] = []
+    monkeypatch.setattr(threading, "excepthook",
+                        lambda args: died.append(f"{args.exc_type.__name__}: {args.exc_value}"))
+    rng = random.Random(37)
+    with Running(max_tests=1, handshake_timeout_s=1.0) as srv:
+        for _ in range(60):
+            _fuzz_case(rng, srv.port)
+        assert srv.wait_idle(15.0)
+        ctl = control(srv.port)
+        assert wire.read_state(ctl) == wire.PARAM_EXCHANGE
+        ctl.close()
+        assert srv.wait_idle()
+    assert srv.events("refused")
+    assert died == []

@@ -22,7 +22,7 @@ def server_result(p: wire.Params, peer: tuple, conn: socket.socket, streams: lis
                   started: str, duration: float, cpu: float, theirs: Optional[dict],
                   error: Optional[str]) -> Result:
     """A Result of the test the server just served (``theirs``: the client's results)."""
-    client_bytes = _their_bytes(theirs)
+    client_bytes, their_time = _their_counts(theirs)
     flows, rows = [], []
     for direction in p.directions:
         mine = [s for s in streams if s.direction == direction]
@@ -31,7 +31,9 @@ def server_result(p: wire.Params, peer: tuple, conn: socket.socket, streams: lis
         total = sum(s.counted for s in mine)
         ours = _side(ours_role, total, duration)
         theirs_total = sum(client_bytes.get(s.stream_id, 0) for s in mine)
-        other = _side(their_role, theirs_total, duration) if theirs is not None else None
+        # The client's side over the client's own time (its -J divides by that one).
+        other = (_side(their_role, theirs_total, their_time or duration)
+                 if theirs is not None else None)
         if ours_role == "sender":
             ours = _with_retransmits(ours, mine)
         sending = ours_role == "sender"
@@ -73,8 +75,10 @@ def _with_retransmits(side: SideSummary, streams: list[Any]) -> SideSummary:
     return attrs.evolve(side, retransmits=sum(counts), retransmits_scope="connection")
 
 
-def _their_bytes(theirs: Optional[dict]) -> dict[int, int]:
+def _their_counts(theirs: Optional[dict]) -> tuple[dict[int, int], Optional[float]]:
+    """The client's bytes by stream id, and its longest stream time (None if not told)."""
     found: dict[int, int] = {}
+    longest: Optional[float] = None
     rows = theirs.get("streams") if isinstance(theirs, dict) else None
     for row in rows if isinstance(rows, list) else []:
         if not isinstance(row, dict):
@@ -84,7 +88,10 @@ def _their_bytes(theirs: Optional[dict]) -> dict[int, int]:
         if (isinstance(ident, int) and isinstance(count, (int, float))
                 and not isinstance(count, bool) and 0 <= count < 2**63):
             found[ident] = int(count)
-    return found
+        end = row.get("end_time")
+        if isinstance(end, (int, float)) and not isinstance(end, bool) and 0 < end < 1e7:
+            longest = max(longest or 0.0, float(end))
+    return found, longest
 
 
 def _open(conn: socket.socket) -> bool:

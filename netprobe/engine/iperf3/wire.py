@@ -93,8 +93,9 @@ def read_json(sock: socket.socket, limit: int) -> dict:
         raise WireError(f"a JSON message of {length} bytes (1 to {limit} accepted)")
     try:
         value = json.loads(recv_exact(sock, length).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise WireError(f"bad JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        # Foreign text: nesting deeper than the parser recurses is bad JSON like any other.
+        raise WireError(f"bad JSON: {str(exc)[:200]}") from None
     if not isinstance(value, dict):
         raise WireError("the JSON message is not an object")
     return value
