@@ -20,6 +20,7 @@ from typing import Optional
 import pytest
 
 from netprobe.convert import to_json
+from netprobe.driven import free_port
 from netprobe.engine.config import ServerConfig
 from netprobe.engine.iperf3 import wire
 from netprobe.engine.iperf3.service import Iperf3Service
@@ -384,3 +385,30 @@ def test_malformed_input_never_crashes_or_sticks_a_slot(
         assert srv.wait_idle()
     assert srv.events("refused")
     assert died == []
+
+
+@pytest.mark.peers
+def test_cli_server_iperf3_flag() -> None:
+    """`netprobe server --iperf3 --iperf3-port N` serves a stock client and logs the test."""
+    binary = stock("3.21")
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "netprobe", "server", "-p", "0", "-B",
+                               "127.0.0.1", "--iperf3", "--iperf3-port", str(port),
+                               "--log-format", "json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert server.stdout is not None
+        lines = []
+        for _ in range(20):  # the two listening lines, then the service is up
+            line = server.stdout.readline()
+            lines.append(line)
+            if '"kind": "iperf3"' in line:
+                break
+        assert any(f'"port": {port}' in line for line in lines), lines
+        out = run_client(binary, port, "-t", "1")
+        assert out.returncode == 0, out.stdout + out.stderr
+    finally:
+        server.terminate()
+        rest, _ = server.communicate(timeout=10)
+    events = [json.loads(line)["event"] for line in rest.splitlines() if line.startswith("{")]
+    assert "test-end" in events, rest
