@@ -6,6 +6,8 @@ from __future__ import annotations
 import socket
 from typing import Any, Optional
 
+import attrs
+
 from netprobe.engine.iperf3 import wire
 from netprobe.schema import (
     Endpoint,
@@ -30,6 +32,11 @@ def server_result(p: wire.Params, peer: tuple, conn: socket.socket, streams: lis
         their_role = "receiver" if ours_role == "sender" else "sender"
         total = sum(s.counted for s in mine)
         ours = _side(ours_role, total, duration)
+        if p.udp and ours_role == "receiver":
+            ours = attrs.evolve(ours, packets=sum(s.packets for s in mine),
+                                lost_packets=sum(s.errors for s in mine),
+                                out_of_order_packets=sum(s.out_of_order for s in mine),
+                                jitter_ms=max((s.jitter_s for s in mine), default=0.0) * 1e3)
         theirs_total = sum(client_bytes.get(s.stream_id, 0) for s in mine)
         # The client's side over the client's own time (its -J divides by that one).
         other = (_side(their_role, theirs_total, their_time or duration)
@@ -45,7 +52,8 @@ def server_result(p: wire.Params, peer: tuple, conn: socket.socket, streams: lis
                                      sender=side if sending else None,
                                      receiver=None if sending else side))
     direction = "bidir" if p.bidirectional else "reverse" if p.reverse else "normal"
-    spec = TestSpec(tool="iperf3", host=peer[0], protocol="tcp", direction=direction,
+    spec = TestSpec(tool="iperf3", host=peer[0], protocol="udp" if p.udp else "tcp",
+                    direction=direction,
                     streams=p.parallel, duration_s=float(p.time) if p.time else None,
                     omit_s=float(p.omit), length_bytes=p.length,
                     window_bytes=p.window or None,
@@ -70,8 +78,6 @@ def _with_retransmits(side: SideSummary, streams: list[Any]) -> SideSummary:
     counts = [s.retransmits for s in streams if s.retransmits is not None]
     if not counts:
         return side
-    import attrs
-
     return attrs.evolve(side, retransmits=sum(counts), retransmits_scope="connection")
 
 

@@ -36,6 +36,8 @@ class Iperf3Service:
         self._lock = threading.Lock()
         self._listeners: list[socket.socket] = []
         self._closed = threading.Event()
+        self.udp_setup = threading.Lock()
+        """Held by the one test setting up its UDP streams (they carry no cookie)."""
 
     def start(self, server: Any) -> int:
         """Listen beside ``server`` (its bind address, config, admission, log); the port."""

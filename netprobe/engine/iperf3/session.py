@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Optional
 
-from netprobe.engine.iperf3 import wire
+from netprobe.engine.iperf3 import udp, wire
 from netprobe.engine.iperf3.record import server_result
 from netprobe.engine.iperf3.streams import Stream
 from netprobe.engine.log import client, escape
@@ -43,7 +43,7 @@ class Iperf3Test:
         self.cookie = cookie
         self.who = client(peer)
         self.params: Optional[wire.Params] = None
-        self.streams: list[Stream] = []
+        self.streams: list[Any] = []  # Stream (TCP) or udp.UdpStream
         self._pending: list[socket.socket] = []
         self._arrived = threading.Condition()
         self._expected = 0
@@ -126,9 +126,6 @@ class Iperf3Test:
         broken = wire.check_params(params)
         if broken is not None:
             raise Refused(broken[0], broken[1], "params")
-        if params.udp:
-            raise Refused(wire.IEUDPBLOCKSIZE, "UDP is not served on the iperf3 port yet",
-                          "udp")
         self.params = params
         return params
 
@@ -168,9 +165,12 @@ class Iperf3Test:
     def _serve(self, p: wire.Params) -> None:
         started_wall = utc_now_iso()
         self._expected = self._stream_count(p)
-        self.service.remember(self.cookie, self)
-        wire.send_state(self.conn, wire.CREATE_STREAMS)
-        socks = self._wait_streams()
+        if p.udp:
+            socks = self._udp_streams()
+        else:
+            self.service.remember(self.cookie, self)
+            wire.send_state(self.conn, wire.CREATE_STREAMS)
+            socks = self._wait_streams()
         self.streams = self._make_streams(p, socks)
         wire.send_state(self.conn, wire.TEST_START)
         wire.send_state(self.conn, wire.TEST_RUNNING)
@@ -198,6 +198,19 @@ class Iperf3Test:
         self.service.count("served")
         self._log_result(p, started_wall, duration, cpu, theirs, None)
 
+    def _udp_streams(self) -> list[socket.socket]:
+        # UDP carries no cookie: one client at a time sets its streams up on the port.
+        timeout = self.server.config.handshake_timeout_s
+        if not self.service.udp_setup.acquire(timeout=timeout):
+            raise wire.WireError("another client's UDP setup did not end in time")
+        try:
+            return udp.open_streams(
+                self.conn.getsockname()[0], self.service.port, self._expected,
+                lambda source: self.server.data_peer_ok(self.peer, source), timeout,
+                lambda: wire.send_state(self.conn, wire.CREATE_STREAMS))
+        finally:
+            self.service.udp_setup.release()
+
     def _wait_streams(self) -> list[socket.socket]:
         deadline = time.monotonic() + self.server.config.handshake_timeout_s
         with self._arrived:
@@ -210,13 +223,17 @@ class Iperf3Test:
             socks, self._pending = self._pending, []
         return socks
 
-    def _make_streams(self, p: wire.Params, socks: list[socket.socket]) -> list[Stream]:
+    def _make_streams(self, p: wire.Params, socks: list[socket.socket]) -> list[Any]:
         # Roles in accept order: the receivers first (the client opens its sending streams
         # first), then the senders; ids 1, 3, 4, ... as iperf3 numbers them (2 is skipped).
         receivers = p.parallel if "client_to_server" in p.directions else 0
-        streams = []
+        streams: list[Any] = []
         for index, sock in enumerate(socks):
             stream_id = FIRST_STREAM_ID if index == 0 else index + 2
+            if p.udp:
+                streams.append(udp.UdpStream(sock, stream_id, index >= receivers, p.length,
+                                             p.bandwidth, p.udp_counters_64bit))
+                continue
             _apply_options(sock, p)
             streams.append(Stream(sock, stream_id, index >= receivers, p.length,
                                   p.bandwidth))
@@ -249,14 +266,15 @@ class Iperf3Test:
                 return None, omit_end  # the client vanished: end now, free the slot
 
     def _results(self, p: wire.Params, duration: float, cpu: float) -> dict:
-        sending = any(s.sending for s in self.streams)
+        sending = any(s.sending for s in self.streams) and not p.udp
         results: dict = {
             "cpu_util_total": cpu, "cpu_util_user": cpu, "cpu_util_system": 0.0,
             "sender_has_retransmits": 1 if sending else -1,
             "streams": [{
                 "id": s.stream_id, "bytes": s.counted,
                 "retransmits": (s.retransmits or 0) if sending else -1,
-                "jitter": 0, "errors": 0, "packets": 0, "omitted_errors": 0,
+                "jitter": getattr(s, "jitter_s", 0), "errors": getattr(s, "errors", 0),
+                "packets": getattr(s, "packets", 0), "omitted_errors": 0,
                 "omitted_packets": 0, "start_time": 0, "end_time": duration,
             } for s in self.streams]}
         if p.get_server_output:
@@ -306,5 +324,6 @@ def _sync_close(sock: socket.socket) -> None:
 
 def _words(p: wire.Params) -> str:
     direction = "bidir" if p.bidirectional else "reverse" if p.reverse else "normal"
-    return (f"tcp {direction}, {p.parallel} stream(s), {p.time} s, omit {p.omit} s, "
+    return (f"{'udp' if p.udp else 'tcp'} {direction}, {p.parallel} stream(s), {p.time} s, "
+            f"omit {p.omit} s, "
             f"len {p.length}, window {p.window or 'default'}")
