@@ -25,6 +25,7 @@ from netprobe.engine.config import ServerConfig
 from netprobe.engine.iperf3 import udp, wire
 from netprobe.engine.iperf3.service import Iperf3Service
 from netprobe.engine.server import Server
+from netprobe.results.saved import load_texts
 from netprobe.schema import Result
 
 PEERS = Path(os.environ.get("NETPROBE_PEERS_BIN",
@@ -393,13 +394,15 @@ def test_malformed_input_never_crashes_or_sticks_a_slot(
 
 
 @pytest.mark.peers
-def test_cli_server_iperf3_flag() -> None:
-    """`netprobe server --iperf3 --iperf3-port N` serves a stock client and logs the test."""
+def test_cli_server_iperf3_flag(tmp_path: Path) -> None:
+    """`netprobe server --iperf3 --iperf3-port N --iperf3-results FILE` serves a stock
+    client, logs the test and appends its Result, read back by the saved-result reader."""
     binary = stock("3.21")
     port = free_port()
+    saved = tmp_path / "iperf3.jsonl"
     server = subprocess.Popen([sys.executable, "-m", "netprobe", "server", "-p", "0", "-B",
                                "127.0.0.1", "--iperf3", "--iperf3-port", str(port),
-                               "--log-format", "json"],
+                               "--iperf3-results", str(saved), "--log-format", "json"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert server.stdout is not None
@@ -410,13 +413,17 @@ def test_cli_server_iperf3_flag() -> None:
             if '"kind": "iperf3"' in line:
                 break
         assert any(f'"port": {port}' in line for line in lines), lines
-        out = run_client(binary, port, "-t", "1")
+        out = run_client(binary, port, "-t", "1", "-J")
         assert out.returncode == 0, out.stdout + out.stderr
     finally:
         server.terminate()
         rest, _ = server.communicate(timeout=10)
     events = [json.loads(line)["event"] for line in rest.splitlines() if line.startswith("{")]
     assert "test-end" in events, rest
+    [result] = load_texts([(saved.name, saved.read_text())]).results
+    received = result.summary("client_to_server")
+    assert received is not None and received.receiver is not None
+    assert received.receiver.bytes == json.loads(out.stdout)["end"]["sum_received"]["bytes"]
 
 
 UDP_CASES = [("3.9", ()), ("3.21", ("-R",)),
