@@ -479,3 +479,23 @@ def test_forged_sequence_near_2_32_books_no_billions() -> None:
     assert stream.errors == 1  # only 5, missing between 4 and 6
     assert stream.packets == 6
     assert stream.strays == 1
+
+
+@pytest.mark.peers
+def test_bidir_streams_take_their_roles_in_accept_order() -> None:
+    """--bidir: the first streams accepted are the server's receivers, the next its
+    senders (ids 1 and 3); the client's -J shows the server's counts for both flows."""
+    binary = stock("3.21")
+    with Running() as srv:
+        out = run_client(binary, srv.port, "-t", "1", "--bidir", "-J", srv=srv)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr
+        assert srv.wait_idle()
+    [result] = srv.results
+    end = json.loads(out.stdout)["end"]
+    forward, back = result.summary("client_to_server"), result.summary("server_to_client")
+    assert forward is not None and forward.receiver is not None
+    assert back is not None and back.sender is not None
+    assert forward.receiver.bytes == end["sum_received"]["bytes"]
+    assert back.sender.bytes == end["sum_sent_bidir_reverse"]["bytes"]
+    assert [(s.stream_id, s.direction) for s in result.streams] == [
+        (1, "client_to_server"), (3, "server_to_client")]
