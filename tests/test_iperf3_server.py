@@ -499,3 +499,19 @@ def test_bidir_streams_take_their_roles_in_accept_order() -> None:
     assert back.sender.bytes == end["sum_sent_bidir_reverse"]["bytes"]
     assert [(s.stream_id, s.direction) for s in result.streams] == [
         (1, "client_to_server"), (3, "server_to_client")]
+
+
+@pytest.mark.peers
+@pytest.mark.slow
+def test_twenty_clients_against_two_slots() -> None:
+    """20 stock clients started together at --max-tests 2: at most two run at a time, the
+    rest exit with the busy error, nothing hangs, every slot is free after."""
+    binary = stock("3.21")
+    with Running(max_tests=2) as srv:
+        done = finish(start_clients(binary, srv.port, 20, "-t", "2"))
+        assert srv.wait_idle()
+    ok = [out for code, out in done if code == 0]
+    busy = [out for code, out in done if code != 0 and "busy" in out]
+    assert len(ok) >= 1 and len(busy) >= 15, done
+    assert len(ok) + len(busy) == 20, [out[-300:] for code, out in done if code]
+    assert len(srv.results) == len(ok)
