@@ -515,3 +515,32 @@ def test_twenty_clients_against_two_slots() -> None:
     assert len(ok) >= 1 and len(busy) >= 15, done
     assert len(ok) + len(busy) == 20, [out[-300:] for code, out in done if code]
     assert len(srv.results) == len(ok)
+
+
+def test_udp_hello_only_from_the_control_peer() -> None:
+    """A UDP hello from another address (127.0.0.2) gets no reply and no data (a reverse
+    UDP test cannot be pointed at a third host); the control peer's gets "6789"."""
+    with Running(handshake_timeout_s=5.0) as srv:
+        ctl = control(srv.port)
+        assert wire.read_state(ctl) == wire.PARAM_EXCHANGE
+        wire.send_json(ctl, {"udp": True, "time": 1, "parallel": 1, "reverse": True,
+                             "len": 1000, "bandwidth": 1_000_000})
+        assert wire.read_state(ctl) == wire.CREATE_STREAMS
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger, \
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as mine:
+            stranger.bind(("127.0.0.2", 0))
+            stranger.settimeout(1.0)
+            stranger.sendto(b"9876", ("127.0.0.1", srv.port))
+            with pytest.raises(socket.timeout):
+                stranger.recv(2048)
+            mine.settimeout(5.0)
+            mine.connect(("127.0.0.1", srv.port))
+            mine.send(b"\x15\xcd\x5b\x07")  # the legacy hello: any 4 bytes are taken
+            assert mine.recv(2048) == wire.UDP_HELLO_REPLY
+            assert wire.read_state(ctl) == wire.TEST_START
+            assert wire.read_state(ctl) == wire.TEST_RUNNING
+            assert len(mine.recv(2048)) == 1000  # the reverse stream, to the control peer
+            with pytest.raises(socket.timeout):
+                stranger.recv(2048)
+        ctl.close()
+        assert srv.wait_idle()
