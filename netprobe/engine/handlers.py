@@ -60,6 +60,9 @@ class ServerFacts(Protocol):
     def allows(self, address: str) -> bool:
         """Whether the --allow list accepts ``address``."""
 
+    def data_peer_ok(self, control_peer: tuple, peer: tuple) -> bool:
+        """Whether a test's data may come from (and go to) ``peer``."""
+
     def register(self, cookie: bytes, session: Attachable) -> None:
         """Hand the data connections and UDP streams carrying ``cookie`` to ``session``."""
 
@@ -97,9 +100,21 @@ class ControlSession(Protocol):
         """Refuse a client that does not make the UDP return-routability check."""
 
 
+class Service(Protocol):
+    """A listener of another kind a Server runs beside its port (iperf3's: a stock client
+    speaks its own protocol from its first byte, on its own port). It is started with the
+    server, takes its slots from ``server.admission`` and logs to ``server.log``."""
+
+    def start(self, server: ServerFacts) -> int:
+        """Listen (OSError if it cannot); returns the port."""
+
+    def close(self) -> None:
+        """Stop listening."""
+
+
 Handler = Callable[[ControlSession, dict], None]
 """A request's handler: called with the session and the request on the session's thread;
 it returns when the request is done (or raises: SpecError for a refusal)."""
 
 
-__all__ = ["Attachable", "ControlSession", "Handler", "ServerFacts"]
+__all__ = ["Attachable", "ControlSession", "Handler", "ServerFacts", "Service"]

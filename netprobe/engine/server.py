@@ -23,6 +23,7 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from typing import Callable, Optional
 
 import attrs
@@ -33,7 +34,7 @@ from netprobe.engine.admission import Admission, mbits, mib, quarter_of_memory, 
 from netprobe.engine.config import ServerConfig, check_config
 from netprobe.engine.control import Session, version
 from netprobe.engine.echo import ProbeService
-from netprobe.engine.handlers import Attachable, Handler
+from netprobe.engine.handlers import Attachable, Handler, Service
 from netprobe.engine.log import Log, Throttle, client, escape, null_log
 from netprobe.engine.nativetest import native_test
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
@@ -52,8 +53,12 @@ class Server:
     def __init__(
         self, config: ServerConfig, log: Optional[Log] = None,
         handlers: Optional[dict[str, Handler]] = None,
+        services: Sequence[Service] = (),
     ) -> None:
         check_config(config)
+        self.services = tuple(services)
+        """Listeners of other kinds run beside the port (e.g. iperf3's, on its own port):
+        started with the server and sharing its admission and log."""
         self.config = config
         self.handlers: dict[str, Handler] = {"test": native_test,
                                              probes.REQUEST: ProbeService(),
@@ -85,6 +90,12 @@ class Server:
             raise OSError(f"cannot listen on port {self.config.port}")
         self._thread = threading.Thread(target=self._accept_loop, name="np-accept", daemon=True)
         self._thread.start()
+        try:
+            for service in self.services:
+                service.start(self)
+        except OSError:
+            self.close()
+            raise
         return self.port
 
     def _listen(self, family: int, address: str) -> None:
@@ -365,6 +376,8 @@ class Server:
     def close(self) -> None:
         """Stop accepting and release the listening sockets."""
         self._closed.set()
+        for service in self.services:
+            service.close()
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
         if self._thread is not None:
@@ -424,11 +437,11 @@ threads allocate one at a time (the GIL), the stream loops once, at their start.
 
 def serve(
     config: ServerConfig, log: Log, ready: Optional[Callable[[int], None]] = None,
-    handlers: Optional[dict[str, Handler]] = None,
+    handlers: Optional[dict[str, Handler]] = None, services: Sequence[Service] = (),
 ) -> None:
     """Run a server until Ctrl-C (KeyboardInterrupt propagates) or, one-off, one test."""
     core.limit_allocator_arenas(ALLOCATOR_ARENAS)  # before any thread of ours allocates
-    server = Server(config, log, handlers)
+    server = Server(config, log, handlers, services)
     port = server.start()
     if ready is not None:
         ready(port)

@@ -33,6 +33,15 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                         help="serve one test, then exit")
     _add_service_options(parser)
     _add_server_limits(parser)
+    group = parser.add_argument_group("iperf3 clients (see docs/iperf3.md)")
+    group.add_argument("--iperf3", action="store_true",
+                       help="also serve stock iperf3 clients (TCP), several at once within "
+                            "--max-tests and the same limits (off by default)")
+    group.add_argument("--iperf3-port", type=opts.LISTEN_PORT, metavar="PORT", default=5201,
+                       help="TCP port for iperf3 clients (default: %(default)s)")
+    group.add_argument("--iperf3-results", metavar="FILE",
+                       help="append the server's result of each iperf3 test to FILE, one "
+                            "JSON line each (read back by netprobe's saved-result readers)")
 
 
 def _add_service_options(parser: argparse.ArgumentParser) -> None:
@@ -193,9 +202,18 @@ def _serve_logged(args: argparse.Namespace, config: Any, log: Any,
         # One start line says all this process enforces, the far ends' fence included.
         log(f"netprobe server listening on {where} port {port}: {describe(config)}; "
             f"far ends: {limits_note()}", event="listening", address=args.bind, port=port)
+        for service in services:
+            log(f"iperf3 clients served on {where} TCP port {service.port}",
+                event="listening", address=args.bind, port=service.port, kind="iperf3")
 
+    services = []
+    if args.iperf3:
+        from netprobe.engine.iperf3.service import Iperf3Service
+
+        services.append(Iperf3Service(args.iperf3_port,
+                                      on_result=_results_appender(args.iperf3_results)))
     try:
-        serve(config, log=log, handlers=handlers(), ready=ready)
+        serve(config, log=log, handlers=handlers(), ready=ready, services=services)
     except KeyboardInterrupt:
         if args.logfile:
             log("netprobe server: stopped", event="stopped")
@@ -206,6 +224,31 @@ def _serve_logged(args: argparse.Namespace, config: Any, log: Any,
     finally:
         if pidfile is not None:
             pidfile.remove()
+
+
+def _results_appender(path: str | None) -> Callable[[Any], None]:
+    """What to do with the server's Result of each iperf3 test: append it to ``path`` as a
+    JSON line (under a lock: tests end on their own threads), or nothing beyond the log.
+    An unwritable ``path`` is an OutputError now, before the server starts."""
+    from netprobe.cli.outfile import OutputError
+    from netprobe.convert import to_json
+
+    lock = threading.Lock()
+    if path is not None:
+        try:
+            open(path, "a", encoding="utf-8").close()
+        except OSError as exc:
+            raise OutputError(f"cannot write the iperf3 results {path}: "
+                              f"{exc.strerror or exc}") from None
+
+    def append(result: Any) -> None:
+        if path is None:
+            return
+        line = to_json(result, indent=None) + "\n"
+        with lock, open(path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+
+    return append
 
 
 @contextlib.contextmanager

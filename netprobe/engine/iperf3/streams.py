@@ -1,0 +1,104 @@
+"""The server's data loops for iperf3 TCP streams: plain socket loops on a thread each
+(not netprobe's C loops: an iperf3 stream's end is told on the control connection, and
+these loops stop on a flag), counting the bytes before and after the omit time."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Optional
+
+from netprobe import core
+
+POLL_S = 0.2  # how often a blocked loop looks at its stop flag
+DRAIN_S = 1.0  # the longest a receiver reads on after the test's end
+
+
+class Stream:
+    """One data connection of a test, as a receiver or a sender."""
+
+    def __init__(self, sock: socket.socket, stream_id: int, sending: bool,
+                 length: int, rate_bps: int) -> None:
+        self.sock = sock
+        self.stream_id = stream_id
+        self.sending = sending
+        self.length = length
+        self.rate_bps = rate_bps
+        self.bytes = 0
+        self.omitted_bytes = 0  # counted before the omit time ended
+        self.retransmits: Optional[int] = None
+        self.stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"np-i3-{stream_id}")
+
+    @property
+    def direction(self) -> str:
+        """The flow direction, as netprobe names it."""
+        return "server_to_client" if self.sending else "client_to_server"
+
+    def start(self) -> None:
+        """Start the loop."""
+        self.sock.settimeout(POLL_S)
+        self._thread.start()
+
+    def end_omit(self) -> None:
+        """The omit time is over: what was counted so far is not the test's."""
+        self.omitted_bytes = self.bytes
+
+    def finish(self) -> None:
+        """Stop the loop (a receiver drains what already arrived) and read TCP_INFO."""
+        self.stop.set()
+        self._thread.join(DRAIN_S + 2 * POLL_S)
+        if self.sending:
+            try:
+                self.retransmits = core.tcp_info(self.sock.fileno()).retransmits
+            except (OSError, ValueError):
+                self.retransmits = None
+
+    @property
+    def counted(self) -> int:
+        """Bytes after the omit time."""
+        return self.bytes - self.omitted_bytes
+
+    def _loop(self) -> None:
+        try:
+            if self.sending:
+                self._send()
+            else:
+                self._receive()
+        except OSError:
+            pass  # the client closed or reset: the count so far stands
+
+    def _receive(self) -> None:
+        buffer = bytearray(self.length)
+        drain_until: Optional[float] = None
+        while True:
+            if self.stop.is_set() and drain_until is None:
+                drain_until = time.monotonic() + DRAIN_S
+            if drain_until is not None and time.monotonic() >= drain_until:
+                return
+            try:
+                count = self.sock.recv_into(buffer)
+            except socket.timeout:
+                if drain_until is not None:
+                    return  # nothing more in flight
+                continue
+            if count == 0:
+                return
+            self.bytes += count
+
+    def _send(self) -> None:
+        block = memoryview(b"0123456789" * (self.length // 10 + 1))[: self.length]
+        started = time.monotonic()
+        while not self.stop.is_set():
+            if self.rate_bps:
+                # Pace to the asked rate per stream, as iperf3's sender does.
+                ahead = self.bytes * 8 / self.rate_bps - (time.monotonic() - started)
+                if ahead > 0:
+                    self.stop.wait(min(ahead, POLL_S))
+                    continue
+            try:
+                self.bytes += self.sock.send(block)
+            except socket.timeout:
+                continue
