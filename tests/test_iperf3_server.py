@@ -20,7 +20,7 @@ from typing import Optional
 import pytest
 
 from netprobe.convert import to_json
-from netprobe.driven import free_port
+from netprobe.driven import free_port, wait_port
 from netprobe.engine.config import ServerConfig
 from netprobe.engine.iperf3 import udp, wire
 from netprobe.engine.iperf3.service import Iperf3Service
@@ -544,3 +544,27 @@ def test_udp_hello_only_from_the_control_peer() -> None:
                 stranger.recv(2048)
         ctl.close()
         assert srv.wait_idle()
+
+
+@pytest.mark.skipif(shutil.which("iperf3") is None, reason="no iperf3 on PATH")
+def test_reverse_runs_end_whole_blocks_so_312_clients_never_hang() -> None:
+    # iperf3 3.12's receiver reads its -l length at a time on a blocking socket: a server
+    # stream that stopped part-way through a block left every other -R client waiting for
+    # the rest for ever (4 hangs in 8 runs before the fix). Ten runs in a row, each bounded.
+    native, port = free_port(), free_port()
+    server = subprocess.Popen([sys.executable, "-m", "netprobe", "server", "-B", "127.0.0.1",
+                               "-p", str(native), "--iperf3", "--iperf3-port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_port("127.0.0.1", native, 10)
+        hung = []
+        for run in range(10):
+            try:
+                subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-R", "-t", "1"],
+                               capture_output=True, timeout=15, check=True)
+            except subprocess.TimeoutExpired:
+                hung.append(run)
+        assert hung == []
+    finally:
+        server.terminate()
+        server.wait(10)

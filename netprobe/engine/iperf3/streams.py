@@ -4,6 +4,7 @@ these loops stop on a flag), counting the bytes before and after the omit time."
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -51,6 +52,11 @@ class Stream:
         self.stop.set()
         self._thread.join(DRAIN_S + 2 * POLL_S)
         if self.sending:
+            # A stock receiver blocked reading the rest of a block (3.12 reads -l bytes at a
+            # time, blocking) would wait for ever if the block could not be finished: the
+            # end of what this stream sends tells it there is no more.
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_WR)
             try:
                 self.retransmits = core.tcp_info(self.sock.fileno()).retransmits
             except (OSError, ValueError):
@@ -89,16 +95,30 @@ class Stream:
             self.bytes += count
 
     def _send(self) -> None:
+        # Whole blocks only: a stock iperf3 receiver reads its -l length at a time on a
+        # blocking socket (3.12's Nread), so a stream that stops part-way through a block
+        # leaves it waiting for the rest for ever (every other -R run hung so). A block
+        # begun is finished, within DRAIN_S after the stop.
         block = memoryview(b"0123456789" * (self.length // 10 + 1))[: self.length]
         started = time.monotonic()
-        while not self.stop.is_set():
-            if self.rate_bps:
+        offset = 0  # bytes of the current block already sent
+        give_up: Optional[float] = None
+        while True:
+            if self.stop.is_set():
+                if offset == 0:
+                    return
+                give_up = give_up or time.monotonic() + DRAIN_S
+                if time.monotonic() >= give_up:
+                    return
+            elif offset == 0 and self.rate_bps:
                 # Pace to the asked rate per stream, as iperf3's sender does.
                 ahead = self.bytes * 8 / self.rate_bps - (time.monotonic() - started)
                 if ahead > 0:
                     self.stop.wait(min(ahead, POLL_S))
                     continue
             try:
-                self.bytes += self.sock.send(block)
+                sent = self.sock.send(block[offset:])
             except socket.timeout:
                 continue
+            self.bytes += sent
+            offset = (offset + sent) % self.length
