@@ -30,7 +30,7 @@ from netprobe.schema import (
     TestSpec,
     ToolInfo,
 )
-from netprobe.session import run_spec
+from netprobe.session import checked, run_spec
 from netprobe.tools.iperf3 import Iperf3Tool
 from netprobe.tools.native import NativeTool
 from netprobe.tools.nuttcp import NuttcpTool
@@ -65,7 +65,8 @@ def _bound_sides(result: Result) -> set[str]:
 
 def test_nuttcp_at_98_percent_tx_warns_its_sender(peer_fixtures: Path) -> None:
     name = "nuttcp6-6.1.2-T5-client.txt"  # 98 %TX 40 %RX, unpaced
-    result = NuttcpTool().parse([(name, (peer_fixtures / name).read_text())])
+    # As `netprobe parse` reads it: the road applies the CPU rule (session.checked).
+    result = checked(NuttcpTool().parse([(name, (peer_fixtures / name).read_text())]))
     assert _bound_sides(result) == {"sender (client_to_server, client)"}
     assert set(cpu_warnings(result)) <= set(result.warnings)
 
@@ -126,8 +127,8 @@ def test_a_sender_held_by_its_own_calls_is_flagged() -> None:
 
 
 def test_paced_run_is_not_flagged(data_path: str) -> None:
-    result = NativeTool().run(
-        TestSpec(duration_s=1.0, interval_s=None, rate_bits_per_second=100e6), NullReporter())
+    result = run_spec(NativeTool(), TestSpec(duration_s=1.0, interval_s=None,
+                                             rate_bits_per_second=100e6), NullReporter())
     flow = result.summaries[0]
     assert flow.sender and flow.sender.cpu and flow.sender.cpu.process
     thread = flow.sender.cpu.process.max_thread_percent
