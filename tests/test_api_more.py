@@ -229,9 +229,17 @@ DOC = Path(REPO) / "docs" / "api.md"
 
 
 def doc_examples() -> list[str]:
+    # None where docs/ is not beside the package (the wheels' suites test an installed
+    # wheel, with tests/ copied alone): the two tests below skip there.
+    if not DOC.is_file():
+        return []
     return re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
 
 
+needs_docs = pytest.mark.skipif(not DOC.is_file(), reason=f"no source checkout: {DOC} absent")
+
+
+@needs_docs
 def test_docs_api_has_an_example_of_each_call() -> None:
     text = "\n".join(doc_examples())
     for call in ("netprobe.run(", "latency=", "netprobe.run_bufferbloat(", "netprobe.run_rrul(",
@@ -239,7 +247,8 @@ def test_docs_api_has_an_example_of_each_call() -> None:
         assert call in text, f"docs/api.md has no example with {call}"
 
 
-@pytest.mark.parametrize("index", range(len(doc_examples())))
+@needs_docs
+@pytest.mark.parametrize("index", range(len(doc_examples()) or 1))
 def test_docs_api_examples_run(index: int) -> None:
     code = doc_examples()[index]
     done = run_code(code)

@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "netprobe"
+import netprobe
+
+PACKAGE = Path(netprobe.__file__).resolve().parent  # the package as imported (a wheel's too)
 LIFECYCLE = {"open_prober", "mark", "pause"}
 """What a probed run's lifecycle calls: the session opened at the far end, idle spans, the
 phases marked on the probes' clock."""
