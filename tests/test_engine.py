@@ -18,6 +18,8 @@ from netprobe.errors import SpecError, TestFailed
 from netprobe.schema import Interval, Result, TestSpec
 from netprobe.tools.native import NativeTool
 
+from .budget import FRACTION
+
 
 class Recorder:
     """A reporter that keeps what it is given."""
@@ -113,7 +115,10 @@ def test_paced_tcp_both_ends_agree_on_a_short_test(data_path: str) -> None:
     # (and the peer's delayed ACK) once started the receiver's 40 ms early, 4 % off here.
     result, _ = selftest(rate_bits_per_second=200e6, duration_s=1.0)
     sender, receiver = flow(result)
-    assert sender.bits_per_second == pytest.approx(200e6, rel=0.02)
+    # A TCP sender's window ends when its last byte is acknowledged (docs/figures.md): a few
+    # ms natively, tens under qemu-user (the ARM wheels' budgeted suite read 194.4 there).
+    paced = 0.02 if FRACTION == 1 else 0.04
+    assert sender.bits_per_second == pytest.approx(200e6, rel=paced)
     assert receiver.bits_per_second == pytest.approx(sender.bits_per_second, rel=0.02)
     assert receiver.bytes == sender.bytes
 
