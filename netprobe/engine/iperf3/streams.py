@@ -16,8 +16,11 @@ POLL_S = 0.2  # how often a blocked loop looks at its stop flag
 DRAIN_S = 1.0  # the longest a receiver reads on after the test's end
 
 
-class Stream:
-    """One data connection of a test, as a receiver or a sender."""
+class BaseStream:
+    """What every data stream of an iperf3 test has: its socket, role and counts, a loop on
+    a thread of its own (``_loop``, the subclass's), the omit time's cut and the stop."""
+
+    thread_prefix = "np-i3-"
 
     def __init__(self, sock: socket.socket, stream_id: int, sending: bool,
                  length: int, rate_bps: int) -> None:
@@ -31,12 +34,17 @@ class Stream:
         self.retransmits: Optional[int] = None
         self.stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name=f"np-i3-{stream_id}")
+                                        name=f"{self.thread_prefix}{stream_id}")
 
     @property
     def direction(self) -> str:
         """The flow direction, as netprobe names it."""
         return "server_to_client" if self.sending else "client_to_server"
+
+    @property
+    def counted(self) -> int:
+        """Bytes after the omit time."""
+        return self.bytes - self.omitted_bytes
 
     def start(self) -> None:
         """Start the loop."""
@@ -47,10 +55,21 @@ class Stream:
         """The omit time is over: what was counted so far is not the test's."""
         self.omitted_bytes = self.bytes
 
-    def finish(self) -> None:
-        """Stop the loop (a receiver drains what already arrived) and read TCP_INFO."""
+    def stop_loop(self) -> None:
+        """Stop the loop (a receiver reads on for at most DRAIN_S)."""
         self.stop.set()
         self._thread.join(DRAIN_S + 2 * POLL_S)
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+
+class Stream(BaseStream):
+    """One TCP data connection of a test, as a receiver or a sender."""
+
+    def finish(self) -> None:
+        """Stop the loop (a receiver drains what already arrived) and read TCP_INFO."""
+        self.stop_loop()
         if self.sending:
             # A stock receiver blocked reading the rest of a block (3.12 reads -l bytes at a
             # time, blocking) would wait for ever if the block could not be finished: the
@@ -61,11 +80,6 @@ class Stream:
                 self.retransmits = core.tcp_info(self.sock.fileno()).retransmits
             except (OSError, ValueError):
                 self.retransmits = None
-
-    @property
-    def counted(self) -> int:
-        """Bytes after the omit time."""
-        return self.bytes - self.omitted_bytes
 
     def _loop(self) -> None:
         try:

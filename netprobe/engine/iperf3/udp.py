@@ -7,13 +7,12 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
-import threading
 import time
 from typing import Callable, Optional
 
 from netprobe.engine.iperf3 import wire
+from netprobe.engine.iperf3.streams import POLL_S, BaseStream
 
-POLL_S = 0.2
 MAX_GAP = 1 << 20
 """The largest jump in sequence numbers booked as loss: a stray or forged datagram with
 a sequence near 2^32 (or 2^64) would otherwise book billions of losses."""
@@ -61,53 +60,25 @@ def _bind(family: int, address: str, port: int) -> socket.socket:
     return sock
 
 
-class UdpStream:
+class UdpStream(BaseStream):
     """One UDP stream: a receiver keeps iperf3's loss, order and jitter; a sender paces."""
+
+    thread_prefix = "np-i3u-"
 
     def __init__(self, sock: socket.socket, stream_id: int, sending: bool, length: int,
                  rate_bps: int, wide: bool) -> None:
-        self.sock = sock
-        self.stream_id = stream_id
-        self.sending = sending
-        self.length = length
-        self.rate_bps = rate_bps
+        super().__init__(sock, stream_id, sending, length, rate_bps)
         self.wide = wide  # 64-bit sequence numbers (udp_counters_64bit)
-        self.bytes = 0
-        self.omitted_bytes = 0
-        self.retransmits: Optional[int] = None
         self.packets = 0  # highest sequence seen (receiver) or datagrams sent (sender)
         self.errors = 0  # lost
         self.out_of_order = 0
         self.strays = 0  # jumps over MAX_GAP, not booked as loss
         self.jitter_s = 0.0
         self._transit: Optional[float] = None
-        self.stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name=f"np-i3u-{stream_id}")
-
-    @property
-    def direction(self) -> str:
-        """The flow direction, as netprobe names it."""
-        return "server_to_client" if self.sending else "client_to_server"
-
-    @property
-    def counted(self) -> int:
-        """Bytes after the omit time."""
-        return self.bytes - self.omitted_bytes
-
-    def start(self) -> None:
-        """Start the loop."""
-        self.sock.settimeout(POLL_S)
-        self._thread.start()
-
-    def end_omit(self) -> None:
-        """The omit time is over."""
-        self.omitted_bytes = self.bytes
 
     def finish(self) -> None:
         """Stop the loop."""
-        self.stop.set()
-        self._thread.join(2 * POLL_S + 1.0)
+        self.stop_loop()
 
     def _loop(self) -> None:
         with contextlib.suppress(OSError):
