@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from netprobe.engine.log import EventLog, escape
+from netprobe.engine.log import EventLog, Throttle, escape
 from tests.netlab import B_ADDR, Lab, shaped_pair, wait_listening
 from tests.servers import NETPROBE, free_port
 from tests.servers import wait_listening as wait_port
@@ -128,3 +128,24 @@ def test_no_false_warning_after_good_tests_over_veth(tmp_path: Path) -> None:
     text = log.read_text()
     assert text.count(" test-end ") == 2, text
     assert "unexpected" not in text and "failed" not in text, text
+
+
+def test_the_line_throttle_holds_in_any_second_not_only_whole_ones() -> None:
+    # A reader counts lines by the log's clock seconds, which need not line up with the
+    # throttle's: ten events at 0.50-0.95 s and ten at 1.00-1.45 s once all passed (twenty
+    # in one second of the log). Any window of a second must hold at most the limit.
+    now = [0.0]
+    throttle = Throttle(10, clock=lambda: now[0])
+    passed, told = [], 0
+    for i in range(40):
+        now[0] = 0.5 + i * 0.05
+        held = throttle.take()
+        if held is not None:
+            passed.append(now[0])
+            told += held
+    assert passed
+    for start in passed:
+        assert sum(1 for t in passed if start <= t < start + 1.0) <= 10, passed
+    # what was held back is counted on the next line that passes: every event accounted
+    now[0] = 10.0
+    assert told + (throttle.take() or 0) == 40 - len(passed)

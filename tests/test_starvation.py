@@ -218,16 +218,22 @@ def test_a_client_sharing_its_core_is_flagged(loopback_server: int, busy_core: i
 @pytest.mark.parametrize("tool", ["iperf3", "nuttcp"])
 def test_a_driven_tool_sharing_its_core_is_flagged(busy_core: int, tool: str) -> None:
     # The tool's own threads (children of netprobe, their schedstat and stat read while
-    # they run), not netprobe's, are what waited.
+    # they run), not netprobe's, are what waited. Client and server share the busy core,
+    # and which of them sets the pace varies run to run: the one that does waits for the
+    # CPU, the other waits for it (a socket's room or data, not a CPU) and is rightly not
+    # called starved (a 2 s iperf3 3.12 client was seen waiting 0.48 s and running 0.33 s
+    # of 1.81 s, below DEMAND_SHARE, while its server waited 43%). So either end counts.
     if shutil.which(tool) is None:
         pytest.skip(f"{tool} is not installed")
     done = subprocess.run(["taskset", "-c", str(busy_core), *NETPROBE, "run", "127.0.0.1",
                            "--tool", tool, "-t", "2", "--json"],
                           capture_output=True, text=True, timeout=90)
     assert done.stdout, done.stderr
-    starved = [w for w in _starved(json.loads(done.stdout))
-               if w.startswith(f"{tool} client CPU-starved: a data thread waited for a CPU")]
-    assert starved, done.stdout[-2000:]
+    warnings = json.loads(done.stdout)["warnings"]
+    starved = [w for w in _starved({"warnings": warnings})
+               if any(w.startswith(f"{tool} {end} CPU-starved: a data thread waited for a CPU")
+                      for end in ("client", "server"))]
+    assert starved, warnings
     assert f"CPU {busy_core}, where it ran, was" in starved[0]
 
 

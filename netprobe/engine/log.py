@@ -30,6 +30,7 @@ Only the CLI decides where lines go (stdout, ``--logfile``); the engine calls it
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import re
@@ -115,29 +116,30 @@ def _field(value: Any) -> Any:
 
 
 class Throttle:
-    """At most ``per_second`` events a second pass; ``take()`` says whether this one does.
+    """At most ``per_second`` events in any one second pass; ``take()`` says whether this
+    one does.
 
-    ``take()`` returns None for an event held back, else how many were held back since
-    the last that passed (so the line that passes can say so). Thread-safe."""
+    The window slides (the last ``per_second`` passes are remembered): counted by whole
+    seconds of its own clock, a throttle lets twice the limit through in a second of the
+    log's clock that straddles two of them. ``take()`` returns None for an event held
+    back, else how many were held back since the last that passed (so the line that
+    passes can say so). Thread-safe."""
 
     def __init__(self, per_second: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self._per_second = per_second
         self._clock = clock
         self._lock = threading.Lock()
-        self._second = -1
-        self._passed = 0
+        self._passes: collections.deque[float] = collections.deque(maxlen=per_second)
         self._held = 0
 
     def take(self) -> Optional[int]:
         """None if this event is held back, else the count held back before it."""
         with self._lock:
-            second = int(self._clock())
-            if second != self._second:
-                self._second, self._passed = second, 0
-            if self._passed >= self._per_second:
+            now = self._clock()
+            full = len(self._passes) == self._passes.maxlen
+            if full and now - self._passes[0] < 1.0:
                 self._held += 1
                 return None
-            self._passed += 1
+            self._passes.append(now)
             held, self._held = self._held, 0
             return held
 
