@@ -49,6 +49,17 @@ def test_one_class_owns_a_driven_tools_lifecycle() -> None:
                    for _, bases in classes), f"{package.name}/session.py has no session class"
 
 
+def test_every_driven_result_is_assembled_in_one_place() -> None:
+    # Sessions and saved-output readers of the driven tools hand their Figures to
+    # to_result, which sorts intervals and fills call lengths for every tool alike: no
+    # Result is made anywhere else under tools/ or driven/ (nuttcp's and ntttcp's made
+    # theirs and came out unsorted).
+    makers = sorted(str(path.relative_to(PACKAGE))
+                    for root in ("tools", "driven") for path in (PACKAGE / root).rglob("*.py")
+                    if "Result" in _calls_and_classes(path)[0])
+    assert makers == ["driven/figures.py"]
+
+
 def test_the_contract_is_apart_from_the_registry() -> None:
     source = (PACKAGE / "plugin.py").read_text(encoding="utf-8")
     tree = ast.parse(source)

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from netprobe.driven.figures import Figures, to_result
 from netprobe.driven.net import is_local_host, system_name
 from netprobe.driven.run import DrivenRun, Ready
 from netprobe.driven.verdict import run_faults
@@ -212,25 +213,19 @@ class DrivenSession(abc.ABC):
         local_address: Optional[str] = None,
         raw: Optional[Sequence[RawOutput]] = None,
     ) -> Result:
-        """A Result of this run: the tool, the spec, the start time, this machine as the
-        client, ``warnings`` then the session's and the run's own, ``raw`` (default: every
+        """A Result of this run through :func:`~netprobe.driven.figures.to_result` (the
+        one assembler): the tool, the spec, the start time, this machine as the client,
+        ``warnings`` then the session's and the run's own, ``raw`` (default: every
         process's output in the order started). The CPU rule is the road's
         (:func:`netprobe.session.checked`), applied to every tool's Result alike."""
-        return Result(
-            tool=ToolInfo(name=self.tool, version=version or self.version),
-            spec=self.spec,
-            start_time=self.start_time,
-            local=Endpoint(role="client", address=local_address, system=system_name()),
-            remote=remote,
-            status=status,
-            duration_s=duration_s,
-            summaries=tuple(summaries),
-            streams=tuple(streams),
-            intervals=tuple(intervals),
-            warnings=(*warnings, *self.warnings, *self.driven.warnings),
-            errors=tuple(errors),
-            raw=self.driven.raw() if raw is None else tuple(raw),
-        )
+        figures = Figures(
+            intervals=list(intervals), streams=list(streams), summaries=list(summaries),
+            warnings=[*warnings, *self.warnings, *self.driven.warnings],
+            duration_s=duration_s, remote=remote,
+            local=Endpoint(role="client", address=local_address, system=system_name()))
+        return to_result(figures, tool=ToolInfo(name=self.tool, version=version or self.version),
+                         spec=self.spec, start_time=self.start_time, status=status,
+                         errors=errors, raw=self.driven.raw() if raw is None else raw)
 
 
 __all__ = [
