@@ -60,7 +60,7 @@ GAUGES = (
 )
 
 
-def _values(result: Optional[Result]) -> dict[str, float]:
+def _values(result: Result | None) -> dict[str, float]:
     """Each gauge's value for a result, in base units; a figure that is unknown (not
     measured by this tool or protocol, or no result at all) is absent, never 0, as
     everywhere else in the schema: a UDP test's RTT of 0 would drag ``min(rtt)`` to 0."""
@@ -79,7 +79,7 @@ Runner = Callable[[Probe, Optional[socket.socket]], Result]
 """Runs a probe's test, watching its scraper's connection (see :func:`run_watched`)."""
 
 
-def probe_metrics(probe: Probe, result: Optional[Result], error: Optional[str],
+def probe_metrics(probe: Probe, result: Result | None, error: str | None,
                   seconds: float, target: str) -> bytes:
     """The text exposition of one probe: ``netprobe_up``, how long it took, the figures
     it measured, and for a failed one ``netprobe_probe_failed_info`` with the reason."""
@@ -162,14 +162,14 @@ class Exporter:
 
     address: str = "127.0.0.1"
     port: int = DEFAULT_PORT
-    archive_url: Optional[str] = None
+    archive_url: str | None = None
     config: ExporterConfig = NO_CONFIG
     runner: Runner = run_watched
     log: Callable[[str], None] = lambda _line: None
     """Where a line about a refused or failed probe goes (the CLI prints it)."""
-    server: Optional[ThreadingHTTPServer] = None
+    server: ThreadingHTTPServer | None = None
     _probes: threading.Semaphore = attrs.field(factory=lambda: threading.Semaphore(1))
-    _credentials: tuple[Optional[bytes], Optional[bytes]] = (None, None)
+    _credentials: tuple[bytes | None, bytes | None] = (None, None)
 
     def start(self) -> int:
         """Read the credentials, bind; the port listened on."""
@@ -195,7 +195,7 @@ class Exporter:
         self.port = int(self.server.server_address[1])
         return self.port
 
-    def authorized(self, header: Optional[str]) -> bool:
+    def authorized(self, header: str | None) -> bool:
         """Whether an ``Authorization`` header passes (always, when none is configured)."""
         import hmac
 
@@ -229,8 +229,8 @@ class Exporter:
             registry.register(FleetCollector(lambda: open_archive(url)))
         return generate_latest(registry)
 
-    def probe(self, query: Mapping[str, list[str]], scrape_timeout_s: Optional[float],
-              client: Optional[socket.socket] = None) -> bytes:
+    def probe(self, query: Mapping[str, list[str]], scrape_timeout_s: float | None,
+              client: socket.socket | None = None) -> bytes:
         """The /probe page: one test, one at a time (two would share the link); a probe
         whose scraper hangs up, waiting or running, is dropped (ScraperGone)."""
         started = time.monotonic()
@@ -239,7 +239,7 @@ class Exporter:
         self._wait_turn(client, started + (scrape_timeout_s or QUEUE_WAIT_S))
         try:
             try:
-                result: Optional[Result] = self.runner(probe, client)
+                result: Result | None = self.runner(probe, client)
                 error = None
             except ScraperGone:
                 raise
@@ -256,7 +256,7 @@ class Exporter:
                     ).encode() + body
         return body
 
-    def _wait_turn(self, client: Optional[socket.socket], deadline: float) -> None:
+    def _wait_turn(self, client: socket.socket | None, deadline: float) -> None:
         """Take the probe slot; ScraperGone if the scraper leaves first, ProbeRefused
         (503) if the deadline passes first."""
         while not self._probes.acquire(timeout=0.25):
@@ -269,7 +269,7 @@ class Exporter:
             raise ScraperGone("the scraper hung up while its probe waited")
 
 
-def _credentials(config: ExporterConfig) -> tuple[Optional[bytes], Optional[bytes]]:
+def _credentials(config: ExporterConfig) -> tuple[bytes | None, bytes | None]:
     """(bearer token, ``user:password``) as the configuration names them."""
     token = None if config.bearer_token_file is None else read_credential(
         config.bearer_token_file, "bearer token")
@@ -352,7 +352,7 @@ LANDING = (b"<html><head><title>netprobe exporter</title></head><body>"
 
 class _Handler(BaseHTTPRequestHandler):
     owner: Exporter
-    _watchdog: Optional[threading.Timer] = None
+    _watchdog: threading.Timer | None = None
 
     def setup(self) -> None:
         """The socket's timeout bounds each read; this bounds the whole request: a client
@@ -417,7 +417,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(200, body, "text/plain; charset=utf-8" if debug else CONTENT_TYPE_LATEST)
 
     def _reply(self, code: int, body: bytes, kind: str,
-               headers: Optional[Mapping[str, str]] = None) -> None:
+               headers: Mapping[str, str] | None = None) -> None:
         self.send_response(code)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
@@ -430,7 +430,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: the exporter does not print (the CLI may log)."""
 
 
-def _timeout(headers: Any) -> Optional[float]:
+def _timeout(headers: Any) -> float | None:
     value = headers.get("X-Prometheus-Scrape-Timeout-Seconds")
     try:
         found = float(value) if value else None

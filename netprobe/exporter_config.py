@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
@@ -80,11 +80,11 @@ class Module:
     """Any agent of the fleet file may be a target too."""
     sources: tuple[str, ...] = ()
     """Fleet agents a /probe may run a third-party test from (``from=``)."""
-    port: Optional[int] = None
+    port: int | None = None
     """The tool's server port at a listed target (None: the tool's own)."""
-    agent_port: Optional[int] = None
+    agent_port: int | None = None
     """The agents' port at a listed target (None: netprobe's, or ``port`` for native)."""
-    secret_file: Optional[str] = None
+    secret_file: str | None = None
     """The agents' secret at a listed target."""
     agent: bool = True
     """Listed targets run a netprobe agent (False: the tool's own server, on ``port``)."""
@@ -92,7 +92,7 @@ class Module:
     """A /probe's length when it names none."""
     max_duration_s: float = DEFAULT_MAX_DURATION_S
     """The longest a /probe may ask for (omit included)."""
-    rate: Optional[float] = None
+    rate: float | None = None
     """Bits/s when a /probe names none (None: unpaced TCP; UDP gets 1 Mbit/s)."""
     max_rate: float = DEFAULT_MAX_RATE
     """The highest rate a /probe may ask for, bits/s."""
@@ -110,11 +110,11 @@ class ExporterConfig:
     """Modules by name."""
     agents: Mapping[str, Agent] = attrs.field(factory=dict)
     """The fleet file's agents by name (empty without one)."""
-    bearer_token_file: Optional[str] = None
+    bearer_token_file: str | None = None
     """A file holding the token every request must bring (``Authorization: Bearer``)."""
-    basic_user: Optional[str] = None
+    basic_user: str | None = None
     """The user of HTTP basic authentication (None: none)."""
-    basic_password_file: Optional[str] = None
+    basic_password_file: str | None = None
     """The file holding that user's password."""
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     """A connection that sends nothing for this long is closed."""
@@ -171,7 +171,7 @@ def parse(data: Mapping[str, Any], path: str = "<exporter>") -> ExporterConfig:
                "exporter.max_connections", path, 1, 10_000))
 
 
-def _basic_auth(value: Any, path: str) -> tuple[Optional[str], Optional[str]]:
+def _basic_auth(value: Any, path: str) -> tuple[str | None, str | None]:
     if value is None:
         return None, None
     body = _table(value, "exporter.basic_auth", path)

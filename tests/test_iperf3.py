@@ -12,12 +12,11 @@ from pathlib import Path
 import attrs
 import pytest
 
-from netprobe.driven import free_port
+from netprobe.driven import Figures, free_port
 from netprobe.errors import ParseError, SpecError, TestFailed, TestInterrupted
 from netprobe.plugin import NullReporter, fill_missing
 from netprobe.schema import Result, TestSpec
 from netprobe.testing import RecordingReporter
-from netprobe.driven import Figures
 from netprobe.tools._iperf_common import IperfSession, Launch
 from netprobe.tools.iperf3 import Iperf3Tool
 from tests.interrupts import Measuring, ctrl_c_after

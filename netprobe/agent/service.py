@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import attrs
 
@@ -73,7 +73,7 @@ def _status(session: Session) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def _fence_missing() -> Optional[str]:
+def _fence_missing() -> str | None:
     """Why far ends cannot be fenced on this host (None: they are); found once."""
     return fence.unavailable()
 
@@ -138,7 +138,7 @@ def _far_end(session: Session, message: dict, loader: RegistryLoader) -> None:
         _send_output(session, server.raw(), stopped, "; ".join(notes) or None)
 
 
-def _dropped_note(dropped: int) -> Optional[str]:
+def _dropped_note(dropped: int) -> str | None:
     # Said, not failed: an honest test at the allowed rate may see a burst's few drops.
     if not dropped:
         return None
@@ -147,7 +147,7 @@ def _dropped_note(dropped: int) -> Optional[str]:
 
 
 def _run_far_end(session: Session, tool: Tool,
-                 spec: TestSpec) -> tuple[DrivenProcess, Optional[str], int]:
+                 spec: TestSpec) -> tuple[DrivenProcess, str | None, int]:
     """Start the far end, serve it under its guard and fence, stop it (its counter and
     fence go with it); the stopped process, why the agent stopped it, if it did, and the
     packets its fence dropped."""
@@ -171,7 +171,7 @@ def _run_far_end(session: Session, tool: Tool,
 
 
 def _start_far_end(session: Session, tool: Tool, spec: TestSpec, family: int,
-                   held: Optional[Fence] = None) -> tuple[DrivenProcess, int]:
+                   held: Fence | None = None) -> tuple[DrivenProcess, int]:
     """Start the tool's server on a free block of ports, listening by its own PID.
 
     The port is chosen and the tool started under one lock, and it is ready only once a
@@ -199,7 +199,7 @@ def _start_far_end(session: Session, tool: Tool, spec: TestSpec, family: int,
 
 @contextlib.contextmanager
 def _udp_counter(session: Session,
-                 spec: TestSpec) -> Iterator[tuple[Optional[UdpCounter], Optional[str]]]:
+                 spec: TestSpec) -> Iterator[tuple[UdpCounter | None, str | None]]:
     """The far end's UDP byte counter, where ``--max-rate`` needs one (removed after), and
     why there is none. A UDP test that could not be held to the rate is refused here;
     for another, the guard stops the far end if it opens a UDP socket."""
@@ -218,7 +218,7 @@ def _udp_counter(session: Session,
 
 
 @contextlib.contextmanager
-def _fence(session: Session, spec: TestSpec) -> Iterator[Optional[Fence]]:
+def _fence(session: Session, spec: TestSpec) -> Iterator[Fence | None]:
     """The far end's kernel fence (see :mod:`netprobe.agent.fence`), taken down after; None
     where this host has none (the guard alone holds it then, as the start line said)."""
     if _fence_missing() is not None:
@@ -242,7 +242,7 @@ def _fence(session: Session, spec: TestSpec) -> Iterator[Optional[Fence]]:
 
 
 def _guard(session: Session, spec: TestSpec, server: DrivenProcess,
-           counter: Optional[UdpCounter], no_udp: Optional[str]) -> Guard:
+           counter: UdpCounter | None, no_udp: str | None) -> Guard:
     # Behind a fence too: the fence holds what leaves, the guard stops a far end whose
     # client asks for more than it was allowed (what it tries, counted before the fence),
     # so that the test fails and says why rather than measuring the fence.
@@ -253,7 +253,7 @@ def _guard(session: Session, spec: TestSpec, server: DrivenProcess,
 
 
 def _serve_far_end(session: Session, guard: Guard, server: DrivenProcess,
-                   port: int) -> Optional[str]:
+                   port: int) -> str | None:
     """Serve the far end until its client is done; why the agent stopped it, if it did."""
     session.channel.send({"type": "far_end_ready", "port": port})
     while True:
@@ -300,8 +300,8 @@ def _addresses(host: str) -> list[str]:
     return sorted({str(info[4][0]) for info in infos})
 
 
-def _send_output(session: Session, raw: RawOutput, stopped: Optional[str],
-                 note: Optional[str]) -> None:
+def _send_output(session: Session, raw: RawOutput, stopped: str | None,
+                 note: str | None) -> None:
     """The far end's output, however long: its text in ``far_end_text`` chunks that each
     fit a frame, then ``far_end_output`` with the rest (once one message, which a long
     output overflowed, so the receiver figures were silently lost) and ``note``, what of

@@ -11,7 +11,7 @@ import contextlib
 import json
 import threading
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
@@ -75,7 +75,7 @@ class SqlArchive(Archive):
         """The URL as messages show it (no password)."""
         self.warnings: list[str] = []
         """Rows the readers skipped, one line each naming the row and why."""
-        self.read_only: Optional[str] = None
+        self.read_only: str | None = None
         """Why the archive was opened only for reading (None: it can be written)."""
         self._lock = threading.Lock()  # one connection, many runner threads
         self.connection = self.connect(url)
@@ -167,7 +167,7 @@ class SqlArchive(Archive):
                 self._skip(f"runs row {_shown(r[0])}", exc)
         return out
 
-    def records(self, run_id: Optional[str] = None) -> list[PairRecord]:
+    def records(self, run_id: str | None = None) -> list[PairRecord]:
         """Every record (of one run), in the order they were written."""
         where, params = ("WHERE run_id = ? ", (run_id,)) if run_id else ("", ())
         return self._records(f"{where}ORDER BY id", params)

@@ -16,7 +16,7 @@ import datetime
 import io
 import math
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any
 
 from netprobe.cli.htmldist import HEADROOM
 from netprobe.cli.htmlparts import _RC, _e, _label, _scoped
@@ -50,7 +50,7 @@ _GROUP_COLOURS = tuple(f"C{k}" for k in range(10))  # matplotlib's default cycle
 # ColorBrewer Dark2 (its orange last, being nearest tab10's), so streams never look like tools.
 _STREAM_COLOURS = ("#1b9e77", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d",
                    "#666666", "#d95f02")
-def charts_missing() -> Optional[str]:
+def charts_missing() -> str | None:
     """None if charts can be drawn here, else one line saying how to get matplotlib."""
     try:
         import matplotlib  # noqa: F401  (the whole library loads only to draw)
@@ -236,7 +236,7 @@ def _chart(chart_id: str, title: str, kind: str, lines: Sequence[Line], thin: bo
 
 
 def _plot(axes: Any, points: list[GappedPoint], divisor: float, gid: str, color: str,
-          label: Optional[str], width: float, alpha: float) -> None:
+          label: str | None, width: float, alpha: float) -> None:
     # NaN where nothing was measured: matplotlib breaks the line there
     (line,) = axes.plot([t for t, _ in points],
                         [math.nan if v is None else v / divisor for _, v in points],

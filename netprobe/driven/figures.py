@@ -12,7 +12,6 @@ The CPU rule is not applied here but on the road (:func:`netprobe.session.checke
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
 
 import attrs
 
@@ -40,12 +39,12 @@ class Figures:
     summaries: list[FlowSummary] = attrs.Factory(list)
     warnings: list[str] = attrs.Factory(list)
     errors: list[str] = attrs.Factory(list)
-    duration_s: Optional[float] = None
-    local: Optional[Endpoint] = None
-    remote: Optional[Endpoint] = None
-    start_time: Optional[str] = None
-    version: Optional[str] = None
-    latency: Optional[Latency] = None
+    duration_s: float | None = None
+    local: Endpoint | None = None
+    remote: Endpoint | None = None
+    start_time: str | None = None
+    version: str | None = None
+    latency: Latency | None = None
     call_lengths: dict[tuple[str, str], int] = attrs.Factory(dict)
     """What the output says each end's data loop asked of a call, by (direction, role)."""
 
@@ -55,9 +54,9 @@ def to_result(
     *,
     tool: ToolInfo,
     spec: TestSpec,
-    start_time: Optional[str],
+    start_time: str | None,
     status: str = "ok",
-    errors: Optional[Sequence[str]] = None,
+    errors: Sequence[str] | None = None,
     raw: Sequence[RawOutput] = (),
 ) -> Result:
     """``figures`` as a Result of ``tool`` running ``spec``: ``errors`` (default: the

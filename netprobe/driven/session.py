@@ -28,7 +28,7 @@ import abc
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from netprobe.driven.figures import Figures, to_result
 from netprobe.driven.net import is_local_host, system_name
@@ -75,9 +75,9 @@ class Plan:
     """What the client connects to (a name or an address)."""
     client_argv: tuple[str, ...]
     """The client's command line (the binary first)."""
-    server_argv: Optional[tuple[str, ...]]
+    server_argv: tuple[str, ...] | None
     """The local server's command line; None when a server elsewhere is used."""
-    timeout_s: Optional[float]
+    timeout_s: float | None
     """How long the client may run before it is taken as hung (None: no limit)."""
 
 
@@ -87,7 +87,7 @@ def local_server_wanted(spec: TestSpec, options: dict[str, Any]) -> bool:
     return bool(options.get("start_server", True)) and is_local_host(spec.host)
 
 
-def client_deadline(spec: TestSpec, grace_s: float = HANG_GRACE_S) -> Optional[float]:
+def client_deadline(spec: TestSpec, grace_s: float = HANG_GRACE_S) -> float | None:
     """Seconds the client may run: the test (with its warm-up) plus ``grace_s`` plus a
     fifth of the test; None in byte-count mode, whose length is not known in advance."""
     if spec.bytes_total is not None or spec.duration_s is None:
@@ -99,7 +99,7 @@ class DrivenSession(abc.ABC):
     """One run of a driven tool: its processes, and the Result built from their output."""
 
     def __init__(self, spec: TestSpec, reporter: Reporter, *, tool: str,
-                 version: Optional[str]) -> None:
+                 version: str | None) -> None:
         self.spec = spec
         """The test as asked."""
         self.tool = tool
@@ -207,11 +207,11 @@ class DrivenSession(abc.ABC):
         summaries: Sequence[FlowSummary] = (),
         streams: Sequence[StreamResult] = (),
         intervals: Sequence[Interval] = (),
-        duration_s: Optional[float] = None,
+        duration_s: float | None = None,
         warnings: Sequence[str] = (),
-        version: Optional[str] = None,
-        local_address: Optional[str] = None,
-        raw: Optional[Sequence[RawOutput]] = None,
+        version: str | None = None,
+        local_address: str | None = None,
+        raw: Sequence[RawOutput] | None = None,
     ) -> Result:
         """A Result of this run through :func:`~netprobe.driven.figures.to_result` (the
         one assembler): the tool, the spec, the start time, this machine as the client,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Iterator
-from typing import Callable, NoReturn, Optional
+from typing import Callable, NoReturn
 
 from netprobe import convert
 from netprobe.engine import auth, protocol
@@ -84,7 +84,7 @@ class Session:
 
     @contextlib.contextmanager
     def slot(
-        self, spec: Optional[TestSpec] = None, kind: str = "test", memory: int = 0
+        self, spec: TestSpec | None = None, kind: str = "test", memory: int = 0
     ) -> Iterator[None]:
         """Hold one of the server's test slots and ``memory`` bytes of its buffer budget
         (SpecError 'busy' if either is short); ``spec`` and ``kind`` say what it is used

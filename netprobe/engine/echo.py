@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
@@ -51,10 +51,10 @@ class Echo:
         self.max_probes = max_probes
         # Echo at most twice the asked rate (plus a burst): never a reflector for a flood.
         self._budget = _TokenBucket(2 * rate_hz, burst=20)
-        self._transport: Optional[Transport] = None
+        self._transport: Transport | None = None
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     def attach(self, hello: DataHello, sock: socket.socket) -> bool:
         """Take the TCP connection that carries this session's probes."""
@@ -104,7 +104,7 @@ class Echo:
                     with contextlib.suppress(OSError):
                         transport.send(reply)
 
-    def answer(self, data: bytes, rx_ns: int) -> Optional[bytes]:
+    def answer(self, data: bytes, rx_ns: int) -> bytes | None:
         """The echo of one probe, or None (and counted) if the probe is bad."""
         probe, why = unpack(self.key, data, KIND_PROBE)
         if probe is None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import NoReturn, Optional, Protocol
+from typing import NoReturn, Protocol
 
 from netprobe.engine.admission import Admission
 from netprobe.engine.config import ServerConfig
@@ -88,7 +88,7 @@ class ControlSession(Protocol):
     def refuse(self, message: str, code: str = "refused") -> NoReturn:
         """Tell the client why not, log it, then end the session (SpecError)."""
 
-    def slot(self, spec: Optional[TestSpec] = None, kind: str = "test",
+    def slot(self, spec: TestSpec | None = None, kind: str = "test",
              memory: int = 0) -> AbstractContextManager[None]:
         """Hold one of the server's test slots and ``memory`` bytes of its budget."""
 

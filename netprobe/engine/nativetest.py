@@ -11,7 +11,6 @@ import select
 import socket
 import threading
 import time
-from typing import Optional
 
 from netprobe.engine import protocol
 from netprobe.engine.admission import test_memory
@@ -154,7 +153,7 @@ class NativeTest:
             watchdog.cancel()
         self._log_end(side, outcome.error)
 
-    def _log_end(self, side: Side, error: Optional[str]) -> None:
+    def _log_end(self, side: Side, error: str | None) -> None:
         who, status = client(self.session.peer), "failed" if error else "ok"
         figures = _side_words(side)
         words = f"{status}, {figures}" + (f": {escape(error)}" if error else "")
@@ -189,7 +188,7 @@ class _Forwarder:
     """Sends the server's interval samples to the client as they are taken."""
 
     def __init__(self) -> None:
-        self.conductor: Optional[Conductor] = None
+        self.conductor: Conductor | None = None
 
     def __call__(self, sample: Interval) -> None:
         if self.conductor is not None:

@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from typing import Callable, Optional
+from typing import Callable
 
 import attrs
 
@@ -51,8 +51,8 @@ class Server:
     """A running netprobe server (start() it; close() it)."""
 
     def __init__(
-        self, config: ServerConfig, log: Optional[Log] = None,
-        handlers: Optional[dict[str, Handler]] = None,
+        self, config: ServerConfig, log: Log | None = None,
+        handlers: dict[str, Handler] | None = None,
         services: Sequence[Service] = (),
     ) -> None:
         check_config(config)
@@ -73,11 +73,11 @@ class Server:
         self._listeners: list[socket.socket] = []
         self._sessions: dict[bytes, Attachable] = {}
         self._lock = threading.Lock()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = socket.socketpair()
         self._hellos: dict[int, _Hello] = {}  # connections in their hello, by fd
         self._selector = selectors.DefaultSelector()  # the accept loop's (see _accept_loop)
-        self._spare: Optional[int] = os.open(os.devnull, os.O_RDONLY)  # see _out_of_files
+        self._spare: int | None = os.open(os.devnull, os.O_RDONLY)  # see _out_of_files
         self._closed_lines = Throttle(CLOSED_LINES_PER_S)
 
     # -- listening --------------------------------------------------------------------
@@ -243,7 +243,7 @@ class Server:
             self._selector.unregister(hello.conn)
         self._hellos.pop(hello.fd, None)
 
-    def _drop_hello(self, hello: _Hello, why: Optional[str] = None,
+    def _drop_hello(self, hello: _Hello, why: str | None = None,
                     reason: str = "") -> None:
         """Close a connection still in its hello; ``why`` is logged (a scan leaves a line),
         at most :data:`CLOSED_LINES_PER_S` lines a second (a flood cannot fill the disk)."""
@@ -369,7 +369,7 @@ class Server:
         """Buffer memory all running tests may take together."""
         return self.admission.max_memory
 
-    def wait(self, timeout: Optional[float] = None) -> bool:
+    def wait(self, timeout: float | None = None) -> bool:
         """Block until the server is closed (or, one-off, has served its test)."""
         return self._closed.wait(timeout)
 
@@ -420,7 +420,7 @@ def describe(config: ServerConfig) -> str:
             f"{'on' if config.allow_third_party else 'off'}")
 
 
-def _bind_addresses(bind: Optional[str]) -> list[tuple[int, str]]:
+def _bind_addresses(bind: str | None) -> list[tuple[int, str]]:
     if bind:
         family = socket.AF_INET6 if ":" in bind else socket.AF_INET
         return [(family, bind)]
@@ -436,8 +436,8 @@ threads allocate one at a time (the GIL), the stream loops once, at their start.
 
 
 def serve(
-    config: ServerConfig, log: Log, ready: Optional[Callable[[int], None]] = None,
-    handlers: Optional[dict[str, Handler]] = None, services: Sequence[Service] = (),
+    config: ServerConfig, log: Log, ready: Callable[[int], None] | None = None,
+    handlers: dict[str, Handler] | None = None, services: Sequence[Service] = (),
 ) -> None:
     """Run a server until Ctrl-C (KeyboardInterrupt propagates) or, one-off, one test."""
     core.limit_allocator_arenas(ALLOCATOR_ARENAS)  # before any thread of ours allocates

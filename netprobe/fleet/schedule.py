@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Optional, Union, overload
+from typing import overload
 
 import attrs
 
@@ -28,7 +28,7 @@ def circle_round(hosts: Sequence[str], number: int) -> Round:
     """Round ``number`` (from 0) of the circle method over ``hosts``: host 0 stays, the
     others have turned ``number`` places; worked out alone, so a plan never holds more
     than the round it is at."""
-    ring: list[Optional[str]] = list(hosts)
+    ring: list[str | None] = list(hosts)
     if len(ring) % 2:
         ring.append(None)  # the bye
     n = len(ring)
@@ -98,7 +98,7 @@ class GroupRounds(Sequence[Round]):
 
     def __init__(self, group: Group) -> None:
         pairs = group.pairs
-        self._packed: Optional[list[Round]] = None
+        self._packed: list[Round] | None = None
         if isinstance(pairs, MeshPairs):
             self._hosts: Sequence[str] = pairs.members
             self._half = circle_count(len(pairs.members))
@@ -124,7 +124,7 @@ class GroupRounds(Sequence[Round]):
     @overload
     def __getitem__(self, index: slice) -> Sequence[Round]: ...
 
-    def __getitem__(self, index: Union[int, slice]) -> Union[Round, Sequence[Round]]:
+    def __getitem__(self, index: int | slice) -> Round | Sequence[Round]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         if index < 0:
@@ -181,8 +181,8 @@ class Plan(Sequence[PlannedRound]):
     @overload
     def __getitem__(self, index: slice) -> Sequence[PlannedRound]: ...
 
-    def __getitem__(self, index: Union[int, slice]
-                    ) -> Union[PlannedRound, Sequence[PlannedRound]]:
+    def __getitem__(self, index: int | slice
+                    ) -> PlannedRound | Sequence[PlannedRound]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         if index < 0:
@@ -199,7 +199,7 @@ class Plan(Sequence[PlannedRound]):
                 yield PlannedRound(group.name, n, len(rounds), r)
 
 
-def plan(fleet: Fleet, groups: Optional[Sequence[str]] = None) -> Plan:
+def plan(fleet: Fleet, groups: Sequence[str] | None = None) -> Plan:
     """Every round of the fleet, group after group, generated as it is reached."""
     return Plan([g for g in fleet.groups if groups is None or g.name in groups])
 
