@@ -31,7 +31,7 @@ from netprobe.host import utc_now_iso
 from netprobe.plugin import Reporter, Tool
 from netprobe.record import Record
 from netprobe.registry import availability, make_tool
-from netprobe.schema import Interval, Result, TestSpec
+from netprobe.schema import Endpoint, Interval, Result, TestSpec, ToolInfo
 
 
 @frozen(repr=False, eq=False)
@@ -219,8 +219,6 @@ def failed_result(tool_name: str, spec: TestSpec, message: str, status: str = "f
     """The result of a test that ended before any figure came back (it could not connect,
     Ctrl-C during the start): no figures, the spec and the error, so that a machine format
     and ``TestFailed.partial`` still hold one record."""
-    from netprobe.schema import Endpoint, ToolInfo
-
     return Result(tool=ToolInfo(tool_name), spec=spec, start_time=started or utc_now_iso(),
                   local=Endpoint("client"),
                   remote=Endpoint("server", host=spec.host, port=spec.port),

@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from netprobe.cli.htmldist import HEADROOM
+from netprobe.cli.htmldist import HEADROOM, distribution_html
 from netprobe.cli.htmlparts import _RC, _e, _label, _scoped
 from netprobe.cli.outfile import write_text
 from netprobe.cli.tabulate import DIRECTION_LABELS, scale, stats_header, stats_rows
@@ -173,7 +173,6 @@ def _direction_charts(groups: Sequence[Group], direction: str) -> list[str]:
         lines = _per_group(groups, direction, extract)
         if any(points for _, points, _ in lines):
             charts.append(_chart(f"{name}-{tag}", f"{title}, {arrow}, per group", kind, lines))
-    from netprobe.cli.htmldist import distribution_html
 
     return charts + distribution_html(groups, direction, tag)
 

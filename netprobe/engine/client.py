@@ -10,7 +10,7 @@ from typing import Any
 from netprobe import convert, core
 from netprobe.engine import auth, greeting, protocol
 from netprobe.engine.assemble import build_result
-from netprobe.engine.conduct import PEER_TEXT_CHARS, Conductor, Outcome, Reader
+from netprobe.engine.conduct import PEER_TEXT_CHARS, Conductor, Outcome, Reader, system_name
 from netprobe.engine.log import escape
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side
@@ -250,10 +250,10 @@ class Client:
 
     def _result(self, outcome: Outcome, status: str, errors: list[str]) -> Result:
         assert self.side is not None
-        local = Endpoint(role="client", host=None, address=None, system=_system())
+        local = Endpoint(role="client", host=None, address=None, system=system_name())
         sock = self.channel.sock if self.channel else None
         if sock is not None:
-            local = Endpoint(role="client", address=_addr(sock.getsockname), system=_system())
+            local = Endpoint(role="client", address=_addr(sock.getsockname), system=system_name())
         remote = Endpoint(
             role="server",
             host=self.host,
@@ -297,12 +297,6 @@ def _addr(getname: Any) -> str | None:
         return str(getname()[0])
     except OSError:
         return None
-
-
-def _system() -> str:
-    from netprobe.engine.conduct import system_name
-
-    return system_name()
 
 
 def run_test(

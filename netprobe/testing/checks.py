@@ -70,7 +70,14 @@ import attrs
 from netprobe import convert
 from netprobe.driven import free_port
 from netprobe.errors import NetprobeError, SpecError, TestFailed, TestInterrupted, ToolUnavailable
-from netprobe.plugin import MEASURES, RANGED_CAPABILITIES, SWITCHES, Availability, Tool
+from netprobe.plugin import (
+    API_VERSION,
+    MEASURES,
+    RANGED_CAPABILITIES,
+    SWITCHES,
+    Availability,
+    Tool,
+)
 from netprobe.schema import (
     DIRECTIONS,
     Interval,
@@ -355,7 +362,6 @@ class Conformance:
 
     def check_api_version(self, notes: list[str]) -> list[str]:
         """The plugin is a Tool, named, for a plugin API this netprobe has."""
-        from netprobe.plugin import API_VERSION
         from netprobe.registry import _incompatibility
 
         problem = _incompatibility(self.tool_cls)
