@@ -4,8 +4,8 @@ stream budgets.
 
 One :class:`Admission` per server, shared by its accept loop and every handler: a handler
 takes a slot with :meth:`Admission.take` (the reason when it is short) and gives it back
-with :meth:`Admission.release`; :meth:`ControlSession.slot
-<netprobe.engine.handlers.ControlSession.slot>` does both around a test.
+with :meth:`Admission.release`; :meth:`ControlConnection.slot
+<netprobe.engine.handlers.ControlConnection.slot>` does both around a test.
 """
 
 from __future__ import annotations

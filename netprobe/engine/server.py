@@ -4,7 +4,7 @@ of the port plugs into.
 One port serves control connections, TCP data connections and UDP streams. The
 :class:`Server` listens, reads each new connection's hello on one thread, and then either
 hands a data connection (or a proven UDP stream) to whoever registered its cookie, or
-starts a control session (:class:`~netprobe.engine.control.Session`) on a thread of its
+starts a control connection (:class:`~netprobe.engine.control.Connection`) on a thread of its
 own, which runs the handler its request names (the contract:
 :mod:`netprobe.engine.handlers`; the native test, :mod:`netprobe.engine.nativetest`, and
 the latency echo, :mod:`netprobe.engine.echo`, are handlers like the agent's). Who is
@@ -32,7 +32,7 @@ from netprobe import core
 from netprobe.engine import probes, protocol
 from netprobe.engine.admission import Admission, mbits, mib, quarter_of_memory, same_address
 from netprobe.engine.config import ServerConfig, check_config
-from netprobe.engine.control import Session, version
+from netprobe.engine.control import Connection, version
 from netprobe.engine.echo import ProbeService
 from netprobe.engine.handlers import Attachable, Handler, Service
 from netprobe.engine.log import Log, Throttle, client, escape, null_log
@@ -212,7 +212,7 @@ class Server:
                 if kind == protocol.KIND_DATA:
                     hello.needed = protocol.DATA_HELLO_BYTES
                 elif kind == protocol.KIND_CONTROL:
-                    self._start_session(hello)
+                    self._start_control(hello)
                 else:
                     self._drop_hello(hello, "sent no netprobe hello", "protocol")
                 return
@@ -227,9 +227,9 @@ class Server:
         except NetprobeError as exc:
             self._drop_hello(hello, f"bad hello: {escape(exc)}", "protocol")
 
-    def _start_session(self, hello: _Hello) -> None:
+    def _start_control(self, hello: _Hello) -> None:
         self._forget_hello(hello)
-        threading.Thread(target=self._session, args=(hello.conn, hello.peer),
+        threading.Thread(target=self._control, args=(hello.conn, hello.peer),
                          name="np-conn", daemon=True).start()
 
     def _expire_hellos(self) -> None:
@@ -315,21 +315,21 @@ class Server:
         elif hmac.compare_digest(nonce, expected):
             session.attach_udp(hello, peer, protocol.pack_data_hello(protocol.KIND_UDP, hello))
 
-    # -- sessions ---------------------------------------------------------------------
+    # -- control connections ---------------------------------------------------------
 
-    def _session(self, conn: socket.socket, peer: tuple) -> None:
+    def _control(self, conn: socket.socket, peer: tuple) -> None:
         channel = Channel(conn, self.config.max_message_bytes)
         self.log(f"{client(peer)}: control connection", event="accepted", client=client(peer))
-        session = Session(self, self.handlers, channel, peer)
+        control = Connection(self, self.handlers, channel, peer)
         try:
-            session.run()
+            control.run()
         except SpecError:
             pass  # refused: the refusal is logged already
         except (OSError, NetprobeError) as exc:
             self.log(f"{client(peer)}: session ended: {escape(exc)}", event="session",
                      client=client(peer))
         finally:
-            session.handshake_over()
+            control.handshake_over()
             channel.close()
             self.admission.count_out(peer[0])
             self._trim_when_idle()
