@@ -59,9 +59,21 @@ def values(result: Optional[Result]) -> dict[str, float]:
     """Each gauge's value for a result, in base units; a figure that is unknown (not
     measured by this tool or protocol, or no result at all) is absent, never 0, as
     everywhere else in the schema: a UDP test's RTT of 0 would drag ``min(rtt)`` to 0."""
-    found = figures(result)
-    return {name: float(found[key]) * scale for name, _, key, scale in GAUGES
-            if result is not None and found[key] is not None}
+    return {} if result is None else values_of(figures(result))
+
+
+def values_of(found: Mapping[str, Any]) -> dict[str, float]:
+    """:func:`values` from a result's summary figures (an archive's columns); TypeError
+    for a figure that is not a number (a damaged row)."""
+    out = {}
+    for name, _, key, scale in GAUGES:
+        value = found.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{key} is not a number: {str(value)[:40]!r}")
+        out[name] = float(value) * scale
+    return out
 
 
 @attrs.frozen
@@ -79,12 +91,12 @@ class Row:
     """Its gauges' values in base units (empty unless ok)."""
 
     @classmethod
-    def of(cls, record: PairRecord) -> Row:
-        """The row of one archived record."""
+    def of(cls, record: PairRecord, found: Mapping[str, Any]) -> Row:
+        """The row of one archived record and its summary figures (ValueError or
+        TypeError when a time or a figure cannot be read)."""
         ok = record.outcome == "ok"
-        return cls(record.group, record.source, record.target,
-                   figures(record.result)["tool"] or "", ok, unix(record.time),
-                   values(record.result if ok else None))
+        return cls(record.group, record.source, record.target, str(found.get("tool") or ""),
+                   ok, unix(record.time), values_of(found) if ok else {})
 
 
 def unix(text: str) -> float:
@@ -119,8 +131,8 @@ class FleetCollector:
     def collect(self) -> Iterator[Any]:
         """Every family: health, per host, per reference, and per pair if asked for."""
         with self.open_archive() as archive:
-            rows = [Row.of(record) for record in archive.latest()]
-            skipped = len(getattr(archive, "warnings", []))
+            rows, bad = read_rows(archive)
+            skipped = len(getattr(archive, "warnings", [])) + bad
             extra = list(schedule_health(archive))
         yield from health(rows, skipped)
         yield from extra
@@ -145,6 +157,24 @@ class FleetCollector:
                      f"(max_pair_series = {self.options.max_pair_series:,}): {omitted:,} "
                      "left out, failed pairs and the lowest throughput kept")
         self._omitted_said = omitted
+
+
+def read_rows(archive: Any) -> tuple[list[Row], int]:
+    """The newest record of every pair as rows, and how many rows could not be read (a
+    row is data: a damaged time or figure leaves that row out, never the whole scrape).
+    An archive with ``latest_figures`` (the SQL ones) is read from its figure columns:
+    decoding each pair's whole result cost 0.26 ms a pair, minutes a scrape for a
+    thousand-host mesh; any other is read through ``latest``."""
+    reader = getattr(archive, "latest_figures", None)
+    pairs = reader() if reader is not None else [
+        (record, figures(record.result)) for record in archive.latest()]
+    rows, bad = [], 0
+    for record, found in pairs:
+        try:
+            rows.append(Row.of(record, found))
+        except (TypeError, ValueError):
+            bad += 1
+    return rows, bad
 
 
 def schedule_health(archive: Any) -> Iterator[Any]:
@@ -188,8 +218,8 @@ def health(rows: list[Row], skipped: int) -> Iterator[Any]:
         newest.add_metric([group], max(row.time for row in mine))
         oldest.add_metric([group], min(row.time for row in mine))
     bad = _gauge("netprobe_fleet_archive_skipped_rows",
-                 "Archive rows left out at this scrape: not JSON, or not a result "
-                 "(netprobe fleet matrix names them).")
+                 "Archive rows left out at this scrape: their time, outcome or figures "
+                 "cannot be read.")
     bad.add_metric([], skipped)
     yield from (pairs, failed, agents, newest, oldest, bad)
 

@@ -163,7 +163,7 @@ def test_the_exporter_skips_a_bad_row_and_counts_it(tmp_path: Path, result: Resu
     path = tmp_path / "f.db"
     _archive_with_rows(path, result)
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE results SET result = x'ff00' WHERE source = 's0'")
+        db.execute("UPDATE results SET time = x'ff00' WHERE source = 's0'")
     metrics = {m.name: m.samples for m in
                FleetCollector(lambda: open_archive(str(path)),
                               MetricsOptions(pair_series=True)).collect()}

@@ -301,3 +301,44 @@ def test_a_configuration_of_metrics_only_leaves_probe_off(tmp_path: Path) -> Non
     path.write_text("[metrics]\n[modules]\n")
     with pytest.raises(ExporterConfigError, match="no modules"):
         load(str(path))
+
+
+@pytest.mark.parametrize(("column", "value"), [
+    ("time", "not a time"), ("receiver_bits_per_second", "fast"), ("outcome", "great")])
+def test_a_damaged_row_is_skipped_and_counted_not_a_failed_scrape(
+        result: Result, tmp_path: Path, column: str, value: str) -> None:
+    """A row is data: one whose time or figures cannot be read is left out and counted,
+    and the other rows still make /metrics (a bad time used to fail the whole scrape: the
+    connection closed with no answer)."""
+    fleet = make_fleet(tmp_path / "f.db", result, 4, 1)
+    _damage(fleet.path, column, value)
+    for config in (None, "[metrics]\npair_series = true\n"):
+        with exporter(fleet.path, config, tmp_path) as (base, _):
+            got, _ = scrape(base)
+        assert got["netprobe_fleet_archive_skipped_rows"][0].value == 1
+        assert got["netprobe_fleet_pairs"][0].value == 3
+        agents = _by(got["netprobe_fleet_agent_pairs"], "agent", "role", "state")
+        assert ("h1", "source", "ok") not in agents and agents["h0", "source", "ok"] == 1
+        if config:
+            assert {s.labels["source"] for s in got["netprobe_fleet_up"]} == {"h0", "h2", "h3"}
+
+
+def test_metrics_read_the_figure_columns_not_the_whole_result(
+        result: Result, tmp_path: Path) -> None:
+    """/metrics reads each pair's summary columns, never its whole result (decoding
+    results was most of a scrape's time): a row whose result JSON is damaged still gives
+    its pair's figures, which the runner wrote beside it."""
+    fleet = make_fleet(tmp_path / "f.db", result, 4, 1)
+    _damage(fleet.path, "result", "{broken")
+    with exporter(fleet.path, "[metrics]\npair_series = true\n", tmp_path) as (base, _):
+        got, _ = scrape(base)
+    assert got["netprobe_fleet_archive_skipped_rows"][0].value == 0
+    rates = _by(got["netprobe_fleet_receiver_bits_per_second"], "source", "target")
+    assert rates == {pair: rate for pair, rate in fleet.pairs.items()}
+
+
+def _damage(path: Path, column: str, value: str) -> None:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute(f"UPDATE results SET {column} = ? WHERE source = 'h1'", (value,))
