@@ -181,7 +181,7 @@ def parse(data: Mapping[str, Any], path: str = "<exporter>") -> ExporterConfig:
 
         fleet = load_fleet(fleet_path)
         agents = fleet.agents
-        references = _references(fleet.groups)
+        references = reference_hosts(fleet.groups)
     metrics = _metrics(data.get("metrics", {}), path)
     user, password_file = _basic_auth(head.get("basic_auth"), path)
     if "modules" not in data and "metrics" in data:
@@ -212,12 +212,15 @@ def _metrics(value: Any, path: str) -> MetricsOptions:
         path, 1, MAX_PAIR_SERIES_LIMIT))
 
 
-def _references(groups: Any) -> dict[str, tuple[str, ...]]:
-    """The reference hosts of each group of a reference design, as the fleet file reads
-    them (a group's ``references``; groups of other designs have none)."""
+def reference_hosts(groups: Any) -> dict[str, tuple[str, ...]]:
+    """The reference hosts of each group of a reference design: a group of kind
+    ``reference`` keeps its agents and its references as ``sides`` (others, references);
+    a group with a ``references`` field names them there. Other groups have none."""
     found = {}
     for group in groups:
-        hosts = tuple(getattr(group, "references", ()) or ())
+        hosts = tuple(getattr(group, "references", None) or ())
+        if not hosts and group.kind == "reference":
+            hosts = tuple(group.sides[1])
         if hosts:
             found[group.name] = hosts
     return found

@@ -342,3 +342,36 @@ def _damage(path: Path, column: str, value: str) -> None:
 
     with sqlite3.connect(path) as db:
         db.execute(f"UPDATE results SET {column} = ? WHERE source = 'h1'", (value,))
+
+
+def test_reference_hosts_come_from_the_fleet_file_groups() -> None:
+    """A reference group keeps (others, references) as its sides (the fleet file's
+    ``type = "reference"``); other designs have no reference hosts."""
+    from netprobe.exporter_config import reference_hosts
+    from netprobe.fleet.config import Group
+    from netprobe.schema import TestSpec
+
+    spec = TestSpec()
+    groups = (Group("refs", "reference", (("h2", "h0"), ("h0", "h2")), spec,
+                    sides=(("h2", "h3"), ("h0", "h1"))),
+              Group("mesh", "mesh", (("h0", "h1"), ("h1", "h0")), spec))
+    assert reference_hosts(groups) == {"refs": ("h0", "h1")}
+
+
+def test_a_fleet_file_without_references_gives_no_reference_series(
+        big: Fleet, tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text('[agents.h0]\naddress = "127.0.0.1"\n[agents.h1]\naddress = "127.0.0.2"\n'
+                     '[groups.mesh]\ntype = "mesh"\nagents = "*"\n'
+                     'spec = { tool = "native", duration = "1s" }\n')
+    config = f'[exporter]\nfleet = "{fleet}"\n[metrics]\n'
+    assert load_config(tmp_path, config).references == {}
+    with exporter(big.path, config, tmp_path) as (base, _):
+        got, _ = scrape(base)
+    assert not [name for name in got if "reference" in name]
+    assert len(got["netprobe_fleet_agent_up"]) == big.agents
+
+
+def load_config(folder: Path, text: str) -> Any:
+    (folder / "check.toml").write_text(text)
+    return load(str(folder / "check.toml"))
