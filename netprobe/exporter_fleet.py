@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import attrs
 
@@ -55,7 +55,7 @@ HOST_SERIES_MAX = 2 + 2 * (2 + 2 * len(HOST_FIGURES))
 its ok and failed pair counts and a median and a worst value per figure (26)."""
 
 
-def values(result: Optional[Result]) -> dict[str, float]:
+def values(result: Result | None) -> dict[str, float]:
     """Each gauge's value for a result, in base units; a figure that is unknown (not
     measured by this tool or protocol, or no result at all) is absent, never 0, as
     everywhere else in the schema: a UDP test's RTT of 0 would drag ``min(rtt)`` to 0."""
@@ -117,8 +117,8 @@ class FleetCollector:
     exported as :mod:`netprobe.exporter_fleet` says."""
 
     def __init__(self, open_archive: Callable[[], Any],
-                 options: Optional[MetricsOptions] = None,
-                 references: Optional[Mapping[str, Iterable[str]]] = None,
+                 options: MetricsOptions | None = None,
+                 references: Mapping[str, Iterable[str]] | None = None,
                  log: Callable[[str], None] = lambda _line: None) -> None:
         self.open_archive = open_archive
         self.options = options or MetricsOptions()
@@ -126,7 +126,7 @@ class FleetCollector:
                            for group, hosts in (references or {}).items() if hosts}
         """Reference hosts by group (from the fleet file: archive rows do not say)."""
         self.log = log
-        self._omitted_said: Optional[int] = None
+        self._omitted_said: int | None = None
 
     def collect(self) -> Iterator[Any]:
         """Every family: health, per host, per reference, and per pair if asked for."""

@@ -16,7 +16,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 import pytest
@@ -46,7 +46,7 @@ class Fleet:
     path: Path
     agents: int
     peers: int
-    pairs: dict[tuple[str, str], Optional[float]]
+    pairs: dict[tuple[str, str], float | None]
     """(source, target) -> receiver bits/s (None: the pair failed)."""
     times: dict[tuple[str, str], float]
 
@@ -74,7 +74,7 @@ def _iso(unix: float) -> str:
 def make_fleet(path: Path, result: Result, agents: int, peers: int) -> Fleet:
     """Agent i tests agents i+1 .. i+peers (mod agents); every 97th pair fails."""
     variants = _variants(result)
-    pairs: dict[tuple[str, str], Optional[float]] = {}
+    pairs: dict[tuple[str, str], float | None] = {}
     times: dict[tuple[str, str], float] = {}
     with open_archive(str(path)) as archive:
         # One fsync per record is the runner's durability, not what is tested here.
@@ -113,7 +113,7 @@ def big(tmp_path_factory: pytest.TempPathFactory, result: Result) -> Fleet:
 
 
 @contextlib.contextmanager
-def exporter(archive: Path, config: Optional[str] = None, folder: Optional[Path] = None
+def exporter(archive: Path, config: str | None = None, folder: Path | None = None
              ) -> Iterator[tuple[str, subprocess.Popen]]:
     """A real exporter process over ``archive`` (``config``: its configuration's text)."""
     args = ["--archive", str(archive)]
