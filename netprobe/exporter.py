@@ -16,7 +16,7 @@ process is out of file descriptors rather than spinning on the listening socket.
 
 Names follow Prometheus's conventions: a ``netprobe_`` prefix, base units in the name
 (``_bits_per_second``, ``_bytes``, ``_seconds``), labels for what varies (tool, target;
-group, source, target in a fleet).
+group, agent, role in a fleet; source, target for its opt-in per-pair series).
 """
 from __future__ import annotations
 

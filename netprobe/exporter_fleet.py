@@ -11,8 +11,10 @@ default ``/metrics`` exports, from the newest record of every pair:
 * per host and reference host, in a group of a reference design (each host against K
   reference hosts: N x K series, not N^2), when the fleet file tells which hosts are
   references;
-* the fleet's own health per group: pairs archived, pairs failed, agents seen, newest and
-  oldest test, and the archive rows skipped.
+* the fleet's own health: per group pairs archived, pairs failed, agents seen, newest and
+  oldest test; the runs by status and the newest run's start; the archive rows skipped.
+  (Runners, leases and queue depth come from an archive that keeps a schedule:
+  :func:`schedule_health`.)
 
 Per-pair series (labels group, source, target, tool) are opt-in, for small fleets, and
 capped: beyond ``max_pair_series`` pairs the failed pairs are kept first, then the ok
@@ -20,6 +22,7 @@ ones from the lowest throughput up, and a gauge says how many were left out.
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Callable
@@ -49,6 +52,9 @@ HOST_FIGURES = (("receiver_bits_per_second", "min"), ("rtt_seconds", "max"),
                 ("retransmits", "max"), ("jitter_seconds", "max"), ("lost_packets", "max"))
 
 ROLES = ("source", "target")
+
+RUN_STATUSES = ("incomplete", "done", "interrupted", "failed")
+"""A run's statuses (:class:`netprobe.archives.Run`), each exported even at 0."""
 
 HOST_SERIES_MAX = 2 + 2 * (2 + 2 * len(HOST_FIGURES))
 """Most series one host of one group gives by default: up and newest test, and per role
@@ -132,9 +138,11 @@ class FleetCollector:
         """Every family: health, per host, per reference, and per pair if asked for."""
         with self.open_archive() as archive:
             rows, bad = read_rows(archive)
+            runs = list(archive.runs())
             skipped = len(getattr(archive, "warnings", [])) + bad
             extra = list(schedule_health(archive))
         yield from health(rows, skipped)
+        yield from run_health(runs)
         yield from extra
         yield from per_host(rows)
         if self.references:
@@ -222,6 +230,28 @@ def health(rows: list[Row], skipped: int) -> Iterator[Any]:
                  "cannot be read.")
     bad.add_metric([], skipped)
     yield from (pairs, failed, agents, newest, oldest, bad)
+
+
+def run_health(runs: list[Any]) -> Iterator[Any]:
+    """The archive's runs by status (``incomplete`` ones are running, or their runner
+    died before it could record their end), and when the newest started."""
+    by_status = dict.fromkeys(RUN_STATUSES, 0)
+    starts = []
+    for run in runs:
+        by_status[run.status] = by_status.get(run.status, 0) + 1
+        with contextlib.suppress(ValueError):
+            starts.append(unix(run.started))
+    family = _gauge("netprobe_fleet_runs", "Fleet runs in the archive, by status "
+                    "(incomplete: running, or its runner stopped before recording its end).",
+                    ["status"])
+    for status, n in sorted(by_status.items()):
+        family.add_metric([status], n)
+    yield family
+    if starts:
+        newest = _gauge("netprobe_fleet_newest_run_start_timestamp_seconds",
+                        "When the newest fleet run started (Unix time).")
+        newest.add_metric([], max(starts))
+        yield newest
 
 
 def per_host(rows: list[Row]) -> Iterator[Any]:

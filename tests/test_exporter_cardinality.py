@@ -196,6 +196,9 @@ def test_default_series_grow_with_hosts_and_say_what_each_host_saw(
     assert got["netprobe_fleet_newest_test_timestamp_seconds"][0].value == max(big.times.values())
     assert got["netprobe_fleet_oldest_test_timestamp_seconds"][0].value == min(big.times.values())
     assert got["netprobe_fleet_archive_skipped_rows"][0].value == 0
+    assert _by(got["netprobe_fleet_runs"], "status") == {
+        ("incomplete",): 1, ("done",): 0, ("interrupted",): 0, ("failed",): 0}
+    assert got["netprobe_fleet_newest_run_start_timestamp_seconds"][0].value == START
     assert not [name for name in got if "schedule" in name]  # no schedule kept: none invented
 
 
