@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import socket
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -252,8 +253,6 @@ class _BoundedServer(ThreadingHTTPServer):
         else is one line through :meth:`report`, never socketserver's traceback on stderr:
         that was one traceback per hung-up client, and once stderr's pipe was full every
         handler blocked in it, holding its connection slot, until none was left."""
-        import sys
-
         exc = sys.exc_info()[1]
         if isinstance(exc, (ConnectionError, TimeoutError)) or (
                 isinstance(exc, OSError) and exc.errno in _CLIENT_GONE):

@@ -53,6 +53,9 @@ from netprobe.fleet.config import (
     _table,
     read_toml,
 )
+from netprobe.fleet.config import (
+    load as load_fleet,
+)
 from netprobe.schema import PROTOCOLS
 
 DEFAULT_MODULE = "default"
@@ -177,8 +180,6 @@ def parse(data: Mapping[str, Any], path: str = "<exporter>") -> ExporterConfig:
     references: dict[str, tuple[str, ...]] = {}
     fleet_path = _opt_str(head, "fleet", "exporter", path)
     if fleet_path:
-        from netprobe.fleet.config import load as load_fleet
-
         fleet = load_fleet(fleet_path)
         agents = fleet.agents
         references = reference_hosts(fleet.groups)
