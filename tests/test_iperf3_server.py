@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import struct
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -567,3 +569,34 @@ def test_reverse_runs_end_whole_blocks_so_312_clients_never_hang() -> None:
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_connections_past_the_limits_start_no_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The per-address and handshake limits are checked as the listener accepts: a flood
+    # past them cost a short-lived thread per connection before (counted here by wrapping
+    # the one place the listener starts them; the server, sockets and limits are real).
+    from netprobe.engine.iperf3 import service
+
+    started: list[str] = []
+    spawn = service._spawn
+
+    def counted(target: Any, *args: object) -> None:
+        started.append(getattr(target, "__name__", "?"))
+        spawn(target, *args)
+
+    monkeypatch.setattr(service, "_spawn", counted)
+    with Running(max_connections_per_address=2) as srv:
+        held = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(2)]
+        try:
+            for _ in range(30):
+                with socket.create_connection(("127.0.0.1", srv.port)) as conn:
+                    conn.settimeout(5)
+                    assert conn.recv(16) == b""  # closed at once, no cookie read
+        finally:
+            for conn in held:
+                conn.close()
+        refused = [e for e in srv.events("refused") if e[2].get("reason") == "per-address limit"]
+    assert len(started) == 2, started
+    held_back = sum(int(n) for e in refused
+                    for n in re.findall(r"\((\d+) more such lines", e[1]))
+    assert refused and len(refused) + held_back <= 30

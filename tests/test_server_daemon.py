@@ -4,12 +4,15 @@ what this process enforces."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.servers import NETPROBE, free_port, wait_listening
 
@@ -153,3 +156,71 @@ def test_a_flood_of_connect_and_close_is_logged_at_a_bounded_rate(tmp_path: Path
         per_second[line[:19]] = per_second.get(line[:19], 0) + 1  # the timestamp's second
     assert max(per_second.values()) <= CLOSED_LINES_PER_S, per_second
     assert len(closed) + held + len(refused) == flood, (len(closed), held, len(refused), flood)
+
+
+def _accounted(text: str, event: str) -> tuple[int, dict[str, int]]:
+    """Lines of ``event`` plus the counts they say were held back; lines per second."""
+    import re
+
+    lines = [x for x in text.splitlines() if x.split()[1:2] == [event]]
+    held = sum(int(n) for x in lines for n in re.findall(r"\((\d+) more such lines", x))
+    per_second: dict[str, int] = {}
+    for line in lines:
+        per_second[line[:19]] = per_second.get(line[:19], 0) + 1
+    return len(lines) + held, per_second
+
+
+def _knock(port: int, iperf3: bool) -> None:
+    """Connect, say hello (an iperf3 cookie, else nothing), wait for the answer, close."""
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.settimeout(5)
+        with contextlib.suppress(OSError):
+            if iperf3:
+                conn.sendall(b"c" * 36 + b"\0")
+            conn.recv(256)  # the refusal (or the close) has come
+
+
+@pytest.mark.parametrize("case", ["acl", "per-address", "iperf3-acl", "iperf3-per-address"])
+def test_a_flood_of_refused_connections_is_logged_at_a_bounded_rate(tmp_path: Path,
+                                                                    case: str) -> None:
+    # Refusals before any hello (the allow-list, the per-address limit) are lines too: a
+    # flood of them from one address wrote one line each (a disk filled at the rate of
+    # connects). At most CLOSED_LINES_PER_S a second, every refusal still accounted for.
+    from netprobe.engine.server import CLOSED_LINES_PER_S
+
+    iperf3 = case.startswith("iperf3")
+    extra = ["--allow", "192.0.2.0/24"] if case.endswith("acl") else [
+        "--max-connections-per-address", "2"]
+    if iperf3:
+        extra += ["--iperf3", "--iperf3-port", str(free_port())]
+    proc, port, log, _ = _start(tmp_path, *extra)
+    if iperf3:
+        port = int(extra[-1])
+        wait_listening(port)
+    held_open: list[socket.socket] = []
+    flood = 120
+    try:
+        if case.endswith("per-address"):
+            held_open = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        _wait_for(log, "listening")
+        before, _ = _accounted(log.read_text(), "refused")
+        for _ in range(flood):
+            _knock(port, iperf3)
+        end = time.monotonic() + 20
+        time.sleep(1.1)  # a new second: the next refusal says what was held back
+        _knock(port, iperf3)
+        flood += 1
+        while time.monotonic() < end:
+            count, per_second = _accounted(log.read_text(), "refused")
+            if count - before >= flood:
+                break
+            time.sleep(0.2)
+    finally:
+        for conn in held_open:
+            conn.close()
+        _stop(proc)
+    count, per_second = _accounted(log.read_text(), "refused")
+    assert max(per_second.values()) <= CLOSED_LINES_PER_S, per_second
+    # Exactly the flood, or one more: wait_listening's own connect to a port that refuses
+    # 127.0.0.1 may be logged after ``before`` was read.
+    assert flood <= count - before <= flood + 1, (count, before, flood)

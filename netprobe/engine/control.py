@@ -174,7 +174,8 @@ class Connection:
     def refuse(self, message: str, code: str = "refused") -> NoReturn:
         """Tell the client why not, log it, then end the session (SpecError)."""
         who = client(self.peer)
-        self.server.log(f"{who}: {escape(message)}", event="refused", client=who, reason=code)
+        self.server.log_limited(f"{who}: {escape(message)}", event="refused", client=who,
+                                reason=code)
         # What goes back is cut and escaped too: a refusal that echoes a client's value
         # must stay under the frame limit (it was never sent) and carry no escape codes.
         told = escape(message, REFUSAL_CHARS)

@@ -57,6 +57,11 @@ class ServerFacts(Protocol):
     """What the server allows."""
     log: Log
     """The event log (one line and one record per event)."""
+
+    def log_limited(self, message: str, /, event: str, **fields: object) -> None:
+        """Log a line a client can cause at will (refused, closed, busy) at a bounded
+        rate, saying how many were held back."""
+
     port: int
     """The port it listens on (TCP and UDP)."""
     admission: Admission

@@ -44,7 +44,10 @@ from netprobe.errors import NetprobeError, SpecError, listen_error
 __all__ = ["ALLOCATOR_ARENAS", "Server", "ServerConfig", "describe", "serve"]
 
 OUT_OF_FILES_PAUSE_S = 0.1  # accepting stops this long at the open-files limit
-CLOSED_LINES_PER_S = 10  # connections closed in their hello that are logged, a second
+CLOSED_LINES_PER_S = 10
+"""Lines a second of each event a client can cause at will (a connection refused, closed
+in its hello, told busy): past it a flood of connects cannot fill the disk; the next line
+that passes says how many were held back (see :meth:`Server.log_limited`)."""
 
 
 class Server:
@@ -78,7 +81,8 @@ class Server:
         self._hellos: dict[int, _Hello] = {}  # connections in their hello, by fd
         self._selector = selectors.DefaultSelector()  # the accept loop's (see _accept_loop)
         self._spare: int | None = os.open(os.devnull, os.O_RDONLY)  # see _out_of_files
-        self._closed_lines = Throttle(CLOSED_LINES_PER_S)
+        self._limited = {event: Throttle(CLOSED_LINES_PER_S)
+                         for event in ("refused", "closed", "busy")}
 
     # -- listening --------------------------------------------------------------------
 
@@ -169,8 +173,8 @@ class Server:
         if not self.admission.handshakes.acquire(blocking=False):
             self.admission.count_out(peer[0])
             close_quietly(conn)  # too many half-open handshakes: shed load, say nothing
-            self.log(f"{client(peer)}: too many handshakes at once", event="refused",
-                     client=client(peer), reason="handshakes")
+            self.log_limited(f"{client(peer)}: too many handshakes at once", event="refused",
+                             client=client(peer), reason="handshakes")
             return
         conn.setblocking(False)
         hello = _Hello(conn, peer, time.monotonic() + self.config.handshake_timeout_s)
@@ -245,26 +249,33 @@ class Server:
 
     def _drop_hello(self, hello: _Hello, why: str | None = None,
                     reason: str = "") -> None:
-        """Close a connection still in its hello; ``why`` is logged (a scan leaves a line),
-        at most :data:`CLOSED_LINES_PER_S` lines a second (a flood cannot fill the disk)."""
+        """Close a connection still in its hello; ``why`` is logged (a scan leaves a line,
+        :meth:`log_limited`)."""
         self._forget_hello(hello)
         close_quietly(hello.conn)
         self.admission.count_out(hello.peer[0])
         self.admission.handshakes.release()
         if why is not None:
-            passed = self._closed_lines.take()
-            if passed is not None:
-                more = f" ({passed} more such lines not logged)" if passed else ""
-                self.log(f"{client(hello.peer)}: {why}{more}", event="closed",
-                         client=client(hello.peer), reason=reason)
+            self.log_limited(f"{client(hello.peer)}: {why}", event="closed",
+                             client=client(hello.peer), reason=reason)
+
+    def log_limited(self, message: str, /, event: str, **fields: object) -> None:
+        """Log a line of an event a client can cause at will ("refused", "closed",
+        "busy"): at most :data:`CLOSED_LINES_PER_S` of each a second (in any second, not
+        only whole ones), the next that passes saying how many were held back."""
+        throttle = self._limited.get(event)
+        passed = throttle.take() if throttle is not None else 0
+        if passed is not None:
+            more = f" ({passed} more such lines not logged)" if passed else ""
+            self.log(f"{message}{more}", event=event, **fields)
 
     def _refuse_early(self, conn: socket.socket, peer: tuple, reason: str,
                       message: str) -> None:
         # Before any handshake: one small error frame without waiting (it fits the send
         # buffer), then close. The hello already here is read first, so that the close
         # is a FIN, not a reset that would discard the frame at the client.
-        self.log(f"{client(peer)}: {message}", event="refused", client=client(peer),
-                 reason=reason)
+        self.log_limited(f"{client(peer)}: {message}", event="refused", client=client(peer),
+                         reason=reason)
         with contextlib.suppress(OSError):
             conn.setblocking(False)
             with contextlib.suppress(BlockingIOError):

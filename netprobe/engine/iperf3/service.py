@@ -111,35 +111,45 @@ class Iperf3Service:
                     return
                 self._closed.wait(0.1)  # e.g. out of files: let the tests end
                 continue
-            threading.Thread(target=self._connection, args=(conn, peer), daemon=True,
-                             name="np-i3-conn").start()
+            # The limits come before a thread: a flood past them costs an accept and a
+            # close each, not a thread each.
+            if self._admitted(conn, peer):
+                _spawn(self._connection, conn, peer)
 
-    def _connection(self, conn: socket.socket, peer: tuple) -> None:
+    def _admitted(self, conn: socket.socket, peer: tuple) -> bool:
+        """Whether ``conn`` is within the per-address and handshake limits (it then holds
+        one of each, which :meth:`_connection` gives back); else it is closed."""
         admission = self.server.admission
         if not admission.count_in(peer[0]):
-            self.server.log(f"{client(peer)}: too many connections at once "
-                            "(--max-connections-per-address)", event="refused",
-                            client=client(peer), reason="per-address limit")
+            self.server.log_limited(f"{client(peer)}: too many connections at once "
+                                    "(--max-connections-per-address)", event="refused",
+                                    client=client(peer), reason="per-address limit")
             conn.close()
-            return
+            return False
+        if not admission.handshakes.acquire(blocking=False):
+            admission.count_out(peer[0])
+            conn.close()  # too many half-open handshakes: shed load, say nothing
+            self.server.log_limited(f"{client(peer)}: too many handshakes at once",
+                                    event="refused", client=client(peer), reason="handshakes")
+            return False
+        return True
+
+    def _connection(self, conn: socket.socket, peer: tuple) -> None:
         try:
             self._first_bytes(conn, peer)
         finally:
-            admission.count_out(peer[0])
+            self.server.admission.count_out(peer[0])
 
     def _first_bytes(self, conn: socket.socket, peer: tuple) -> None:
         admission = self.server.admission
-        if not admission.handshakes.acquire(blocking=False):
-            conn.close()
-            return
         try:
             conn.settimeout(self.server.config.handshake_timeout_s)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             cookie = wire.recv_exact(conn, wire.COOKIE_BYTES)
         except (OSError, wire.WireError) as exc:
-            self.server.log(f"{client(peer)}: iperf3 connection closed before its cookie: "
-                            f"{escape(exc)}", event="closed", client=client(peer),
-                            reason="no-cookie")
+            self.server.log_limited(f"{client(peer)}: iperf3 connection closed before its "
+                                    f"cookie: {escape(exc)}", event="closed",
+                                    client=client(peer), reason="no-cookie")
             conn.close()
             return
         finally:
@@ -156,9 +166,9 @@ class Iperf3Service:
             return
         if not admission.allowed(peer[0]):
             self.count("refused")
-            self.server.log(f"{client(peer)}: this server does not accept tests from "
-                            f"{peer[0]} (--allow)", event="refused", client=client(peer),
-                            reason="acl")
+            self.server.log_limited(f"{client(peer)}: this server does not accept tests from "
+                                    f"{peer[0]} (--allow)", event="refused",
+                                    client=client(peer), reason="acl")
             with contextlib.suppress(OSError):
                 conn.sendall(wire.error_frame(wire.IEAUTHTEST))
             _sync_close(conn)
@@ -166,3 +176,8 @@ class Iperf3Service:
         self.server.log(f"{client(peer)}: iperf3 control connection", event="accepted",
                         client=client(peer))
         Iperf3Test(self, conn, peer, cookie).run()
+
+
+def _spawn(target: Callable[..., None], *args: object) -> None:
+    """Run ``target(*args)`` on a thread of its own (one per admitted connection)."""
+    threading.Thread(target=target, args=args, daemon=True, name="np-i3-conn").start()

@@ -85,9 +85,9 @@ class Iperf3Test:
             self._serve(params)
         except Refused as exc:
             self.service.count("refused")
-            self.server.log(f"{self.who}: iperf3 test refused: {exc.reason} (iperf3 error "
-                            f"{exc.code})", event="refused", client=self.who, reason=exc.kind,
-                            code=exc.code)
+            self.server.log_limited(f"{self.who}: iperf3 test refused: {exc.reason} (iperf3 "
+                                    f"error {exc.code})", event="refused", client=self.who,
+                                    reason=exc.kind, code=exc.code)
             with contextlib.suppress(OSError):
                 self.conn.sendall(wire.error_frame(exc.code))
         except (OSError, NetprobeError) as exc:
@@ -108,8 +108,8 @@ class Iperf3Test:
 
     def _busy(self, reason: str) -> None:
         self.service.count("busy")
-        self.server.log(f"{self.who}: iperf3 client told busy: {reason}", event="busy",
-                        client=self.who, reason=reason)
+        self.server.log_limited(f"{self.who}: iperf3 client told busy: {reason}",
+                                event="busy", client=self.who, reason=reason)
         with contextlib.suppress(OSError):
             wire.send_state(self.conn, wire.ACCESS_DENIED)
 
