@@ -25,6 +25,8 @@ import attrs
 from netprobe.archives import Archive, ArchiveError, PairRecord, Run
 from netprobe.engine.protocol import DEFAULT_PORT
 from netprobe.errors import NetprobeError, SpecError, TestFailed
+from netprobe.fleet.config import BYTES_ROUND_S as BYTES_ROUND_S  # re-exported: a round's
+from netprobe.fleet.config import ROUND_MARGIN_S as ROUND_MARGIN_S  # limit is the group's
 from netprobe.fleet.config import Agent, Fleet, Group
 from netprobe.fleet.schedule import PlannedRound, next_start, plan
 from netprobe.host import utc_now_iso
@@ -32,12 +34,6 @@ from netprobe.plugin import Tool
 from netprobe.reporting import NullReporter
 from netprobe.schema import Result, TestSpec
 
-ROUND_MARGIN_S = 30.0
-"""Past a test's planned length, how long its round waits: the agents' own start-up and
-reply limits (the far end's server start, the result's trip back) fit inside it."""
-BYTES_ROUND_S = 600.0
-"""A round of tests ended by a byte count, not a time, is given this long (round_timeout
-in the group overrides it)."""
 BUSY_WAIT_S = 30.0
 """How long a round waits for a host busy with a test that is not the fleet's."""
 STATUS_TIMEOUT_S = 3.0
@@ -151,10 +147,13 @@ class FleetRunner:
     busy_wait_s: float = BUSY_WAIT_S
     clock: Callable[[], float] = time.monotonic
 
-    def run_once(self, groups: Optional[Sequence[str]] = None) -> RunSummary:
-        """Every round of the chosen groups once; KeyboardInterrupt ends the run cleanly
-        (what has ended is archived, the run is marked interrupted) and propagates."""
-        rounds = plan(self.fleet, groups)
+    def run_once(self, groups: Optional[Sequence[str]] = None, run: Optional[int] = None
+                 ) -> RunSummary:
+        """Every round of the chosen groups once (``run``: the run's number, which a random
+        group's peers depend on; default: each group's slot now); KeyboardInterrupt ends
+        the run cleanly (what has ended is archived, the run is marked interrupted) and
+        propagates."""
+        rounds = plan(self.fleet, groups, run)
         check_groups([g for g in self.fleet.groups if groups is None or g.name in groups])
         run_id = uuid.uuid4().hex
         records: list[PairRecord] = []
@@ -253,10 +252,7 @@ class RoundRun:
         return self.records
 
     def _timeout(self) -> float:
-        if self.group.round_timeout_s is not None:
-            return self.group.round_timeout_s
-        planned = self.group.spec.planned_s()  # None: a byte count ends the test
-        return (BYTES_ROUND_S if planned is None else planned) + ROUND_MARGIN_S
+        return self.group.round_limit_s()  # ROUND_MARGIN_S past the test, BYTES_ROUND_S
 
     def _unreachable(self) -> dict[str, str]:
         """Hosts of the round that do not answer (name -> why), asked all at once; hosts

@@ -28,6 +28,9 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
     plan = _action(actions, "plan", "print the rounds of a fleet file without running them",
                    epilog)
     plan.set_defaults(handler=handle_plan)
+    plan.add_argument("--run", type=int, metavar="N",
+                      help="plan run number N (what a random group's peers depend on; "
+                           "default: the run each group's schedule is in now)")
     run = _action(actions, "run", "run every round once (or keep the schedule: --forever)",
                   epilog)
     run.set_defaults(handler=handle_run)
@@ -110,7 +113,7 @@ def handle_plan(args: argparse.Namespace, _load_registry: RegistryLoader) -> int
     from netprobe.fleet.schedule import plan
 
     fleet = _load(args.file)
-    rounds = plan(fleet)
+    rounds = plan(fleet, run=args.run)
     if args.json:  # one round at a time: never the whole plan in memory
         write_stdout("[")
         for n, r in enumerate(rounds):
