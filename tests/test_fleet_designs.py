@@ -284,6 +284,22 @@ def test_a_10000_agent_mesh_plans_in_bounded_memory_api() -> None:
     print(f"plan API, 10,000-agent mesh: peak {peak >> 20} MiB traced")
 
 
+def test_a_random_group_of_10000_with_every_peer_plans_in_bounded_memory() -> None:
+    """peers may be n-1: a run is then the whole mesh, worked out a round at a time."""
+    text = _agents(10_000) + '[groups.r]\ntype = "random"\npeers = 9999\nseed = 2\n'
+    tracemalloc.start()
+    try:
+        rounds = schedule.plan(_parse(text), run=3)
+        assert len(rounds) == 19_998 and rounds.tests == 99_990_000
+        sample = [rounds[i].pairs for i in (0, 9_999, 19_997)]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert all(len(r) == 5_000 for r in sample) and schedule.conflicts(sample) == []
+    assert sample[1] == tuple((b, a) for a, b in sample[0])
+    assert peak < PEAK_BYTES, f"peak {peak >> 20} MiB"
+
+
 def test_a_list_of_every_pair_of_1000_agents_packs_without_a_scan_per_pair(
         tmp_path: Path) -> None:
     """499,500 pairs (a 15 MB file): first-fit scanned every round's hosts for each pair

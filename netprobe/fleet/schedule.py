@@ -123,21 +123,25 @@ def random_order(pairs: RandomPairs) -> tuple[tuple[str, ...], list[int]]:
 
 
 def random_rounds(pairs: RandomPairs, run: int) -> list[Round]:
-    """Run ``run``'s rounds of a random group: the circle rounds at places run x peers ..
-    run x peers + peers - 1 of the seeded cycle (mod its length C), so no round twice in a
-    run (peers <= C) and any ceil(C / peers) successive runs hold every circle round, i.e.
-    every pair. Both ways: those rounds, then the same reversed. One way: reversed on
-    every other pass of the cycle, so 2 ceil(C / peers) runs hold every ordered pair."""
+    """Run ``run``'s rounds of a random group, all at once (see random_round)."""
     hosts, order = random_order(pairs)
-    count = len(order)
-    forward = []
-    for place in range(run * pairs.peers, (run + 1) * pairs.peers):
-        r = circle_round(hosts, order[place % count])
-        backward = not pairs.both and (place // count) % 2 == 1
-        forward.append(tuple((b, a) for a, b in r) if backward else r)
-    if not pairs.both:
-        return forward
-    return forward + [tuple((b, a) for a, b in r) for r in forward]
+    count = pairs.peers * (2 if pairs.both else 1)
+    return [random_round(pairs, run, i, hosts, order) for i in range(count)]
+
+
+def random_round(pairs: RandomPairs, run: int, index: int, hosts: Sequence[str],
+                 order: Sequence[int]) -> Round:
+    """Round ``index`` of run ``run`` of a random group (``hosts`` and ``order`` from
+    random_order): the circle round at place run x peers + index (mod peers) of the seeded
+    cycle of C rounds, so no round twice in a run (peers <= C) and any ceil(C / peers)
+    successive runs hold every circle round, i.e. every pair. Both ways: the run's peers
+    rounds, then the same reversed. One way: reversed on every other pass of the cycle,
+    so 2 ceil(C / peers) runs hold every ordered pair."""
+    back, step = divmod(index, pairs.peers)
+    place = run * pairs.peers + step
+    r = circle_round(hosts, order[place % len(order)])
+    reverse = back == 1 if pairs.both else (place // len(order)) % 2 == 1
+    return tuple((b, a) for a, b in r) if reverse else r
 
 
 def runs_to_cover(pairs: RandomPairs) -> int:
@@ -159,11 +163,15 @@ class GroupRounds(Sequence[Round]):
         """The run these rounds are of (what a random group's peers depend on)."""
         self.kind = "list"
         self._both = True
-        if isinstance(pairs, RandomPairs):  # a few rounds of n/2 pairs: held at once
-            self._packed = random_rounds(pairs, self.run)
+        if isinstance(pairs, RandomPairs):  # peers may be n-1: one round at a time too
+            self._random = pairs
+            hosts, self._order = random_order(pairs)
+            self._hosts: Sequence[str] = hosts
+            self._half = pairs.peers
+            self._both = pairs.both
             self.kind = "random"
         elif isinstance(pairs, MeshPairs):
-            self._hosts: Sequence[str] = pairs.members
+            self._hosts = pairs.members
             self._half = circle_count(len(pairs.members))
             self.kind = "mesh"
         elif isinstance(pairs, DisjointPairs):
@@ -174,6 +182,7 @@ class GroupRounds(Sequence[Round]):
         else:  # a list: held in the file already, so packing it costs no more
             self._packed = pack_rounds(pairs)
         self.tests = (sum(len(r) for r in self._packed) if self._packed is not None
+                      else len(self) * (len(self._hosts) // 2) if self.kind == "random"
                       else len(pairs))
         """How many tests the rounds hold."""
 
@@ -197,6 +206,8 @@ class GroupRounds(Sequence[Round]):
             raise IndexError("round index out of range")
         if self._packed is not None:
             return self._packed[index]
+        if self.kind == "random":
+            return random_round(self._random, self.run, index, self._hosts, self._order)
         back, number = divmod(index, self._half)
         r = (circle_round(self._hosts, number) if self.kind == "mesh"
              else bipartite_round(*self._sides, number))
