@@ -393,3 +393,34 @@ def test_reference_and_random_groups_run_through_real_agents(tmp_path: Path) -> 
     assert sorted((r.group, r.source, r.target) for r in records) == expected
     assert len(expected) == 3 + 4 and summary.status == "done"
     assert all(r.outcome == "ok" for r in records), [r.error for r in records]
+
+
+def test_a_run_summary_holds_a_bounded_number_of_records() -> None:
+    """A run's summary held every record it made (a 1,000-agent mesh: 999,000, each with
+    its Result) though the archive has them all: it keeps the first 5,000, then only those
+    not ok, and counts every one. 80 agents (6,320 tests); each pair reads one real result
+    measured on loopback; the fleet's agents are not there, so the runner's own points of
+    substitution stand in for their calls (as test_fleet_runner's plugin-bug test does),
+    and every pair from h7 fails."""
+    import netprobe
+    from netprobe.errors import NetprobeError
+
+    with netprobe_server() as server:
+        result = netprobe.run("127.0.0.1", port=server.port, duration_s=0.3)
+
+    def third_party(source: config.Agent, spec: object) -> object:
+        if source.name == "h7":
+            raise NetprobeError("refused by h7")
+        return result
+
+    fleet = _parse(_agents(80) + '[groups.m]\ntype = "mesh"\nspec = { duration = 0.3 }\n')
+    runner = FleetRunner(fleet, None, third_party=third_party,  # type: ignore[arg-type]
+                         status=lambda agent: {"state": "idle", "running": []})
+    summary = runner.run_once()
+    failed = [r for r in summary.records if r.outcome == "failed"]
+    assert len(summary.records) - len(failed) <= 5_000, len(summary.records)  # was 6,320
+    assert len(failed) == 79 and all("refused by h7" in str(r.error) for r in failed)
+    assert summary.total == 6_320 and summary.count("failed") == 79
+    assert summary.count("ok") == 6_320 - 79 and summary.status == "done"
+    assert len(summary.records) == 5_000 + sum(
+        r.outcome == "failed" for r in summary.records[5_000:])

@@ -17,7 +17,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Callable, Optional, Protocol
 
 import attrs
@@ -69,6 +69,12 @@ class QuietProgress:
         """Ignore it."""
 
 
+RECORDS_KEPT = 5_000
+"""How many of a run's records its summary holds, and how many more that are not ok: a
+1,000-agent mesh is 999,000 records, each with its Result, and the archive has them all
+already; past that the summary only counts."""
+
+
 @attrs.frozen
 class RunSummary:
     """What one fleet run did."""
@@ -76,13 +82,21 @@ class RunSummary:
     run_id: str
     """The run's id (the archive's and the results' ``run_id``)."""
     records: tuple[PairRecord, ...]
-    """Every pair's record, in the order they ended."""
+    """The pairs' records in the order they ended: the first RECORDS_KEPT, then only those
+    not ok (RECORDS_KEPT more at most); ``counts`` has them all."""
     status: str
-    """done or interrupted."""
+    """done, interrupted or failed."""
+    counts: Mapping[str, int] = attrs.field(factory=dict)
+    """How many records of each outcome the run archived, kept or not."""
 
     def count(self, outcome: str) -> int:
         """How many records have ``outcome``."""
-        return sum(r.outcome == outcome for r in self.records)
+        return self.counts.get(outcome, 0)
+
+    @property
+    def total(self) -> int:
+        """How many records the run made."""
+        return sum(self.counts.values())
 
 
 def agent_third_party(source: Agent, spec: TestSpec, target: Optional[Agent] = None) -> Result:
@@ -157,6 +171,7 @@ class FleetRunner:
         check_groups([g for g in self.fleet.groups if groups is None or g.name in groups])
         run_id = uuid.uuid4().hex
         records: list[PairRecord] = []
+        counts: dict[str, int] = {}
         if self.archive is not None:
             self.archive.start_run(Run(run_id, self.fleet.path, utc_now_iso(), len(rounds),
                                        rounds.tests))
@@ -164,7 +179,8 @@ class FleetRunner:
         try:
             for number, planned in enumerate(rounds, start=1):
                 self.progress.round_started(number, len(rounds), planned)
-                records += RoundRun(self, run_id, planned).run()
+                for record in RoundRun(self, run_id, planned).run():
+                    _tally(record, records, counts)
             status = "done"
         except ArchiveError:
             status = "failed"  # the archive failed (disk full, read-only): not an interrupt
@@ -172,7 +188,7 @@ class FleetRunner:
         finally:
             if self.archive is not None:
                 self._finish(run_id, status)
-        return RunSummary(run_id, tuple(records), status)
+        return RunSummary(run_id, tuple(records), status, counts)
 
     def _finish(self, run_id: str, status: str) -> None:
         """Record the run's end; when the archive is what failed, it may refuse this too
@@ -212,6 +228,15 @@ class FleetRunner:
     def group(self, name: str) -> Group:
         """The fleet's group called ``name``."""
         return next(g for g in self.fleet.groups if g.name == name)
+
+
+def _tally(record: PairRecord, kept: list[PairRecord], counts: dict[str, int]) -> None:
+    """Count ``record``; keep it while fewer than RECORDS_KEPT are kept, or, not ok, while
+    fewer than RECORDS_KEPT not-ok records were kept past them."""
+    counts[record.outcome] = counts.get(record.outcome, 0) + 1
+    if len(kept) < RECORDS_KEPT or (record.outcome != "ok"
+                                    and len(kept) < 2 * RECORDS_KEPT):
+        kept.append(record)
 
 
 class RoundRun:
