@@ -424,3 +424,58 @@ def test_a_run_summary_holds_a_bounded_number_of_records() -> None:
     assert summary.count("ok") == 6_320 - 79 and summary.status == "done"
     assert len(summary.records) == 5_000 + sum(
         r.outcome == "failed" for r in summary.records[5_000:])
+
+
+def test_forever_runs_of_a_random_group_take_successive_windows() -> None:
+    """Under --forever each run's number follows its slot: runs 1, 2, 3, 4 of a random
+    group are run numbers n, n+1, n+2, n+3 (its peers cycle on), even with starts slipped
+    by up to 0.4 of the period (a number taken from the clock at the slipped start could
+    repeat). The agents' calls are the runner's substitution points, every test refused:
+    what is checked is which pairs each run asked for."""
+    import random
+    import threading
+    import time
+
+    from netprobe.errors import NetprobeError
+    from netprobe.fleet.schedule import PlannedRound
+
+    class Runs:
+        def __init__(self) -> None:
+            self.runs: list[list[tuple[tuple[str, str], ...]]] = []
+
+        def round_started(self, number: int, total: int, planned: PlannedRound) -> None:
+            if number == 1:
+                self.runs.append([])
+            self.runs[-1].append(planned.pairs)
+
+        def pair_done(self, record: object) -> None:
+            pass
+
+        def note(self, message: str) -> None:
+            pass
+
+    def refuse(source: config.Agent, spec: object) -> object:
+        raise NetprobeError("not asked")
+
+    fleet = _parse(_agents(6) + '[groups.r]\ntype = "random"\npeers = 1\nseed = 9\n'
+                   'every = "0.5s"\nslip = "0.2s"\nspec = { duration = 0.1 }\n')
+    seen = Runs()
+    runner = FleetRunner(fleet, None, seen, third_party=refuse,  # type: ignore[arg-type]
+                         status=lambda agent: {"state": "idle", "running": []})
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run_forever, args=(stop, random.Random(3)),
+                              daemon=True)
+    thread.start()
+    end = time.monotonic() + 20
+    while len(seen.runs) < 6 and time.monotonic() < end:
+        time.sleep(0.05)
+    stop.set()
+    thread.join(10)
+    assert not thread.is_alive() and len(seen.runs) >= 6
+    (group,) = fleet.groups
+    assert isinstance(group.pairs, config.RandomPairs)
+    first = next(n for n in range(schedule.run_number(group) - 50, schedule.run_number(group)
+                                  + 50)
+                 if schedule.random_rounds(group.pairs, n) == seen.runs[0])
+    for i, rounds in enumerate(seen.runs[:5]):
+        assert rounds == schedule.random_rounds(group.pairs, first + i), i

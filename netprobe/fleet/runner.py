@@ -28,7 +28,7 @@ from netprobe.errors import NetprobeError, SpecError, TestFailed
 from netprobe.fleet.config import BYTES_ROUND_S as BYTES_ROUND_S  # re-exported: a round's
 from netprobe.fleet.config import ROUND_MARGIN_S as ROUND_MARGIN_S  # limit is the group's
 from netprobe.fleet.config import Agent, Fleet, Group
-from netprobe.fleet.schedule import PlannedRound, next_start, plan
+from netprobe.fleet.schedule import PlannedRound, next_start, plan, run_number
 from netprobe.host import utc_now_iso
 from netprobe.plugin import Tool
 from netprobe.reporting import NullReporter
@@ -212,14 +212,21 @@ class FleetRunner:
         now = self.clock()
         due = {g.name: now + rng.uniform(0, g.slip_s) for g in self.fleet.groups}
         slot = dict.fromkeys(due, now)
+        # Each run's number follows its slot (one more per period, the skipped ones
+        # counted), not the clock at its slipped start: two starts slipped across a
+        # boundary of the epoch grid would share a number, and a random group would test
+        # the same peers twice.
+        number = {g.name: run_number(g) for g in self.fleet.groups}
         while not stop.is_set():
             name = min(due, key=lambda n: due[n])
             if stop.wait(max(0.0, due[name] - self.clock())):
                 return
-            self.run_once([name])
+            self.run_once([name], run=number[name])
             group = next(g for g in self.fleet.groups if g.name == name)
-            slot[name], due[name] = next_start(slot[name], group.every_s, group.slip_s,
-                                               self.clock(), rng)
+            following, due[name] = next_start(slot[name], group.every_s, group.slip_s,
+                                              self.clock(), rng)
+            number[name] += max(1, round((following - slot[name]) / group.every_s))
+            slot[name] = following
 
     def agent(self, name: str) -> Agent:
         """The fleet's agent called ``name``."""
