@@ -11,7 +11,7 @@ together as the commands do; ``run_trials`` is :func:`netprobe.results.trials.ru
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
@@ -46,9 +46,9 @@ FIXED_FIELDS = frozenset({"tool", "host", "protocol", "direction"})
 """TestSpec fields the phased tests set themselves (TCP; each phase its direction)."""
 
 
-def run(host: Optional[str] = None, *, tool: str = "native", from_host: Optional[str] = None,
-        reporter: Optional[Reporter] = None, agent: AgentAccess = NO_SECRET,
-        tool_options: Optional[dict[str, Any]] = None, latency: Any = False,
+def run(host: str | None = None, *, tool: str = "native", from_host: str | None = None,
+        reporter: Reporter | None = None, agent: AgentAccess = NO_SECRET,
+        tool_options: dict[str, Any] | None = None, latency: Any = False,
         **spec: Any) -> Result:
     """Run one test and return its :class:`~netprobe.schema.Result` (``netprobe.run``).
 
@@ -81,7 +81,7 @@ def run(host: Optional[str] = None, *, tool: str = "native", from_host: Optional
                                 test, live, probes, agent.secret)
 
 
-def _probe_options(latency: Any, agent: AgentAccess) -> Optional[ProbeOptions]:
+def _probe_options(latency: Any, agent: AgentAccess) -> ProbeOptions | None:
     """The ProbeOptions ``latency`` asks for (None: no probes); the agents' port by default,
     as ``--agent-port`` is the probes' port on the command line."""
     if latency is False or latency is None:
@@ -93,9 +93,9 @@ def _probe_options(latency: Any, agent: AgentAccess) -> Optional[ProbeOptions]:
     raise SpecError(f"latency must be True, False or a ProbeOptions, got {repr(latency)[:40]}")
 
 
-def run_bufferbloat(host: Optional[str] = None, *, tool: str = "native", idle_s: float = 10.0,
-                    probes: Optional[ProbeOptions] = None, reporter: Optional[Reporter] = None,
-                    agent: AgentAccess = NO_SECRET, tool_options: Optional[dict[str, Any]] = None,
+def run_bufferbloat(host: str | None = None, *, tool: str = "native", idle_s: float = 10.0,
+                    probes: ProbeOptions | None = None, reporter: Reporter | None = None,
+                    agent: AgentAccess = NO_SECRET, tool_options: dict[str, Any] | None = None,
                     **spec: Any) -> Result:
     """``netprobe bufferbloat`` from Python (``netprobe.run_bufferbloat``): idle
     ``idle_s``, download, upload, both (``duration_s`` each, default 10 s, ``streams``
@@ -110,9 +110,9 @@ def run_bufferbloat(host: Optional[str] = None, *, tool: str = "native", idle_s:
                        agent, tool_options, {"duration_s": DEFAULT_PHASE_S, **spec})
 
 
-def run_rrul(host: Optional[str] = None, *, tool: str = "native", idle_s: float = 5.0,
-             probes: Optional[ProbeOptions] = None, reporter: Optional[Reporter] = None,
-             agent: AgentAccess = NO_SECRET, tool_options: Optional[dict[str, Any]] = None,
+def run_rrul(host: str | None = None, *, tool: str = "native", idle_s: float = 5.0,
+             probes: ProbeOptions | None = None, reporter: Reporter | None = None,
+             agent: AgentAccess = NO_SECRET, tool_options: dict[str, Any] | None = None,
              **spec: Any) -> Result:
     """``netprobe rrul`` from Python (``netprobe.run_rrul``): idle ``idle_s`` (Flent's
     ``--delay``, default 5 s), both directions at once for ``duration_s`` (default 60 s,
@@ -125,9 +125,9 @@ RRUL_LENGTH_S = 60.0
 """Flent's default test length (``-l``): ``netprobe rrul``'s loaded phase."""
 
 
-def _api_phases(plan: Sequence[tuple[str, str]], label: str, host: Optional[str], tool: str,
-                idle_s: float, probes: Optional[ProbeOptions], reporter: Optional[Reporter],
-                agent: AgentAccess, tool_options: Optional[dict[str, Any]],
+def _api_phases(plan: Sequence[tuple[str, str]], label: str, host: str | None, tool: str,
+                idle_s: float, probes: ProbeOptions | None, reporter: Reporter | None,
+                agent: AgentAccess, tool_options: dict[str, Any] | None,
                 fields: dict[str, Any]) -> Result:
     check_call(tool, None, reporter, agent, tool_options)
     if probes is not None and not isinstance(probes, ProbeOptions):

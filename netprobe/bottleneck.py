@@ -36,8 +36,6 @@ plugin need not; calling it again adds nothing (each warning is added once).
 
 from __future__ import annotations
 
-from typing import Optional
-
 import attrs
 
 from netprobe.schema import Cpu, FlowSummary, Result, SideSummary
@@ -82,7 +80,7 @@ _WHERE = {
 }
 
 
-def side_warning(cpu: Optional[Cpu], role: str, where: str) -> Optional[str]:
+def side_warning(cpu: Cpu | None, role: str, where: str) -> str | None:
     """The warning for one side whose CPU is ``cpu``, or None when it was not the limit."""
     if cpu is None:
         return None
@@ -109,7 +107,7 @@ def cpu_warnings(result: Result) -> list[str]:
     for flow in result.summaries:
         if _reached_the_asked_rate(result, flow):
             continue
-        sides: tuple[tuple[str, Optional[SideSummary]], ...] = (
+        sides: tuple[tuple[str, SideSummary | None], ...] = (
             ("sender", flow.sender), ("receiver", flow.receiver))
         for role, side in sides:
             if side is None:
@@ -145,7 +143,7 @@ def pacing_notes(result: Result) -> list[str]:
     return found
 
 
-def _process_percent(cpu: Optional[Cpu]) -> Optional[float]:
+def _process_percent(cpu: Cpu | None) -> float | None:
     """The busiest data thread's percent of a core, else its process's."""
     process = cpu.process if cpu else None
     if process is None:

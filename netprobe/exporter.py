@@ -6,9 +6,9 @@ that test's figures, as blackbox_exporter does, but only within the exporter's
 configuration (:mod:`netprobe.exporter_config`): a module names the tool, the targets,
 the caps, the agents' port and secret; without a configuration ``/probe`` refuses (403).
 The test runs in a child process that is killed the moment its scraper hangs up.
-``/metrics`` serves the newest figures of every fleet pair from an archive. A test that
-failed, or a pair that was unreachable, still gives every series: ``netprobe_up 0`` and
-zeros, never a gap.
+``/metrics`` serves the newest figures of a fleet archive (:mod:`netprobe.exporter_fleet`):
+per host, per reference host and the fleet's health by default, per pair only when the
+configuration asks, capped. A probe that failed still gives ``netprobe_up 0``, never a gap.
 
 The HTTP server serves a bounded number of connections at once (more are closed
 unanswered), closes a connection idle for the configured time, and backs off when the
@@ -16,7 +16,7 @@ process is out of file descriptors rather than spinning on the listening socket.
 
 Names follow Prometheus's conventions: a ``netprobe_`` prefix, base units in the name
 (``_bits_per_second``, ``_bytes``, ``_seconds``), labels for what varies (tool, target;
-group, source, target in a fleet).
+group, agent, role in a fleet; source, target for its opt-in per-pair series).
 """
 from __future__ import annotations
 
@@ -25,17 +25,17 @@ import errno
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Optional
 from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
-from netprobe.archives import PairRecord, figures
 from netprobe.engine.auth import read_credential
 from netprobe.errors import NetprobeError, SpecError, listen_error
 from netprobe.exporter_config import NO_CONFIG, ExporterConfig
+from netprobe.exporter_fleet import GAUGES, FleetCollector, values
 from netprobe.exporter_probe import Probe, ProbeRefused, ScraperGone, hung_up, resolve, run_watched
 from netprobe.schema import Result
 
@@ -47,28 +47,6 @@ ACCEPT_BACKOFF_S = 0.2
 """Pause after an accept() that failed for want of descriptors: the listening socket stays
 readable, and retrying at once would spin a CPU until a connection closes."""
 
-# (name, help, netprobe's figure, scale to the base unit) for each per-test gauge.
-GAUGES = (
-    ("receiver_bits_per_second", "What arrived, in bits per second.",
-     "receiver_bits_per_second", 1),
-    ("sender_bits_per_second", "What was sent, in bits per second.", "sender_bits_per_second", 1),
-    ("received_bytes", "Bytes that arrived during the test.", "bytes", 1),
-    ("retransmits", "TCP retransmits of the test's sender.", "retransmits", 1),
-    ("rtt_seconds", "Smoothed TCP round-trip time at the sender.", "rtt_us", 1e-6),
-    ("lost_packets", "UDP datagrams lost.", "lost_packets", 1),
-    ("jitter_seconds", "UDP jitter at the receiver.", "jitter_ms", 1e-3),
-)
-
-
-def _values(result: Optional[Result]) -> dict[str, float]:
-    """Each gauge's value for a result, in base units; a figure that is unknown (not
-    measured by this tool or protocol, or no result at all) is absent, never 0, as
-    everywhere else in the schema: a UDP test's RTT of 0 would drag ``min(rtt)`` to 0."""
-    found = figures(result)
-    return {name: float(found[key]) * scale for name, _, key, scale in GAUGES
-            if result is not None and found[key] is not None}
-
-
 REASON_MAX_CHARS = 200
 """Longest failure reason put in a label (the log line has it whole)."""
 
@@ -79,7 +57,7 @@ Runner = Callable[[Probe, Optional[socket.socket]], Result]
 """Runs a probe's test, watching its scraper's connection (see :func:`run_watched`)."""
 
 
-def probe_metrics(probe: Probe, result: Optional[Result], error: Optional[str],
+def probe_metrics(probe: Probe, result: Result | None, error: str | None,
                   seconds: float, target: str) -> bytes:
     """The text exposition of one probe: ``netprobe_up``, how long it took, the figures
     it measured, and for a failed one ``netprobe_probe_failed_info`` with the reason."""
@@ -98,59 +76,11 @@ def probe_metrics(probe: Probe, result: Optional[Result], error: Optional[str],
         reason = " ".join((said or "the test did not complete").split())[:REASON_MAX_CHARS]
         Gauge("netprobe_probe_failed_info", "Why the probe failed (always 1).",
               [*labels, "reason"], registry=registry).labels(**labels, reason=reason).set(1)
-    for name, value in _values(result if up else None).items():
+    for name, value in values(result if up else None).items():
         help_text = next(text for gauge, text, _, _ in GAUGES if gauge == name)
         Gauge(f"netprobe_{name}", help_text, list(labels),
               registry=registry).labels(**labels).set(value)
     return generate_latest(registry)
-
-
-# --- /metrics -----------------------------------------------------------------------------
-
-
-class FleetCollector:
-    """The newest record of every fleet pair in an archive, read at each scrape."""
-
-    def __init__(self, open_archive: Callable[[], Any]) -> None:
-        self.open_archive = open_archive
-
-    def collect(self) -> Iterator[Any]:
-        """Gauges labelled by group, source, target and tool; zeros where not ok."""
-        from prometheus_client.core import GaugeMetricFamily
-
-        with self.open_archive() as archive:
-            latest: list[PairRecord] = archive.latest()
-            skipped = len(getattr(archive, "warnings", []))
-        names = ("group", "source", "target", "tool")
-        up = GaugeMetricFamily("netprobe_fleet_up", "1 when the pair's latest test was ok.",
-                               labels=names)
-        when = GaugeMetricFamily("netprobe_fleet_test_timestamp_seconds",
-                                 "When the pair's latest test started (Unix time).",
-                                 labels=names)
-        gauges = {name: GaugeMetricFamily(f"netprobe_fleet_{name}", text, labels=names)
-                  for name, text, _, _ in GAUGES}
-        for record in latest:
-            ok = record.outcome == "ok"
-            labels = [record.group, record.source, record.target,
-                      figures(record.result)["tool"] or ""]
-            up.add_metric(labels, 1 if ok else 0)
-            when.add_metric(labels, _unix(record.time))
-            for name, value in _values(record.result if ok else None).items():
-                gauges[name].add_metric(labels, value)
-        bad = GaugeMetricFamily("netprobe_fleet_archive_skipped_rows",
-                                "Archive rows left out at this scrape: not JSON, or not a "
-                                "result (netprobe fleet matrix names them).")
-        bad.add_metric([], skipped)
-        yield up
-        yield when
-        yield from gauges.values()
-        yield bad
-
-
-def _unix(text: str) -> float:
-    import datetime
-
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 # --- the HTTP server --------------------------------------------------------------------
@@ -162,14 +92,15 @@ class Exporter:
 
     address: str = "127.0.0.1"
     port: int = DEFAULT_PORT
-    archive_url: Optional[str] = None
+    archive_url: str | None = None
     config: ExporterConfig = NO_CONFIG
     runner: Runner = run_watched
     log: Callable[[str], None] = lambda _line: None
     """Where a line about a refused or failed probe goes (the CLI prints it)."""
-    server: Optional[ThreadingHTTPServer] = None
+    server: ThreadingHTTPServer | None = None
     _probes: threading.Semaphore = attrs.field(factory=lambda: threading.Semaphore(1))
-    _credentials: tuple[Optional[bytes], Optional[bytes]] = (None, None)
+    _credentials: tuple[bytes | None, bytes | None] = (None, None)
+    _fleet: FleetCollector | None = None
 
     def start(self) -> int:
         """Read the credentials, bind; the port listened on."""
@@ -195,7 +126,7 @@ class Exporter:
         self.port = int(self.server.server_address[1])
         return self.port
 
-    def authorized(self, header: Optional[str]) -> bool:
+    def authorized(self, header: str | None) -> bool:
         """Whether an ``Authorization`` header passes (always, when none is configured)."""
         import hmac
 
@@ -223,14 +154,20 @@ class Exporter:
 
         registry = CollectorRegistry()
         if self.archive_url:
-            from netprobe.archives import open_archive
-
-            url = self.archive_url
-            registry.register(FleetCollector(lambda: open_archive(url)))
+            registry.register(self._fleet_collector(self.archive_url))
         return generate_latest(registry)
 
-    def probe(self, query: Mapping[str, list[str]], scrape_timeout_s: Optional[float],
-              client: Optional[socket.socket] = None) -> bytes:
+    def _fleet_collector(self, url: str) -> FleetCollector:
+        """The one collector of the fleet's series (it remembers what it last logged)."""
+        if self._fleet is None:
+            from netprobe.archives import open_archive
+
+            self._fleet = FleetCollector(lambda: open_archive(url), self.config.metrics,
+                                         self.config.references, self.log)
+        return self._fleet
+
+    def probe(self, query: Mapping[str, list[str]], scrape_timeout_s: float | None,
+              client: socket.socket | None = None) -> bytes:
         """The /probe page: one test, one at a time (two would share the link); a probe
         whose scraper hangs up, waiting or running, is dropped (ScraperGone)."""
         started = time.monotonic()
@@ -239,7 +176,7 @@ class Exporter:
         self._wait_turn(client, started + (scrape_timeout_s or QUEUE_WAIT_S))
         try:
             try:
-                result: Optional[Result] = self.runner(probe, client)
+                result: Result | None = self.runner(probe, client)
                 error = None
             except ScraperGone:
                 raise
@@ -256,7 +193,7 @@ class Exporter:
                     ).encode() + body
         return body
 
-    def _wait_turn(self, client: Optional[socket.socket], deadline: float) -> None:
+    def _wait_turn(self, client: socket.socket | None, deadline: float) -> None:
         """Take the probe slot; ScraperGone if the scraper leaves first, ProbeRefused
         (503) if the deadline passes first."""
         while not self._probes.acquire(timeout=0.25):
@@ -269,7 +206,7 @@ class Exporter:
             raise ScraperGone("the scraper hung up while its probe waited")
 
 
-def _credentials(config: ExporterConfig) -> tuple[Optional[bytes], Optional[bytes]]:
+def _credentials(config: ExporterConfig) -> tuple[bytes | None, bytes | None]:
     """(bearer token, ``user:password``) as the configuration names them."""
     token = None if config.bearer_token_file is None else read_credential(
         config.bearer_token_file, "bearer token")
@@ -352,7 +289,7 @@ LANDING = (b"<html><head><title>netprobe exporter</title></head><body>"
 
 class _Handler(BaseHTTPRequestHandler):
     owner: Exporter
-    _watchdog: Optional[threading.Timer] = None
+    _watchdog: threading.Timer | None = None
 
     def setup(self) -> None:
         """The socket's timeout bounds each read; this bounds the whole request: a client
@@ -417,7 +354,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(200, body, "text/plain; charset=utf-8" if debug else CONTENT_TYPE_LATEST)
 
     def _reply(self, code: int, body: bytes, kind: str,
-               headers: Optional[Mapping[str, str]] = None) -> None:
+               headers: Mapping[str, str] | None = None) -> None:
         self.send_response(code)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
@@ -430,7 +367,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: the exporter does not print (the CLI may log)."""
 
 
-def _timeout(headers: Any) -> Optional[float]:
+def _timeout(headers: Any) -> float | None:
     value = headers.get("X-Prometheus-Scrape-Timeout-Seconds")
     try:
         found = float(value) if value else None

@@ -28,6 +28,10 @@ on what a scrape may ask::
     max_rate = 100_000_000     # bits/s
     max_streams = 4
 
+    [metrics]                  # what /metrics exports (docs/exporter.md)
+    pair_series = false        # true: per-pair series too (small fleets: N^2 of them)
+    max_pair_series = 1000     # pairs exported at most; the rest counted, not exported
+
 A target that is a fleet agent is tested on that agent's port, with that agent's secret
 (the fleet file's); a scrape can pass neither. Every mistake is one line naming the key.
 """
@@ -35,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
@@ -58,6 +62,9 @@ DEFAULT_MAX_RATE = 100_000_000.0
 """A module's rate cap (bits/s) when it sets none: a forgotten cap floods no link."""
 DEFAULT_IDLE_TIMEOUT_S = 10.0
 DEFAULT_MAX_CONNECTIONS = 32
+DEFAULT_MAX_PAIR_SERIES = 1000
+"""Pairs given per-pair series at most when they are asked for: about 7,000 series."""
+MAX_PAIR_SERIES_LIMIT = 1_000_000
 
 
 class ExporterConfigError(FleetFileError):
@@ -80,11 +87,11 @@ class Module:
     """Any agent of the fleet file may be a target too."""
     sources: tuple[str, ...] = ()
     """Fleet agents a /probe may run a third-party test from (``from=``)."""
-    port: Optional[int] = None
+    port: int | None = None
     """The tool's server port at a listed target (None: the tool's own)."""
-    agent_port: Optional[int] = None
+    agent_port: int | None = None
     """The agents' port at a listed target (None: netprobe's, or ``port`` for native)."""
-    secret_file: Optional[str] = None
+    secret_file: str | None = None
     """The agents' secret at a listed target."""
     agent: bool = True
     """Listed targets run a netprobe agent (False: the tool's own server, on ``port``)."""
@@ -92,12 +99,24 @@ class Module:
     """A /probe's length when it names none."""
     max_duration_s: float = DEFAULT_MAX_DURATION_S
     """The longest a /probe may ask for (omit included)."""
-    rate: Optional[float] = None
+    rate: float | None = None
     """Bits/s when a /probe names none (None: unpaced TCP; UDP gets 1 Mbit/s)."""
     max_rate: float = DEFAULT_MAX_RATE
     """The highest rate a /probe may ask for, bits/s."""
     max_streams: int = 4
     """The most parallel streams a /probe may ask for."""
+
+
+@attrs.frozen
+class MetricsOptions:
+    """What /metrics exports beyond its per-host, per-reference and health series."""
+
+    pair_series: bool = False
+    """Export per-pair series (group, source, target, tool) too: N(N-1) pairs in a mesh,
+    so off by default."""
+    max_pair_series: int = DEFAULT_MAX_PAIR_SERIES
+    """Most pairs given per-pair series; beyond it the failed pairs are kept first, then
+    the lowest throughput, and the rest counted."""
 
 
 @attrs.frozen
@@ -110,16 +129,20 @@ class ExporterConfig:
     """Modules by name."""
     agents: Mapping[str, Agent] = attrs.field(factory=dict)
     """The fleet file's agents by name (empty without one)."""
-    bearer_token_file: Optional[str] = None
+    bearer_token_file: str | None = None
     """A file holding the token every request must bring (``Authorization: Bearer``)."""
-    basic_user: Optional[str] = None
+    basic_user: str | None = None
     """The user of HTTP basic authentication (None: none)."""
-    basic_password_file: Optional[str] = None
+    basic_password_file: str | None = None
     """The file holding that user's password."""
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     """A connection that sends nothing for this long is closed."""
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     """Connections served at once; more are closed unanswered."""
+    metrics: MetricsOptions = MetricsOptions()
+    """What /metrics exports."""
+    references: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    """The fleet file's reference hosts by group (groups of a reference design)."""
 
 
 NO_CONFIG = ExporterConfig("<none>", {})
@@ -147,20 +170,27 @@ _HEAD_KEYS = {"fleet", "bearer_token_file", "basic_auth", "idle_timeout", "max_c
 
 def parse(data: Mapping[str, Any], path: str = "<exporter>") -> ExporterConfig:
     """An ExporterConfig from the parsed TOML of a configuration file."""
-    _keys(data, "", {"exporter", "modules"}, path)
+    _keys(data, "", {"exporter", "modules", "metrics"}, path)
     head = _table(data.get("exporter", {}), "exporter", path)
     _keys(head, "exporter", _HEAD_KEYS, path)
     agents: Mapping[str, Agent] = {}
+    references: dict[str, tuple[str, ...]] = {}
     fleet_path = _opt_str(head, "fleet", "exporter", path)
     if fleet_path:
         from netprobe.fleet.config import load as load_fleet
 
-        agents = load_fleet(fleet_path).agents
+        fleet = load_fleet(fleet_path)
+        agents = fleet.agents
+        references = reference_hosts(fleet.groups)
+    metrics = _metrics(data.get("metrics", {}), path)
     user, password_file = _basic_auth(head.get("basic_auth"), path)
-    modules_table = _table(data.get("modules"), "modules", path)
+    if "modules" not in data and "metrics" in data:
+        modules_table: Mapping[str, Any] = {}  # /metrics settings only: /probe stays off
+    else:
+        modules_table = _table(data.get("modules"), "modules", path)
     modules = {name: _module(name, _table(body, f"modules.{name}", path), agents, path)
                for name, body in modules_table.items()}
-    if not modules:
+    if not modules and "modules" in data:
         raise ExporterConfigError(f"{path}: modules: no modules: /probe would test nothing")
     return ExporterConfig(
         path, modules, agents, _opt_str(head, "bearer_token_file", "exporter", path),
@@ -168,10 +198,35 @@ def parse(data: Mapping[str, Any], path: str = "<exporter>") -> ExporterConfig:
         _seconds(head.get("idle_timeout", DEFAULT_IDLE_TIMEOUT_S), "exporter.idle_timeout",
                  path, positive=True),
         _count(head.get("max_connections", DEFAULT_MAX_CONNECTIONS),
-               "exporter.max_connections", path, 1, 10_000))
+               "exporter.max_connections", path, 1, 10_000), metrics, references)
 
 
-def _basic_auth(value: Any, path: str) -> tuple[Optional[str], Optional[str]]:
+def _metrics(value: Any, path: str) -> MetricsOptions:
+    body = _table(value, "metrics", path)
+    _keys(body, "metrics", {"pair_series", "max_pair_series"}, path)
+    pair_series = body.get("pair_series", False)
+    if not isinstance(pair_series, bool):
+        raise ExporterConfigError(f"{path}: metrics.pair_series: must be true or false")
+    return MetricsOptions(pair_series, _count(
+        body.get("max_pair_series", DEFAULT_MAX_PAIR_SERIES), "metrics.max_pair_series",
+        path, 1, MAX_PAIR_SERIES_LIMIT))
+
+
+def reference_hosts(groups: Any) -> dict[str, tuple[str, ...]]:
+    """The reference hosts of each group of a reference design: a group of kind
+    ``reference`` keeps its agents and its references as ``sides`` (others, references);
+    a group with a ``references`` field names them there. Other groups have none."""
+    found = {}
+    for group in groups:
+        hosts = tuple(getattr(group, "references", None) or ())
+        if not hosts and group.kind == "reference":
+            hosts = tuple(group.sides[1])
+        if hosts:
+            found[group.name] = hosts
+    return found
+
+
+def _basic_auth(value: Any, path: str) -> tuple[str | None, str | None]:
     if value is None:
         return None, None
     body = _table(value, "exporter.basic_auth", path)

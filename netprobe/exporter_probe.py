@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
@@ -56,13 +56,13 @@ class Probe:
     """The module's name."""
     spec: TestSpec
     """The test."""
-    source: Optional[str] = None
+    source: str | None = None
     """The agent that runs it as a third-party test (None: the exporter's host)."""
-    secret_file: Optional[str] = None
+    secret_file: str | None = None
     """The file holding the agents' secret (read by the child, which runs the test)."""
-    agent_port: Optional[int] = None
+    agent_port: int | None = None
     """The agents' port (``source``'s, with a source)."""
-    target_agent_port: Optional[int] = None
+    target_agent_port: int | None = None
     """With a source: the target's agent port, which the source's agent is told."""
     far_end: bool = True
     """The target runs an agent that starts the tool's far end (False: its own server)."""
@@ -74,7 +74,7 @@ _FROM_CONFIG = {"port", "agent_port", "secret", "secret_file"}
 
 
 def resolve(config: ExporterConfig, query: Mapping[str, list[str]],
-            scrape_timeout_s: Optional[float]) -> Probe:
+            scrape_timeout_s: float | None) -> Probe:
     """The probe ``query`` asks for, inside ``config`` (ProbeRefused if not)."""
     if not config.modules:
         raise ProbeRefused(403, "/probe is off: start the exporter with --config FILE, whose "
@@ -115,7 +115,7 @@ def resolve(config: ExporterConfig, query: Mapping[str, list[str]],
     return Probe(name, spec, source, secret, agent_port, target_agent_port, far_end)
 
 
-def _fields(module: Module, asked: Mapping[str, str], scrape_timeout_s: Optional[float]
+def _fields(module: Module, asked: Mapping[str, str], scrape_timeout_s: float | None
             ) -> dict[str, Any]:
     """The spec's fields from the module and the scrape's numbers, each checked."""
     for word, fixed in (("tool", module.tool), ("protocol", module.protocol)):
@@ -177,7 +177,7 @@ def _number(key: str, kind: type, text: str) -> float:
 
 
 def _target(config: ExporterConfig, module: Module, target: str
-            ) -> tuple[str, Optional[int], Optional[str], Optional[int], bool]:
+            ) -> tuple[str, int | None, str | None, int | None, bool]:
     """(host, the tool's port, secret file, agent port, whether an agent is there) of an
     allowed target."""
     agents = config.agents
@@ -203,7 +203,7 @@ class ScraperGone(NetprobeError):
     """The scraper hung up before its probe ended: the probe was dropped."""
 
 
-def run_watched(probe: Probe, client: Optional[socket.socket]) -> Result:
+def run_watched(probe: Probe, client: socket.socket | None) -> Result:
     """Run ``probe`` in a child process; kill it when ``client`` hangs up (ScraperGone)
     or when it overruns (NetprobeError). The test's own failure is a NetprobeError too."""
     request = json.dumps({
@@ -232,7 +232,7 @@ its working directory first on the path) finds this very netprobe, not another o
 whatever directory the exporter was started from."""
 
 
-def _read_until_done(fd: int, client: Optional[socket.socket], deadline: float) -> bytes:
+def _read_until_done(fd: int, client: socket.socket | None, deadline: float) -> bytes:
     """The child's whole answer; ScraperGone as soon as ``client`` hangs up."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)

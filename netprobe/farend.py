@@ -11,7 +11,7 @@ an agent what it can run; ``agent_status`` what it is doing now.
 from __future__ import annotations
 
 import socket
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
@@ -42,13 +42,13 @@ class AgentConnection:
     def __init__(self, channel: protocol.Channel, host: str) -> None:
         self.channel = channel
         self.host = host
-        self.stopped: Optional[str] = None
+        self.stopped: str | None = None
         """Why the agent stopped the far end before its client was done (its limits)."""
         self.output_notes: list[str] = []
         """What of the far end's output was not kept, by the agent or here."""
 
     @classmethod
-    def open(cls, host: str, port: int, secret: Optional[bytes]) -> Optional[AgentConnection]:
+    def open(cls, host: str, port: int, secret: bytes | None) -> AgentConnection | None:
         """Connect and say hello; None when no netprobe agent answers there."""
         try:
             sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
@@ -70,7 +70,7 @@ class AgentConnection:
             agent._authenticate(welcome, secret)
         return agent
 
-    def _authenticate(self, welcome: dict[str, Any], secret: Optional[bytes]) -> None:
+    def _authenticate(self, welcome: dict[str, Any], secret: bytes | None) -> None:
         if welcome.get("auth") != METHOD:
             self.close()
             raise TestFailed(f"the agent at {self.host} asks for an unknown authentication")
@@ -109,7 +109,7 @@ class AgentConnection:
             raise TestFailed(f"agent at {self.host} sent a bad port")
         return port
 
-    def finish(self, timeout: float = REPLY_TIMEOUT_S) -> Optional[RawOutput]:
+    def finish(self, timeout: float = REPLY_TIMEOUT_S) -> RawOutput | None:
         """Tell the agent the client is done; the far end's output (None if it is lost)."""
         # Here, not at the top: driven.process (subprocess, ctypes) is for driven tools,
         # and a native run, which imports this module too, never comes here.
@@ -145,8 +145,8 @@ def agent_port(tool: Tool) -> int:
     return int(port) if port else protocol.DEFAULT_PORT
 
 
-def run(tool: Tool, spec: TestSpec, reporter: Reporter, secret: Optional[bytes] = None,
-        use_agent: bool = True, port: Optional[int] = None) -> Result:
+def run(tool: Tool, spec: TestSpec, reporter: Reporter, secret: bytes | None = None,
+        use_agent: bool = True, port: int | None = None) -> Result:
     """Run ``spec`` with ``tool``; when the target host runs an agent (on ``port``, or
     :func:`agent_port`) and no test port was given, which would mean a server the user
     started, the agent runs the far end. A tool whose far end is a netprobe server (the
@@ -171,8 +171,8 @@ def _speaks_netprobe(tool: Tool) -> bool:
     return tool.name == "native" and type(tool).far_end_argv is Tool.far_end_argv
 
 
-def _to_the_agent(tool: Tool, spec: TestSpec, reporter: Reporter, secret: Optional[bytes],
-                  port: Optional[int]) -> Result:
+def _to_the_agent(tool: Tool, spec: TestSpec, reporter: Reporter, secret: bytes | None,
+                  port: int | None) -> Result:
     """Run the native engine against the agent on ``port`` (unless the spec names a port)
     with ``secret``: an agent that ran a third-party test once gave its native client
     neither, and a fleet with a secret, or on another port, failed every pair."""
@@ -229,10 +229,10 @@ def _stopped(agent: AgentConnection, result: Result) -> Result:
     return attrs.evolve(result, status="failed", errors=(*result.errors, reason))
 
 
-def third_party(source: str, spec: TestSpec, reporter: Reporter, secret: Optional[bytes] = None,
+def third_party(source: str, spec: TestSpec, reporter: Reporter, secret: bytes | None = None,
                 port: int = protocol.DEFAULT_PORT,
-                modes: Optional[dict[str, bool]] = None,
-                target_port: Optional[int] = None) -> Result:
+                modes: dict[str, bool] | None = None,
+                target_port: int | None = None) -> Result:
     """Ask the agent at ``source`` to run ``spec`` against ``spec.host``; its Result.
     ``modes``: the tool's modes to run it in (:attr:`netprobe.plugin.Tool.modes`); in
     ``receive`` mode the agent runs only a receiver, for a sender started elsewhere.
@@ -282,7 +282,7 @@ def _final(agent: AgentConnection, message: dict[str, Any]) -> Result:
     return result
 
 
-def agent_status(host: str, secret: Optional[bytes] = None, port: int = protocol.DEFAULT_PORT,
+def agent_status(host: str, secret: bytes | None = None, port: int = protocol.DEFAULT_PORT,
                  timeout: float = CONNECT_TIMEOUT_S) -> dict[str, Any]:
     """What the agent at ``host`` is doing now: state (idle or busy), running (one dict per
     held slot: kind, tool, peer, target, started), slots, served. TestFailed when no agent
@@ -300,7 +300,7 @@ def agent_status(host: str, secret: Optional[bytes] = None, port: int = protocol
     return reply
 
 
-def remote_tools(host: str, secret: Optional[bytes] = None,
+def remote_tools(host: str, secret: bytes | None = None,
                  port: int = protocol.DEFAULT_PORT) -> list[dict[str, Any]]:
     """What the agent at ``host`` can run: one row per tool."""
     agent = AgentConnection.open(host, port, secret)

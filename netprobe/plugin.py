@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Callable, ClassVar, Optional, Protocol
+from typing import Any, Callable, ClassVar, Protocol
 
 import attrs
 from attrs import frozen
@@ -65,11 +65,11 @@ class Capabilities(Record):
     protocol, TCP, which it ignores, and refuses ``--udp``."""
     directions: frozenset = frozenset({"normal"})
     """Directions supported: ``normal``, ``reverse``, ``bidir``."""
-    max_streams: Optional[int] = 1
+    max_streams: int | None = 1
     """Most parallel streams; None for no limit."""
     byte_count: bool = False
     """Can stop after a byte count instead of a duration."""
-    min_interval_s: Optional[float] = None
+    min_interval_s: float | None = None
     """Shortest interval report; None if it has no interval reports."""
     omit: bool = False
     """Can exclude a warm-up from the summary."""
@@ -99,8 +99,8 @@ class Capabilities(Record):
     """Receive without copying into user space."""
 
     @classmethod
-    def all_but(cls, *missing: str, max_streams: Optional[int],
-                min_interval_s: Optional[float], **narrower: frozenset) -> Capabilities:
+    def all_but(cls, *missing: str, max_streams: int | None,
+                min_interval_s: float | None, **narrower: frozenset) -> Capabilities:
         """Every protocol, direction and option except the ``missing`` ones, with the
         tool's own limits: a tool's table names only what it lacks.
 
@@ -213,11 +213,11 @@ class Availability(Record):
 
     available: bool
     """True if ``run`` can be called."""
-    version: Optional[str] = None
+    version: str | None = None
     """The tool's version as it reports it."""
     reasons: tuple[str, ...] = ()
     """Why it cannot run (empty when available)."""
-    path: Optional[str] = None
+    path: str | None = None
     """The binary used, for driven tools."""
     details: tuple[str, ...] = ()
     """Extra facts worth showing (e.g. the native engine's data path)."""
@@ -291,7 +291,7 @@ class Tool(abc.ABC):
     they will take (:meth:`expected_s`). Measured on loopback; a guess for a plugin that
     does not say."""
 
-    def __init__(self, options: Optional[dict[str, Any]] = None) -> None:
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})
 
     @abc.abstractmethod
@@ -302,7 +302,7 @@ class Tool(abc.ABC):
     def run(self, spec: TestSpec, reporter: Reporter) -> Result:
         """Run the test described by ``spec``, sending live samples to ``reporter``."""
 
-    def expected_s(self, spec: TestSpec) -> Optional[float]:
+    def expected_s(self, spec: TestSpec) -> float | None:
         """Seconds one test of ``spec`` takes through this tool, start to end: the planned
         time and :attr:`overhead_s`; None when unknown (a byte count ends the test)."""
         planned = spec.planned_s()
@@ -329,7 +329,7 @@ class Tool(abc.ABC):
         each as soon as it ends (one test in memory at a time). The default: one test."""
         yield "".join(lines)
 
-    def far_end_argv(self, spec: TestSpec, address: str, port: int) -> Optional[list[str]]:
+    def far_end_argv(self, spec: TestSpec, address: str, port: int) -> list[str] | None:
         """The command that runs this tool's server (receiver) side for ``spec`` on this
         host, listening on ``address`` and ``port``: what a netprobe agent starts when a
         client asks it to. None if the tool has no such side to start."""

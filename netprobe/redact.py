@@ -10,7 +10,6 @@ which archive a message means. Imports nothing.
 from __future__ import annotations
 
 import re
-from typing import Optional
 from urllib.parse import unquote
 
 MASK = "***"
@@ -23,7 +22,7 @@ _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@?#]*:)([^\s@/]*)(@)")
 _KEYWORD = re.compile(r"(?i)\b(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&;'\"]*)")
 
 
-def redact(text: str, url: Optional[str] = None) -> str:
+def redact(text: str, url: str | None = None) -> str:
     """``text`` with every password in it replaced by ``***``; with ``url``, also any
     other spelling of that URL's password (a driver's message may quote it alone)."""
     cleaned = _KEYWORD.sub(lambda m: m.group(1) + MASK, _USERINFO.sub(r"\1" + MASK + r"\3",

@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import attrs
 from attrs import frozen
@@ -32,7 +32,7 @@ class LoadFailure(Record):
     """Entry-point name."""
     error: str
     """One line saying what went wrong."""
-    target: Optional[str] = None
+    target: str | None = None
     """What the entry point points at (module:attr)."""
 
 
@@ -64,7 +64,7 @@ class Registry:
 
 
 def make_manager(
-    on_failure: Callable[[Any, Any, BaseException], None], names: Optional[Sequence[str]] = None
+    on_failure: Callable[[Any, Any, BaseException], None], names: Sequence[str] | None = None
 ) -> Any:
     """Build the manager of the tool group's extensions (the one place tests can substitute).
 
@@ -138,7 +138,7 @@ def own_entry_points(group: str = ENTRY_POINT_GROUP) -> dict[str, str]:
         return {}
 
 
-def _own_metadata_dir() -> Optional[str]:
+def _own_metadata_dir() -> str | None:
     version = __version__
     for entry in sys.path:
         try:
@@ -154,7 +154,7 @@ def _own_metadata_dir() -> Optional[str]:
     return None
 
 
-def _metadata_version(path: str) -> Optional[str]:
+def _metadata_version(path: str) -> str | None:
     for filename in ("METADATA", "PKG-INFO"):
         try:
             with open(os.path.join(path, filename), encoding="utf-8") as handle:
@@ -185,7 +185,7 @@ def _entry_points_in(text: str, group: str) -> dict[str, str]:
 
 
 def _load_own(name: str, value: str,
-              on_failure: Callable[[Any, Any, BaseException], None]) -> Optional[_OwnExtension]:
+              on_failure: Callable[[Any, Any, BaseException], None]) -> _OwnExtension | None:
     entry_point = EntryPoint(name, value)
     try:
         module, _, attr = value.split("[", 1)[0].strip().partition(":")
@@ -199,7 +199,7 @@ def _load_own(name: str, value: str,
 
 
 def load_registry(
-    manager_factory: Callable[..., Any] = make_manager, only: Optional[str] = None
+    manager_factory: Callable[..., Any] = make_manager, only: str | None = None
 ) -> Registry:
     """Load every tool plugin (or just the one named ``only``); collect failures, never raise.
 
@@ -250,7 +250,7 @@ def _is_built_in(plugin: type[Tool]) -> bool:
     return plugin.__module__.startswith("netprobe.tools.")
 
 
-def _incompatibility(plugin: Any) -> Optional[str]:
+def _incompatibility(plugin: Any) -> str | None:
     if not (isinstance(plugin, type) and issubclass(plugin, Tool)):
         return f"not a netprobe Tool subclass: {plugin!r}"
     wanted = getattr(plugin, "api_version", None)
@@ -260,8 +260,8 @@ def _incompatibility(plugin: Any) -> Optional[str]:
 
 
 
-def make_tool(name: str, options: Optional[dict[str, Any]] = None,
-              registry: Optional[Registry] = None) -> Tool:
+def make_tool(name: str, options: dict[str, Any] | None = None,
+              registry: Registry | None = None) -> Tool:
     """An instance of the tool ``name`` (or an alias), from ``registry`` or, without one,
     loading only that tool. ToolNotFound when there is none; ToolUnavailable when the
     plugin's own constructor fails (named, never a traceback)."""

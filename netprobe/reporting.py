@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Optional, Protocol
+from typing import Any, Protocol
 
 from netprobe.schema import Interval
 
@@ -33,7 +33,7 @@ class KeptIntervals:
     """The interval samples a run keeps for its Result: the first :data:`MAX_INTERVALS_KEPT`,
     and a count of the rest (memory stays bounded, however long the test)."""
 
-    def __init__(self, limit: Optional[int] = None) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self.limit = MAX_INTERVALS_KEPT if limit is None else limit
         """How many samples are kept (the module's limit unless given)."""
         self.samples: list[Interval] = []
@@ -60,7 +60,7 @@ class KeptIntervals:
         return len(self.samples)
 
 
-def intervals_not_kept(kept: int, dropped: int) -> Optional[str]:
+def intervals_not_kept(kept: int, dropped: int) -> str | None:
     """The Result's warning for ``dropped`` samples not kept beside ``kept`` (None: none)."""
     if not dropped:
         return None
@@ -78,8 +78,8 @@ class RelayReporter:
     def __init__(self, reporter: _Receiver) -> None:
         self.warnings: list[str] = []
         """One line if the reporter raised (it is not called again after that)."""
-        self._reporter: Optional[_Receiver] = reporter
-        self._events: queue.SimpleQueue[Optional[tuple[str, Any]]] = queue.SimpleQueue()
+        self._reporter: _Receiver | None = reporter
+        self._events: queue.SimpleQueue[tuple[str, Any] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._relay, name="netprobe-reporter",
                                         daemon=True)
 

@@ -8,14 +8,14 @@ re-exports or directly; nothing here imports a tool.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import attrs
 
 from netprobe.schema import FlowSummary, RawOutput, Result, SideSummary
 
 
-def fill_missing(result: Result, other: Result, far_end: Optional[RawOutput] = None) -> Result:
+def fill_missing(result: Result, other: Result, far_end: RawOutput | None = None) -> Result:
     """``result`` with the sender/receiver figures it lacks (None) taken from ``other``,
     matched by direction and stream (flows and streams it has none of taken whole), plus
     ``other``'s intervals of roles it has none of, and ``other``'s latency when ``result``
@@ -47,8 +47,8 @@ def _fill(mine: Any, theirs: Any) -> Any:
                         receiver=_side_filled(mine.receiver, theirs.receiver))
 
 
-def _side_filled(mine: Optional[SideSummary], theirs: Optional[SideSummary]
-                 ) -> Optional[SideSummary]:
+def _side_filled(mine: SideSummary | None, theirs: SideSummary | None
+                 ) -> SideSummary | None:
     # The call length is the one figure a side's own output may lack while the other
     # process's says it (iperf 2's client knows what its server writes with).
     if mine is None:
@@ -90,7 +90,7 @@ def with_call_lengths(result: Result, lengths: CallLengths) -> Result:
     if not lengths or result.spec.protocol != "tcp":
         return result
 
-    def side(direction: str, found: Optional[SideSummary]) -> Optional[SideSummary]:
+    def side(direction: str, found: SideSummary | None) -> SideSummary | None:
         if found is None or found.call_length_bytes is not None:
             return found
         length = lengths.get((direction, found.role))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 from attrs import frozen
@@ -31,20 +31,20 @@ from netprobe.host import utc_now_iso
 from netprobe.plugin import Reporter, Tool
 from netprobe.record import Record
 from netprobe.registry import availability, make_tool
-from netprobe.schema import Interval, Result, TestSpec
+from netprobe.schema import Endpoint, Interval, Result, TestSpec, ToolInfo
 
 
 @frozen(repr=False, eq=False)
 class AgentAccess(Record):
     """How to reach the netprobe agents (``netprobe server``) on the far hosts."""
 
-    secret: Optional[bytes] = None
+    secret: bytes | None = None
     """The shared secret, for agents that require one."""
-    port: Optional[int] = None
+    port: int | None = None
     """The agents' port; None for the tool option ``agent_port`` or netprobe's default."""
     far_end: bool = True
     """Ask the target's agent to start the tool's server side (``--no-agent``: False)."""
-    target_port: Optional[int] = None
+    target_port: int | None = None
     """In a third-party test, the port of the target's agent when it is not ``port`` (a
     fleet's agents each have their own)."""
 
@@ -67,7 +67,7 @@ def modes_of(tool: Tool) -> dict[str, bool]:
     return {mode: True for mode in sorted(type(tool).modes) if tool.options.get(mode)}
 
 
-def prepare(tool: Tool, spec: TestSpec, *, from_host: Optional[str] = None) -> None:
+def prepare(tool: Tool, spec: TestSpec, *, from_host: str | None = None) -> None:
     """Before anything runs: SpecError for every option ``tool`` cannot honour, then
     ToolUnavailable if it cannot run here. A test run from another host's agent is not
     probed here: that agent probes its own tools and says why it cannot."""
@@ -79,7 +79,7 @@ def prepare(tool: Tool, spec: TestSpec, *, from_host: Optional[str] = None) -> N
 
 
 def run_spec(tool: Tool, spec: TestSpec, reporter: Reporter, *,
-             from_host: Optional[str] = None, agent: AgentAccess = NO_SECRET) -> Result:
+             from_host: str | None = None, agent: AgentAccess = NO_SECRET) -> Result:
     """Run ``spec`` with ``tool``: refuse, probe, run, one error policy (see the module).
 
     ``from_host``: the agent there runs the whole test against ``spec.host`` (a
@@ -135,8 +135,8 @@ class ByteCountWatch:
         self._count = spec.bytes_total or 0
         self._streams = spec.streams
         self._thread = threading.get_ident()
-        self._moved: dict[tuple[str, str, Optional[int]], int] = {}
-        self.overran: Optional[str] = None
+        self._moved: dict[tuple[str, str, int | None], int] = {}
+        self.overran: str | None = None
         """Why the run was stopped (None: it was not)."""
 
     def interval(self, sample: Interval) -> None:
@@ -201,7 +201,7 @@ def _failed(partial: Any, reason: str) -> Any:
     return attrs.evolve(partial, status="failed", errors=(reason,))
 
 
-def _run(tool: Tool, spec: TestSpec, reporter: Reporter, from_host: Optional[str],
+def _run(tool: Tool, spec: TestSpec, reporter: Reporter, from_host: str | None,
          agent: AgentAccess) -> Result:
     if from_host is not None:
         return farend.third_party(from_host, spec, reporter, agent.secret,
@@ -215,12 +215,10 @@ def _run(tool: Tool, spec: TestSpec, reporter: Reporter, from_host: Optional[str
 
 
 def failed_result(tool_name: str, spec: TestSpec, message: str, status: str = "failed",
-                  started: Optional[str] = None) -> Result:
+                  started: str | None = None) -> Result:
     """The result of a test that ended before any figure came back (it could not connect,
     Ctrl-C during the start): no figures, the spec and the error, so that a machine format
     and ``TestFailed.partial`` still hold one record."""
-    from netprobe.schema import Endpoint, ToolInfo
-
     return Result(tool=ToolInfo(tool_name), spec=spec, start_time=started or utc_now_iso(),
                   local=Endpoint("client"),
                   remote=Endpoint("server", host=spec.host, port=spec.port),
@@ -228,7 +226,7 @@ def failed_result(tool_name: str, spec: TestSpec, message: str, status: str = "f
 
 
 @contextmanager
-def failure_recorded(tool_name: str, spec: TestSpec, started: Optional[str] = None
+def failure_recorded(tool_name: str, spec: TestSpec, started: str | None = None
                      ) -> Iterator[None]:
     """A TestFailed raised in the block leaves with a Result in ``partial``: what was
     measured, or (when nothing came back) :func:`failed_result`, the record ``netprobe
@@ -260,7 +258,7 @@ def check_call(tool: Any, from_host: Any, reporter: Any, agent: Any, options: An
             raise SpecError(f"{name} must be {what}, got {repr(value)[:40]}")
 
 
-def spec_of(tool: str, host: Optional[str], fields: dict[str, Any]) -> TestSpec:
+def spec_of(tool: str, host: str | None, fields: dict[str, Any]) -> TestSpec:
     """The TestSpec of an API call's keywords: SpecError naming those that are no field."""
     known = {field.name for field in attrs.fields(TestSpec)} - {"tool", "host"}
     unknown = sorted(set(fields) - known)

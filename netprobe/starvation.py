@@ -28,7 +28,6 @@ import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Optional
 
 import attrs
 
@@ -48,7 +47,7 @@ byte was lost to it; a starved thread wants a CPU nearly all the time (a loopbac
 held to a 0.2-core quota or sharing its core with a busy loop: 95-100%)."""
 
 
-def run_wait_s(path: str = "/proc/thread-self/schedstat") -> Optional[float]:
+def run_wait_s(path: str = "/proc/thread-self/schedstat") -> float | None:
     """Seconds the task of ``path`` (a schedstat file) spent waiting on a run queue."""
     try:
         fields = Path(path).read_text().split()
@@ -57,7 +56,7 @@ def run_wait_s(path: str = "/proc/thread-self/schedstat") -> Optional[float]:
         return None
 
 
-def task_cpu(path: str = "/proc/thread-self/stat") -> Optional[int]:
+def task_cpu(path: str = "/proc/thread-self/stat") -> int | None:
     """The CPU the task of ``path`` (a /proc stat file) last ran on (field 39)."""
     try:
         text = Path(path).read_text()
@@ -89,7 +88,7 @@ def cpu_times(path: str = "/proc/stat") -> dict[int, tuple[int, int]]:
 
 
 def _busy_percent(start: dict[int, tuple[int, int]], end: dict[int, tuple[int, int]],
-                  cpu: int) -> Optional[float]:
+                  cpu: int) -> float | None:
     """Percent of the time CPU ``cpu`` (-1: all) was busy between two :func:`cpu_times`."""
     if cpu not in start or cpu not in end:
         return None
@@ -114,7 +113,7 @@ def tasks_wait_s(pid: int) -> dict[int, tuple[float, float]]:
     return found
 
 
-def _cgroup_mounts() -> tuple[Optional[str], Optional[str]]:
+def _cgroup_mounts() -> tuple[str | None, str | None]:
     """The cgroup v2 mount point and the v1 mount holding the cpu controller, if any."""
     v2 = v1 = None
     try:
@@ -141,7 +140,7 @@ def cpu_stat_files(pid: str = "self") -> list[Path]:
     except OSError:
         return []
     v2, v1 = _cgroup_mounts()
-    where: Optional[tuple[str, str]] = None
+    where: tuple[str, str] | None = None
     for line in lines:
         _, controllers, path = [*line.split(":", 2), "", ""][:3]
         if v1 and "cpu" in controllers.split(","):
@@ -226,7 +225,7 @@ class Starvation:
             most = max(most, seen, key=lambda t: (t[1], t[0]))
         return most
 
-    def _most_waiting(self) -> Optional[int]:
+    def _most_waiting(self) -> int | None:
         """Index in ``waits`` of the thread that waited the largest share of its life, of
         those that wanted a CPU (ran or waited) for ``DEMAND_SHARE`` of it or more."""
         wanting = [(wait / wall, i) for i, (wait, wall, ran) in enumerate(self.waits)
@@ -242,7 +241,7 @@ class Starvation:
         wait, wall, _ = self.waits[most]
         return min(1.0, wait / wall)
 
-    def busiest_cpu(self) -> Optional[tuple[int, float, Optional[float]]]:
+    def busiest_cpu(self) -> tuple[int, float, float | None] | None:
         """Of the CPUs the most-waiting thread was seen on, the busiest over the test: its
         number, its busy percent, and the whole host's idle percent; None if unknown."""
         most = self._most_waiting()
@@ -256,7 +255,7 @@ class Starvation:
         host = _busy_percent(self.cpus_start, self.cpus_end, -1)
         return cpu, busy, None if host is None else 100.0 - host
 
-    def warning(self, wall_s: float, who: str) -> Optional[str]:
+    def warning(self, wall_s: float, who: str) -> str | None:
         """The warning for ``who`` (e.g. "tester") when it was starved."""
         share, throttled, periods = self.throttling(wall_s)
         return starvation_warning(share, self.wait_share(), who, throttled, periods,
@@ -265,8 +264,8 @@ class Starvation:
 
 def starvation_warning(throttled: float, waited: float, who: str,
                        throttled_periods: int = 0, periods: int = 0,
-                       core: Optional[tuple[int, float, Optional[float]]] = None
-                       ) -> Optional[str]:
+                       core: tuple[int, float, float | None] | None = None
+                       ) -> str | None:
     """The warning for ``who`` whose cgroup was throttled a ``throttled`` share of the test
     (in ``throttled_periods`` of ``periods`` quota periods) and whose most-waiting data
     thread waited for a CPU a ``waited`` share of its run; None below the limit. ``core``
@@ -293,7 +292,7 @@ def starvation_warning(throttled: float, waited: float, who: str,
     return None
 
 
-def _core_evidence(core: Optional[tuple[int, float, Optional[float]]]) -> str:
+def _core_evidence(core: tuple[int, float, float | None] | None) -> str:
     """': CPU 0, where it ran, was 100% busy while the host was 48% idle', or ''."""
     if core is None:
         return ""
@@ -342,7 +341,7 @@ class ProcessWatch:
             if cpu is not None:
                 self.seen_on.setdefault(tid, set()).add(cpu)
 
-    def warning(self, who: str) -> Optional[str]:
+    def warning(self, who: str) -> str | None:
         """The warning for ``who`` (e.g. "nuttcp client") when it was starved."""
         if not self.cgroups.throttled_end and not self.cgroups.cpus_end:
             self.cgroups.end()

@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -43,11 +43,11 @@ class CtrlC:
 
     def __init__(self) -> None:
         self.armed = True
-        self.sent_at: Optional[float] = None
+        self.sent_at: float | None = None
 
 
 @contextlib.contextmanager
-def ctrl_c_after(seconds: float, *, started: Optional[threading.Event] = None,
+def ctrl_c_after(seconds: float, *, started: threading.Event | None = None,
                  wait_s: float = 30.0) -> Iterator[CtrlC]:
     """Send SIGINT to this process ``seconds`` after the block starts (after ``started`` is
     set, when given; it is waited for up to ``wait_s``), and only while the block runs.

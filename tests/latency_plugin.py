@@ -9,7 +9,7 @@ import socket
 import statistics
 import threading
 import time
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 from netprobe.errors import TestInterrupted
 from netprobe.plugin import Availability, Capabilities, Reporter, Tool, utc_now_iso
@@ -90,7 +90,7 @@ class EchoLatency(Tool):
         return self.result(spec, started, rtts, sent, "ok")
 
     @staticmethod
-    def one_probe(me: socket.socket, port: int, number: int) -> Optional[float]:
+    def one_probe(me: socket.socket, port: int, number: int) -> float | None:
         """Round trip of one echo in microseconds (None: lost)."""
         payload = number.to_bytes(8, "big")
         began = time.perf_counter()

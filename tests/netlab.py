@@ -17,7 +17,7 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from itertools import count
-from typing import Callable, Optional, TypeVar
+from typing import Callable, TypeVar
 
 _ids = count(1)
 T = TypeVar("T")
@@ -74,7 +74,7 @@ class Lab:
         self.shaped: list[tuple[str, str]] = []  # (namespace, device) of every tbf made
 
     @staticmethod
-    def available() -> Optional[str]:
+    def available() -> str | None:
         """None if labs can be built here, else the reason they cannot."""
         if os.geteuid() != 0:
             return "network namespaces need root"
@@ -219,7 +219,7 @@ class Lab:
         rows = [line.split() for line in text if line.startswith(f"{group}:")]
         return {k: int(v) for k, v in zip(rows[0][1:], rows[1][1:])}
 
-    def stop(self, proc: subprocess.Popen, timeout: float = 5.0) -> Optional[int]:
+    def stop(self, proc: subprocess.Popen, timeout: float = 5.0) -> int | None:
         """Stop one of the lab's processes (its process group, by PID)."""
         if proc.poll() is None:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
@@ -276,7 +276,7 @@ SECOND_BUCKET = "256kb"
 
 @contextlib.contextmanager
 def switched_hosts(names: Sequence[str], subnet: str = "10.77.2",
-                   rate_mbit: Optional[float] = None, prefix: str = "np"
+                   rate_mbit: float | None = None, prefix: str = "np"
                    ) -> Iterator[tuple[Lab, dict]]:
     """Hosts on one Ethernet segment (a bridge in a namespace of its own), each link shaped
     to ``rate_mbit`` both ways when it is given; yields (lab, {name: (namespace, address)})

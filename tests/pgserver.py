@@ -11,15 +11,14 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from typing import Optional
 
 
-def _bin(name: str) -> Optional[str]:
+def _bin(name: str) -> str | None:
     found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
     return found[-1] if found else shutil.which(name)
 
 
-def _user() -> Optional[str]:
+def _user() -> str | None:
     if os.geteuid() != 0:
         return None  # run as ourselves
     try:
@@ -28,7 +27,7 @@ def _user() -> Optional[str]:
         return ""  # root, and no unprivileged user to run it as
 
 
-def why_not() -> Optional[str]:
+def why_not() -> str | None:
     """None when a server can be started here, else the reason."""
     if not _bin("initdb") or not _bin("pg_ctl"):
         return "PostgreSQL is not installed (Debian: apt-get install postgresql)"

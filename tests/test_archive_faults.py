@@ -158,13 +158,15 @@ def test_a_row_that_is_not_json_is_skipped_with_a_warning(tmp_path: Path,
 def test_the_exporter_skips_a_bad_row_and_counts_it(tmp_path: Path, result: Result) -> None:
     pytest.importorskip("prometheus_client")
     from netprobe.exporter import FleetCollector
+    from netprobe.exporter_config import MetricsOptions
 
     path = tmp_path / "f.db"
     _archive_with_rows(path, result)
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE results SET result = x'ff00' WHERE source = 's0'")
+        db.execute("UPDATE results SET time = x'ff00' WHERE source = 's0'")
     metrics = {m.name: m.samples for m in
-               FleetCollector(lambda: open_archive(str(path))).collect()}
+               FleetCollector(lambda: open_archive(str(path)),
+                              MetricsOptions(pair_series=True)).collect()}
     assert sorted(s.labels["source"] for s in metrics["netprobe_fleet_up"]) == ["s1", "s2"]
     assert [s.value for s in metrics["netprobe_fleet_archive_skipped_rows"]] == [1]
 

@@ -13,10 +13,19 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from netprobe import convert
-from netprobe.archives import Archive, ArchiveError, PairRecord, Run, open_archive, scheme_of
+from netprobe.archives import (
+    Archive,
+    ArchiveError,
+    PairRecord,
+    Run,
+    figures,
+    open_archive,
+    scheme_of,
+)
 from netprobe.archives.sqlite import SqliteArchive, path_of
 from netprobe.errors import SpecError
 from netprobe.schema import Result
@@ -70,6 +79,12 @@ def _check_round_trip(archive: Archive, results: list[Result]) -> None:
     assert records[1].result is None and "10.0.0.4" in str(records[1].error)
     latest = archive.latest()  # the newest of each (group, source, target)
     assert [(r.round, r.source) for r in latest] == [(1, "c"), (2, "a")]
+    # the same, from the figure columns alone (what /metrics reads)
+    light = archive.latest_figures()  # type: ignore[attr-defined]
+    assert [record for record, _ in light] == [attrs.evolve(r, result=None) for r in latest]
+    for (_, found), record in zip(light, latest):
+        assert found == pytest.approx(figures(record.result)) if record.result else \
+            set(found.values()) == {None}
 
 
 def _figures_by_sql(rows: list[tuple], results: list[Result]) -> None:

@@ -4,7 +4,6 @@ figures, on real peer outputs through the adapters, and on real native runs."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import attrs
 import pytest
@@ -38,8 +37,8 @@ from netprobe.tools.nuttcp import NuttcpTool
 from .budget import FRACTION
 
 
-def _cpu(thread: Optional[float] = None, total: Optional[float] = None,
-         idle: Optional[float] = None) -> Cpu:
+def _cpu(thread: float | None = None, total: float | None = None,
+         idle: float | None = None) -> Cpu:
     return Cpu(process=CpuUsage(total_percent=total, max_thread_percent=thread),
                host=None if idle is None else CpuUsage(idle_percent=idle))
 
@@ -52,7 +51,7 @@ def _cpu(thread: Optional[float] = None, total: Optional[float] = None,
     (_cpu(thread=30.0, total=31.0, idle=60.0), False),
     (None, False),
 ])
-def test_the_rule(cpu: Optional[Cpu], bound: bool) -> None:
+def test_the_rule(cpu: Cpu | None, bound: bool) -> None:
     warning = side_warning(cpu, "receiver", "client_to_server, server")
     assert (warning is not None) == bound
     if warning:
@@ -163,7 +162,7 @@ def test_nuttcp_busy_wait_pacing_is_named_not_called_the_limit(peer_fixtures: Pa
     assert "CPU-bound" not in found[0]
 
 
-def _paced(result: Result, rate: Optional[float], got: float) -> Result:
+def _paced(result: Result, rate: float | None, got: float) -> Result:
     flow = result.summaries[0]
     assert flow.receiver is not None
     return attrs.evolve(

@@ -4,8 +4,6 @@ version here, where each end's real read()/write() lengths were first seen with 
 
 from __future__ import annotations
 
-from typing import Optional
-
 import pytest
 
 from netprobe.plugin import NullReporter, Tool, fill_missing, with_call_lengths
@@ -29,12 +27,12 @@ from .peers import PeerBinary, fixture_files, needs_fixtures, read_fixture, tool
 C2S, S2C = "client_to_server", "server_to_client"
 
 
-def _side(role: str, length: Optional[int] = None) -> SideSummary:
+def _side(role: str, length: int | None = None) -> SideSummary:
     return SideSummary(role=role, start_s=0.0, end_s=1.0, bytes=1, bits_per_second=8.0,
                        call_length_bytes=length)
 
 
-def _result(protocol: str = "tcp", length: Optional[int] = None) -> Result:
+def _result(protocol: str = "tcp", length: int | None = None) -> Result:
     return Result(
         tool=ToolInfo(name="test"), spec=TestSpec(protocol=protocol), start_time=None,
         local=Endpoint(role="client"), remote=Endpoint(role="server"),
@@ -42,7 +40,7 @@ def _result(protocol: str = "tcp", length: Optional[int] = None) -> Result:
         streams=(StreamResult(1, C2S, sender=_side("sender"), receiver=_side("receiver")),))
 
 
-def _lengths(result: Result) -> set[tuple[str, str, Optional[int]]]:
+def _lengths(result: Result) -> set[tuple[str, str, int | None]]:
     """Every side's (direction, role, call length), flows and streams alike."""
     found = set()
     items: list[FlowSummary | StreamResult] = [*result.summaries, *result.streams]
@@ -98,7 +96,7 @@ def _parsed(tool: Tool, pattern: str) -> Result:
     (Iperf2Tool(), "iperf2-2.1.8-tcp-e-*.txt", 131072, None),
 ])
 def test_saved_tcp_outputs_give_each_ends_length(
-        tool: Tool, pattern: str, sender: int, receiver: Optional[int]) -> None:
+        tool: Tool, pattern: str, sender: int, receiver: int | None) -> None:
     result = _parsed(tool, pattern)
     flow = result.summaries[0]
     assert flow.sender is not None and flow.sender.call_length_bytes == sender

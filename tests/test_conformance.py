@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 import pytest
 
@@ -107,7 +107,7 @@ class _Future(_Current):
     name = "future"
     api_version = API_VERSION + 1
 
-    def __init__(self, options: Optional[dict[str, Any]] = None) -> None:
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
         raise AssertionError("an incompatible plugin must never be instantiated")
 
 

@@ -107,8 +107,24 @@ def _probe_and_fail(base: str) -> None:
     assert status == 400 and "unknown /probe parameter 'bogus'" in text
 
 
-def test_metrics_serves_the_archive(archive_path: Path) -> None:
+def test_metrics_serves_the_archive(archive_path: Path, tmp_path: Path) -> None:
+    """By default per host (series grow with the fleet's hosts); per pair when asked."""
     with exporter("--archive", str(archive_path)) as base:
+        status, text = _get(f"{base}/metrics")
+    assert status == 200, text
+    got = _samples(text)
+    assert "netprobe_fleet_up" not in got
+    up = {s.labels["agent"]: s.value for s in got["netprobe_fleet_agent_up"]}
+    assert up == {"a": 1.0, "b": 1.0, "c": 0.0, "d": 0.0}
+    rate = {(s.labels["agent"], s.labels["role"], s.labels["stat"]): s.value
+            for s in got["netprobe_fleet_agent_receiver_bits_per_second"]}
+    assert rate[("a", "source", "min")] > 1e8 and rate[("b", "target", "median")] > 1e8
+    assert not [key for key in rate if key[0] in "cd"]  # unreachable: no figure, not a 0
+    assert [s.value for s in got["netprobe_fleet_pairs_failed"]] == [1.0]
+    _conventions(text)
+    config = tmp_path / "exporter.toml"
+    config.write_text("[metrics]\npair_series = true\n")
+    with exporter("--archive", str(archive_path), "--config", str(config)) as base:
         status, text = _get(f"{base}/metrics")
     assert status == 200, text
     got = _samples(text)
@@ -118,6 +134,10 @@ def test_metrics_serves_the_archive(archive_path: Path) -> None:
     assert rate["a"] > 1e8 and "c" not in rate  # unreachable: no figure, not a 0
     stamp = got["netprobe_fleet_test_timestamp_seconds"][0].value
     assert stamp == pytest.approx(1796119201.0)  # 2026-12-01T10:00:01Z
+    _conventions(text)
+
+
+def _conventions(text: str) -> None:
     for family in text_string_to_metric_families(text):  # Prometheus naming conventions
         assert family.name.startswith("netprobe_") and family.type == "gauge"
         assert not family.name.endswith("_total")
@@ -138,7 +158,7 @@ def test_a_real_prometheus_scrapes_it(archive_path: Path) -> None:
                                  f"--web.listen-address=127.0.0.1:{port}"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            value = _query_until(port, "netprobe_fleet_up{source='a'}", timeout=30)
+            value = _query_until(port, "netprobe_fleet_agent_up{agent='a'}", timeout=30)
         finally:
             prom.terminate()
             prom.wait(20)

@@ -22,7 +22,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
@@ -66,7 +65,7 @@ def sink(host: str = "127.0.0.1") -> Iterator[UdpSink]:
 
 
 @contextlib.contextmanager
-def exporter(tmp_path: Path, config: Optional[str], *args: str, fds: Optional[int] = None
+def exporter(tmp_path: Path, config: str | None, *args: str, fds: int | None = None
              ) -> Iterator[tuple[str, subprocess.Popen]]:
     """A real exporter process; ``config`` is the text of its configuration file."""
     port = free_port()
@@ -93,7 +92,7 @@ def exporter(tmp_path: Path, config: Optional[str], *args: str, fds: Optional[in
             proc.stderr.close()
 
 
-def get(url: str, headers: Optional[dict] = None, timeout: float = 30) -> tuple[int, str]:
+def get(url: str, headers: dict | None = None, timeout: float = 30) -> tuple[int, str]:
     request = urllib.request.Request(url, headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as reply:

@@ -37,9 +37,8 @@ PROVISIONING = DASHBOARD.parent / "provisioning" / "dashboards.yaml"
 
 # Grafana's variables as a dashboard with "All" selected expands them (allValue ".*"),
 # and as one with real values picked (a multi-value variable becomes "(a|b)").
-ALL = {"group": ".*", "source": ".*", "target": ".*", "module": ".*"}
-PICKED = {"group": "core", "source": "(a|b)", "target": "(a|b)",
-          "module": "(default|udp|dead)"}
+ALL = {"group": ".*", "agent": ".*", "module": ".*"}
+PICKED = {"group": "core", "agent": "(a|b)", "module": "(default|udp|dead)"}
 BUILTINS = {"__range": "10m", "__rate_interval": "1m", "__interval": "15s"}
 
 PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or",
@@ -114,8 +113,8 @@ def all_metric_names(model: dict[str, Any]) -> dict[str, set[str]]:
 def _broken_copy() -> dict[str, Any]:
     """The dashboard with one metric renamed to one the exporter does not export."""
     text = DASHBOARD.read_text()
-    assert "netprobe_fleet_rtt_seconds" in text
-    return _load(text.replace("netprobe_fleet_rtt_seconds", "netprobe_fleet_rtt_ms"))
+    assert "netprobe_fleet_agent_rtt_seconds" in text
+    return _load(text.replace("netprobe_fleet_agent_rtt_seconds", "netprobe_fleet_agent_rtt_ms"))
 
 
 # --- a real exporter over a real archive ---------------------------------------------------
@@ -228,7 +227,7 @@ def prometheus(exporter_base: str) -> Iterator[int]:
                                  f"--web.listen-address=127.0.0.1:{port}"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            ready = ("count_over_time(netprobe_fleet_up[1m])",
+            ready = ("count_over_time(netprobe_fleet_agent_up[1m])",
                      "count_over_time(netprobe_up{module='default'}[1m])",
                      "count_over_time(netprobe_jitter_seconds[1m])",
                      "count_over_time(netprobe_probe_failed_info[1m])")
@@ -293,8 +292,7 @@ def test_the_model_has_what_grafana_needs() -> None:
     matrix = [panel for panel in _panels(model) if any(
         step["id"] == "groupingToMatrix" for step in panel.get("transformations", []))]
     assert matrix and all(panel["targets"][0]["format"] == "table" for panel in matrix)
-    assert [name for name, _, _ in variable_queries(model)] == [
-        "group", "source", "target", "module"]
+    assert [name for name, _, _ in variable_queries(model)] == ["group", "agent", "module"]
     for _, expr in panel_exprs(model):  # every variable used is one the model defines
         substitute(expr, ALL)
 
@@ -320,7 +318,7 @@ def test_every_metric_it_names_is_exported(exported: set[str]) -> None:
                          if name not in exported}
     # and the check fails on a dashboard that names a metric the exporter does not export
     broken = all_metric_names(_broken_copy())
-    assert {name for name in broken if name not in exported} == {"netprobe_fleet_rtt_ms"}
+    assert {name for name in broken if name not in exported} == {"netprobe_fleet_agent_rtt_ms"}
 
 
 @pytest.mark.slow
@@ -331,5 +329,5 @@ def test_every_expression_returns_data_from_a_real_prometheus(prometheus: int) -
         assert failures(prometheus, model, values) == [], values
     # the same check fails when an expression names a metric nobody exports
     broken = failures(prometheus, _broken_copy(), ALL)
-    assert broken and all("netprobe_fleet_rtt_ms" in line for line in broken)
+    assert broken and all("netprobe_fleet_agent_rtt_ms" in line for line in broken)
     assert len(broken) == 2  # its panel, instant and over a range

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 import pytest
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.slow
 HEADER = struct.Struct("!QQ")
 
 
-def run_spec(server: ServerProcess, secret: Optional[bytes] = None, **kw: Any) -> Result:
+def run_spec(server: ServerProcess, secret: bytes | None = None, **kw: Any) -> Result:
     spec = TestSpec(**{"duration_s": 0.3, "interval_s": None, "port": server.port, **kw})
     return run_test(spec, NullReporter(), "127.0.0.1", secret)
 

@@ -49,6 +49,17 @@ def test_one_class_owns_a_driven_tools_lifecycle() -> None:
                    for _, bases in classes), f"{package.name}/session.py has no session class"
 
 
+def test_every_driven_result_is_assembled_in_one_place() -> None:
+    # Sessions and saved-output readers of the driven tools hand their Figures to
+    # to_result, which sorts intervals and fills call lengths for every tool alike: no
+    # Result is made anywhere else under tools/ or driven/ (nuttcp's and ntttcp's made
+    # theirs and came out unsorted).
+    makers = sorted(str(path.relative_to(PACKAGE))
+                    for root in ("tools", "driven") for path in (PACKAGE / root).rglob("*.py")
+                    if "Result" in _calls_and_classes(path)[0])
+    assert makers == ["driven/figures.py"]
+
+
 def test_the_contract_is_apart_from_the_registry() -> None:
     source = (PACKAGE / "plugin.py").read_text(encoding="utf-8")
     tree = ast.parse(source)
@@ -62,22 +73,22 @@ def test_the_contract_is_apart_from_the_registry() -> None:
 
 def test_a_service_plugs_into_the_servers_port_as_a_handler() -> None:
     # The handler contract (engine/handlers.py): a builder passes a handler for a request
-    # type; it gets the control session, holds a slot through Admission, and refuses the
+    # type; it gets the control connection, holds a slot through Admission, and refuses the
     # way every handler does. The native test and the latency echo are handlers too.
     import json
     import socket
     import struct
 
     from netprobe.engine import protocol
-    from netprobe.engine.handlers import ControlSession
+    from netprobe.engine.handlers import ControlConnection
     from netprobe.engine.server import Server, ServerConfig
 
-    def greet(session: ControlSession, request: dict) -> None:
+    def greet(control: ControlConnection, request: dict) -> None:
         if request.get("name") == "nobody":
-            session.refuse("no greeting for nobody", "spec")
-        with session.slot(kind="greeting"):
-            busy = session.server.admission.active_tests
-            session.channel.send({"type": "greeting", "to": request.get("name"),
+            control.refuse("no greeting for nobody", "spec")
+        with control.slot(kind="greeting"):
+            busy = control.server.admission.active_tests
+            control.channel.send({"type": "greeting", "to": request.get("name"),
                                   "slots_held": busy})
 
     def ask(port: int, body: dict) -> dict:

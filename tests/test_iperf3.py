@@ -12,12 +12,12 @@ from pathlib import Path
 import attrs
 import pytest
 
-from netprobe.driven import free_port
+from netprobe.driven import Figures, free_port
 from netprobe.errors import ParseError, SpecError, TestFailed, TestInterrupted
 from netprobe.plugin import NullReporter, fill_missing
 from netprobe.schema import Result, TestSpec
 from netprobe.testing import RecordingReporter
-from netprobe.tools._iperf_common import IperfSession, Launch, Parts
+from netprobe.tools._iperf_common import IperfSession, Launch
 from netprobe.tools.iperf3 import Iperf3Tool
 from tests.interrupts import Measuring, ctrl_c_after
 from tests.peers import PEER_FIXTURES, PeerBinary, peer_params, read_fixture, run_recorded
@@ -708,8 +708,8 @@ class _ShellSession(IperfSession):
     def problem(self) -> str | None:
         return None
 
-    def parts(self) -> Parts:
-        return Parts()
+    def parts(self) -> Figures:
+        return Figures()
 
 
 def test_a_hung_client_is_stopped_with_its_children(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
@@ -85,7 +84,7 @@ class Running:
 
 
 def run_client(binary: str, port: int, *args: str,
-               srv: Optional[Running] = None) -> subprocess.CompletedProcess:
+               srv: Running | None = None) -> subprocess.CompletedProcess:
     """Run a stock client to its end; a hang fails with what the server logged."""
     try:
         return subprocess.run([binary, "-c", "127.0.0.1", "-p", str(port), *args],

@@ -12,7 +12,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
@@ -135,7 +134,7 @@ def _client(port: int, before: str = "", wrap: str = "") -> dict:
     return dict(json.loads(done.stdout))
 
 
-def _cpu_cgroup_root() -> Optional[Path]:
+def _cpu_cgroup_root() -> Path | None:
     """Where a child cgroup with a CPU quota can be made: this process's own cgroup in the
     v2 hierarchy when it delegates the cpu controller, else in the v1 cpu hierarchy."""
     for line in Path("/proc/self/cgroup").read_text().splitlines():

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
@@ -56,8 +55,8 @@ def _counter_or_skip() -> UdpCounter:
         pytest.skip(str(exc))
 
 
-def _watch(sender: subprocess.Popen, counter: Optional[UdpCounter],
-           seconds: float) -> tuple[Optional[str], float]:
+def _watch(sender: subprocess.Popen, counter: UdpCounter | None,
+           seconds: float) -> tuple[str | None, float]:
     """Look at ``sender`` as the agent does (every 0.2 s, 1 Mbit/s allowed): the first
     breach and when it came, or None after ``seconds``."""
     guard = Guard(sender.pid, limits_for(1, 1, 60.0, 1e6, lambda _address: True), udp=counter)

@@ -33,7 +33,6 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional
 
 PREFIX = "netprobe_fence_"
 NFT_TIMEOUT_S = 5.0
@@ -57,7 +56,7 @@ def _remove_live() -> None:
         Fence(name, "").close()
 
 
-def cgroup2_root() -> Optional[Path]:
+def cgroup2_root() -> Path | None:
     """Where the cgroup v2 hierarchy is mounted (a hybrid host has it under
     /sys/fs/cgroup/unified), None if it is not."""
     try:
@@ -98,7 +97,7 @@ def _nft(script: str, *args: str) -> str:
     return done.stdout
 
 
-def _start_time(pid: int) -> Optional[str]:
+def _start_time(pid: int) -> str | None:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
@@ -106,7 +105,7 @@ def _start_time(pid: int) -> Optional[str]:
 
 
 def _table_script(name: str, peer: str, max_connections: int,
-                  bytes_per_s: Optional[float]) -> str:
+                  bytes_per_s: float | None) -> str:
     """The fence's table: both hooks send the far end's packets (by cgroup) to a chain
     that drops what is not to or from ``peer``, refuses connections past the count and
     drops what is past the rate."""
@@ -156,7 +155,7 @@ class Fence:
 
     @classmethod
     def put_up(cls, peer: str, max_connections: int,
-               bytes_per_s: Optional[float]) -> Fence:
+               bytes_per_s: float | None) -> Fence:
         """A fence for a far end serving ``peer`` only, with at most ``max_connections``
         connections at once and ``bytes_per_s`` each way (None: no rate limit)."""
         me = os.getpid()
@@ -236,7 +235,7 @@ def _destroy_sockets(name: str) -> None:
                        timeout=NFT_TIMEOUT_S, check=False)
 
 
-def unavailable() -> Optional[str]:
+def unavailable() -> str | None:
     """Why no fence can be put up here (None: it can); tried once, with a real fence."""
     try:
         Fence.put_up("127.0.0.1", 1, 1.0).close()

@@ -28,7 +28,7 @@ import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 import attrs
 
@@ -53,13 +53,13 @@ class Limits:
     """time.monotonic() by which it must have ended."""
     max_connections: int
     """Established TCP connections it may hold at once."""
-    max_bytes_per_s: Optional[float]
+    max_bytes_per_s: float | None
     """Bytes it may read and write per second, together; None: no limit."""
     allowed: Callable[[str], bool]
     """Whether the agent would accept this address as a client (its --allow list)."""
 
 
-def limits_for(streams: int, directions: int, planned_s: float, rate_bps: Optional[float],
+def limits_for(streams: int, directions: int, planned_s: float, rate_bps: float | None,
                allowed: Callable[[str], bool]) -> Limits:
     """The limits of a far end for ``streams`` per direction, starting now."""
     per_s = None
@@ -75,18 +75,18 @@ class Guard:
     """Watches one far end's process (and its children); :meth:`breach` says why it must
     be stopped, or None."""
 
-    def __init__(self, pid: int, limits: Limits, udp: Optional[UdpCounter] = None,
-                 no_udp: Optional[str] = None) -> None:
+    def __init__(self, pid: int, limits: Limits, udp: UdpCounter | None = None,
+                 no_udp: str | None = None) -> None:
         """``udp`` counts the far end's UDP bytes (the guard tells it the ports);
         ``no_udp`` says why there is none, when a rate limit needs one."""
         self.pid = pid
         self.limits = limits
         self.udp = udp
         self.no_udp = no_udp
-        self._io: Optional[tuple[float, int]] = None
+        self._io: tuple[float, int] | None = None
         self._tcp: dict[str, int] = {}  # inode -> its last byte count (closed ones kept)
 
-    def breach(self) -> Optional[str]:
+    def breach(self) -> str | None:
         """The first limit broken right now, in words; None if all hold."""
         if time.monotonic() > self.limits.deadline:
             return "it ran past the test's planned end"
@@ -102,7 +102,7 @@ class Guard:
                 return f"it talked to {address}, which this agent's --allow list refuses"
         return self._udp_breach(rows) or self._rate_breach(pids, inodes)
 
-    def _udp_breach(self, rows: list[tuple[str, list[str]]]) -> Optional[str]:
+    def _udp_breach(self, rows: list[tuple[str, list[str]]]) -> str | None:
         """Count the far end's UDP ports from now on (their bytes before are not seen: at
         most one look, CHECK_S); where they cannot be counted, that is the breach."""
         if self.limits.max_bytes_per_s is None:
@@ -118,7 +118,7 @@ class Guard:
             return f"its UDP traffic could not be counted: {exc}"
         return None
 
-    def _rate_breach(self, pids: list[int], inodes: set[str]) -> Optional[str]:
+    def _rate_breach(self, pids: list[int], inodes: set[str]) -> str | None:
         if self.limits.max_bytes_per_s is None:
             return None
         # The TCP counts are read at every look, so that a connection that comes and goes

@@ -16,7 +16,6 @@ import ctypes
 import select
 import socket
 import threading
-from typing import Optional
 
 LOOK_S = 0.2
 """How often the watch looks at the connection."""
@@ -39,7 +38,7 @@ def keep_alive(sock: socket.socket) -> None:
             return
 
 
-def gone(sock: socket.socket) -> Optional[str]:
+def gone(sock: socket.socket) -> str | None:
     """Why the peer of ``sock`` is gone (closed, reset, timed out), None if it is not:
     looked at without taking anything from the connection."""
     try:
@@ -62,7 +61,7 @@ class RequesterWatch:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.gone: Optional[str] = None
+        self.gone: str | None = None
         """Why the requester is gone, once it is."""
         self._target = threading.get_ident()
         self._lock = threading.Lock()
@@ -93,7 +92,7 @@ class RequesterWatch:
         self._thread.join(LOOK_S * 5)
 
 
-def _raise_in(thread_id: int, exception: Optional[type[BaseException]]) -> None:
+def _raise_in(thread_id: int, exception: type[BaseException] | None) -> None:
     """Raise ``exception`` in the thread ``thread_id`` at its next bytecode (None: withdraw
     one pending)."""
     ctypes.pythonapi.PyThreadState_SetAsyncExc(

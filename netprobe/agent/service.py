@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import attrs
 
@@ -25,7 +25,7 @@ from netprobe.agent.guard import CHECK_S, EXTRA_CONNECTIONS, Guard, limits_for, 
 from netprobe.agent.liveness import RequesterWatch, keep_alive
 from netprobe.agent.udpcount import CounterUnavailable, UdpCounter
 from netprobe.driven import DrivenProcess, port_is_free
-from netprobe.engine.handlers import ControlSession as Session
+from netprobe.engine.handlers import ControlConnection
 from netprobe.engine.log import client, escape
 from netprobe.errors import NetprobeError, SecretMissing, SecretRefused, TestFailed
 from netprobe.plugin import Tool
@@ -49,23 +49,23 @@ def handlers(loader: RegistryLoader = load_registry) -> dict[str, Callable[[Any,
     udpcount.remove_stale()
     fence.remove_stale()
     return {
-        "tools": lambda session, msg: _tools(session, loader),
-        "far_end": lambda session, msg: _far_end(session, msg, loader),
-        "third_party": lambda session, msg: _third_party(session, msg, loader),
-        "status": lambda session, msg: _status(session),
+        "tools": lambda control, msg: _tools(control, loader),
+        "far_end": lambda control, msg: _far_end(control, msg, loader),
+        "third_party": lambda control, msg: _third_party(control, msg, loader),
+        "status": lambda control, msg: _status(control),
     }
 
 
 # --- status -------------------------------------------------------------------------------
 
 
-def _status(session: Session) -> None:
+def _status(control: ControlConnection) -> None:
     # Answered without a slot, so a busy agent can still say what keeps it busy. The agent
     # refuses a test beyond its slots ("busy") rather than queueing it: the queue of a
     # fleet lives in its runner, not here.
-    server = session.server
+    server = control.server
     running = server.admission.activity()
-    session.channel.send({"type": "status", "state": "busy" if running else "idle",
+    control.channel.send({"type": "status", "state": "busy" if running else "idle",
                           "running": running, "slots": server.config.max_tests,
                           "served": server.admission.served,
                           "third_party": server.config.allow_third_party,
@@ -73,7 +73,7 @@ def _status(session: Session) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def _fence_missing() -> Optional[str]:
+def _fence_missing() -> str | None:
     """Why far ends cannot be fenced on this host (None: they are); found once."""
     return fence.unavailable()
 
@@ -92,53 +92,53 @@ def limits_note() -> str:
 # --- tools ------------------------------------------------------------------------------
 
 
-def _tools(session: Session, loader: RegistryLoader) -> None:
-    session.channel.send({"type": "tools", "tools": tool_rows(loader())})
+def _tools(control: ControlConnection, loader: RegistryLoader) -> None:
+    control.channel.send({"type": "tools", "tools": tool_rows(loader())})
 
 
-def _modes(session: Session, message: dict, cls: type[Tool]) -> dict[str, bool]:
+def _modes(control: ControlConnection, message: dict, cls: type[Tool]) -> dict[str, bool]:
     """The tool modes a request asks for: only ones the tool declares, only on/off."""
     modes = message.get("modes")
     if not isinstance(modes, dict) or not all(
             isinstance(k, str) and v is True for k, v in modes.items()):
-        session.refuse("bad modes in the request")
+        control.refuse("bad modes in the request")
     unknown = sorted(set(modes) - set(cls.modes))
     if unknown:
-        session.refuse(f"{cls.name} has no mode {escape(unknown[0])}")
+        control.refuse(f"{cls.name} has no mode {escape(unknown[0])}")
     return dict(modes)
 
 
 # --- far end ----------------------------------------------------------------------------
 
 
-def _tool(session: Session, message: dict, loader: RegistryLoader) -> Tool:
+def _tool(control: ControlConnection, message: dict, loader: RegistryLoader) -> Tool:
     name = message.get("tool")
     if not isinstance(name, str):
-        session.refuse("request names no tool")
+        control.refuse("request names no tool")
     try:
         cls = loader(only=name).get(name)
-        tool = cls(_modes(session, message, cls)) if message.get("modes") else cls()
+        tool = cls(_modes(control, message, cls)) if message.get("modes") else cls()
     except NetprobeError as exc:
-        session.refuse(str(exc))
+        control.refuse(str(exc))
     found = availability(tool)
     if not found.available:
-        session.refuse(f"{name} cannot run on this agent: " + "; ".join(found.reasons))
+        control.refuse(f"{name} cannot run on this agent: " + "; ".join(found.reasons))
     return tool
 
 
-def _far_end(session: Session, message: dict, loader: RegistryLoader) -> None:
-    tool = _tool(session, message, loader)
-    spec = session.checked_spec(message, tool.refusals)
-    with session.slot(spec, "far_end"):
-        server, stopped, dropped = _run_far_end(session, tool, spec)
+def _far_end(control: ControlConnection, message: dict, loader: RegistryLoader) -> None:
+    tool = _tool(control, message, loader)
+    spec = control.checked_spec(message, tool.refusals)
+    with control.slot(spec, "far_end"):
+        server, stopped, dropped = _run_far_end(control, tool, spec)
         if stopped:
-            session.server.log(f"{client(session.peer)}: {tool.name} server stopped: {stopped}",
-                               event="refused", client=client(session.peer), reason="limit")
+            control.server.log(f"{client(control.peer)}: {tool.name} server stopped: {stopped}",
+                               event="refused", client=client(control.peer), reason="limit")
         notes = [n for n in (server.output_note(), _dropped_note(dropped)) if n]
-        _send_output(session, server.raw(), stopped, "; ".join(notes) or None)
+        _send_output(control, server.raw(), stopped, "; ".join(notes) or None)
 
 
-def _dropped_note(dropped: int) -> Optional[str]:
+def _dropped_note(dropped: int) -> str | None:
     # Said, not failed: an honest test at the allowed rate may see a burst's few drops.
     if not dropped:
         return None
@@ -146,32 +146,32 @@ def _dropped_note(dropped: int) -> Optional[str]:
             "limits (rate, streams or addresses)")
 
 
-def _run_far_end(session: Session, tool: Tool,
-                 spec: TestSpec) -> tuple[DrivenProcess, Optional[str], int]:
+def _run_far_end(control: ControlConnection, tool: Tool,
+                 spec: TestSpec) -> tuple[DrivenProcess, str | None, int]:
     """Start the far end, serve it under its guard and fence, stop it (its counter and
     fence go with it); the stopped process, why the agent stopped it, if it did, and the
     packets its fence dropped."""
-    who = client(session.peer)
-    keep_alive(session.channel.sock)
-    with _udp_counter(session, spec) as (counter, no_udp), _fence(session, spec) as held:
-        family = socket.AF_INET6 if ":" in session.local_address else socket.AF_INET
-        server, port = _start_far_end(session, tool, spec, family, held)
-        session.server.log(f"{who}: started {tool.name} server, pid {server.pid}",
+    who = client(control.peer)
+    keep_alive(control.channel.sock)
+    with _udp_counter(control, spec) as (counter, no_udp), _fence(control, spec) as held:
+        family = socket.AF_INET6 if ":" in control.local_address else socket.AF_INET
+        server, port = _start_far_end(control, tool, spec, family, held)
+        control.server.log(f"{who}: started {tool.name} server, pid {server.pid}",
                            event="far-end", client=who, tool=tool.name, pid=server.pid,
                            state="started")
         try:
-            guard = _guard(session, spec, server, counter, no_udp)
-            stopped = _serve_far_end(session, guard, server, port)
+            guard = _guard(control, spec, server, counter, no_udp)
+            stopped = _serve_far_end(control, guard, server, port)
         finally:
             code = server.stop()
-            session.server.log(f"{who}: {tool.name} server ended ({code})", event="far-end",
+            control.server.log(f"{who}: {tool.name} server ended ({code})", event="far-end",
                                client=who, tool=tool.name, pid=server.pid, state="stopped",
                                exit_code=code)
         return server, stopped, held.dropped() if held is not None else 0
 
 
-def _start_far_end(session: Session, tool: Tool, spec: TestSpec, family: int,
-                   held: Optional[Fence] = None) -> tuple[DrivenProcess, int]:
+def _start_far_end(control: ControlConnection, tool: Tool, spec: TestSpec, family: int,
+                   held: Fence | None = None) -> tuple[DrivenProcess, int]:
     """Start the tool's server on a free block of ports, listening by its own PID.
 
     The port is chosen and the tool started under one lock, and it is ready only once a
@@ -183,9 +183,9 @@ def _start_far_end(session: Session, tool: Tool, spec: TestSpec, family: int,
     for _ in range(START_TRIES):
         with _PORTS_LOCK:
             port = _free_block(spec.streams, family, tried)
-            argv = tool.far_end_argv(spec, session.local_address, port)
+            argv = tool.far_end_argv(spec, control.local_address, port)
             if argv is None:
-                session.refuse(f"{tool.name} has no server side for an agent to start")
+                control.refuse(f"{tool.name} has no server side for an agent to start")
             if held is not None:
                 argv = held.argv(argv)  # it joins its cgroup before the tool runs
             server = DrivenProcess(argv, name="server", die_with_parent=True).start()
@@ -194,23 +194,23 @@ def _start_far_end(session: Session, tool: Tool, spec: TestSpec, family: int,
         server.stop()
         tried.add(port)
         tail = " | ".join(server.text.strip().splitlines()[-3:]) or "no output"
-    session.refuse(f"the tool's server did not start listening: {tail}")
+    control.refuse(f"the tool's server did not start listening: {tail}")
 
 
 @contextlib.contextmanager
-def _udp_counter(session: Session,
-                 spec: TestSpec) -> Iterator[tuple[Optional[UdpCounter], Optional[str]]]:
+def _udp_counter(control: ControlConnection,
+                 spec: TestSpec) -> Iterator[tuple[UdpCounter | None, str | None]]:
     """The far end's UDP byte counter, where ``--max-rate`` needs one (removed after), and
     why there is none. A UDP test that could not be held to the rate is refused here;
     for another, the guard stops the far end if it opens a UDP socket."""
-    if not session.server.config.max_rate_bps:
+    if not control.server.config.max_rate_bps:
         yield None, None
         return
     try:
         counter = UdpCounter.install()
     except CounterUnavailable as exc:
         if spec.protocol == "udp":
-            session.refuse(str(exc))
+            control.refuse(str(exc))
         yield None, str(exc)
         return
     with counter:
@@ -218,22 +218,22 @@ def _udp_counter(session: Session,
 
 
 @contextlib.contextmanager
-def _fence(session: Session, spec: TestSpec) -> Iterator[Optional[Fence]]:
+def _fence(control: ControlConnection, spec: TestSpec) -> Iterator[Fence | None]:
     """The far end's kernel fence (see :mod:`netprobe.agent.fence`), taken down after; None
     where this host has none (the guard alone holds it then, as the start line said)."""
     if _fence_missing() is not None:
         yield None
         return
-    config = session.server.config
+    config = control.server.config
     directions = len(spec.flow_directions())
     # --max-rate is what one test may move, every stream and direction together (as for
     # the native server's tests), not a figure per stream.
     rate = config.max_rate_bps / 8 if config.max_rate_bps else None
     try:
-        held = Fence.put_up(str(session.peer[0]), spec.streams * directions + EXTRA_CONNECTIONS,
+        held = Fence.put_up(str(control.peer[0]), spec.streams * directions + EXTRA_CONNECTIONS,
                             rate)
     except FenceUnavailable as exc:
-        session.server.log(f"{client(session.peer)}: far end not fenced ({exc}): "
+        control.server.log(f"{client(control.peer)}: far end not fenced ({exc}): "
                            "only watched", event="far-end", state="unfenced")
         yield None
         return
@@ -241,24 +241,24 @@ def _fence(session: Session, spec: TestSpec) -> Iterator[Optional[Fence]]:
         yield held
 
 
-def _guard(session: Session, spec: TestSpec, server: DrivenProcess,
-           counter: Optional[UdpCounter], no_udp: Optional[str]) -> Guard:
+def _guard(control: ControlConnection, spec: TestSpec, server: DrivenProcess,
+           counter: UdpCounter | None, no_udp: str | None) -> Guard:
     # Behind a fence too: the fence holds what leaves, the guard stops a far end whose
     # client asks for more than it was allowed (what it tries, counted before the fence),
     # so that the test fails and says why rather than measuring the fence.
-    config = session.server.config
+    config = control.server.config
     return Guard(server.pid, limits_for(
         spec.streams, len(spec.flow_directions()), spec.planned_s() or config.max_duration_s,
-        config.max_rate_bps, session.server.allows), udp=counter, no_udp=no_udp)
+        config.max_rate_bps, control.server.allows), udp=counter, no_udp=no_udp)
 
 
-def _serve_far_end(session: Session, guard: Guard, server: DrivenProcess,
-                   port: int) -> Optional[str]:
+def _serve_far_end(control: ControlConnection, guard: Guard, server: DrivenProcess,
+                   port: int) -> str | None:
     """Serve the far end until its client is done; why the agent stopped it, if it did."""
-    session.channel.send({"type": "far_end_ready", "port": port})
+    control.channel.send({"type": "far_end_ready", "port": port})
     while True:
         try:
-            message = session.channel.recv(timeout=CHECK_S)
+            message = control.channel.recv(timeout=CHECK_S)
         except socket.timeout:
             breach = guard.breach()
             if breach is not None:
@@ -300,24 +300,24 @@ def _addresses(host: str) -> list[str]:
     return sorted({str(info[4][0]) for info in infos})
 
 
-def _send_output(session: Session, raw: RawOutput, stopped: Optional[str],
-                 note: Optional[str]) -> None:
+def _send_output(control: ControlConnection, raw: RawOutput, stopped: str | None,
+                 note: str | None) -> None:
     """The far end's output, however long: its text in ``far_end_text`` chunks that each
     fit a frame, then ``far_end_output`` with the rest (once one message, which a long
     output overflowed, so the receiver figures were silently lost) and ``note``, what of
     it was not kept (the output the agent keeps is bounded as every tool's is)."""
     text = raw.text
     for start in range(0, len(text), OUTPUT_CHUNK_CHARS):
-        _send_quietly(session, {"type": "far_end_text",
+        _send_quietly(control, {"type": "far_end_text",
                                 "text": text[start:start + OUTPUT_CHUNK_CHARS]})
-    _send_quietly(session, {"type": "far_end_output", "chunked": True, "stopped": stopped,
+    _send_quietly(control, {"type": "far_end_output", "chunked": True, "stopped": stopped,
                             "output_note": note,
                             "raw": convert.unstructure(attrs.evolve(raw, text=""))})
 
 
-def _send_quietly(session: Session, message: dict) -> None:
+def _send_quietly(control: ControlConnection, message: dict) -> None:
     with contextlib.suppress(OSError, NetprobeError):  # the client went away: nothing to tell
-        session.channel.send(message)
+        control.channel.send(message)
 
 
 # --- third party --------------------------------------------------------------------------
@@ -326,79 +326,79 @@ def _send_quietly(session: Session, message: dict) -> None:
 class _Forward:
     """A reporter that sends the test's live events to the client that asked for it."""
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
+    def __init__(self, control: ControlConnection) -> None:
+        self.control = control
         self.lock = threading.Lock()
 
     def interval(self, sample: Interval) -> None:
         with self.lock:
-            _send_quietly(self.session, {"type": "interval", "sample": convert.unstructure(sample)})
+            _send_quietly(self.control, {"type": "interval", "sample": convert.unstructure(sample)})
 
     def note(self, message: str) -> None:
         with self.lock:
-            _send_quietly(self.session, {"type": "note", "message": message})
+            _send_quietly(self.control, {"type": "note", "message": message})
 
 
-def _third_party(session: Session, message: dict, loader: RegistryLoader) -> None:
-    config = session.server.config
+def _third_party(control: ControlConnection, message: dict, loader: RegistryLoader) -> None:
+    config = control.server.config
     if not config.allow_third_party:
-        session.refuse("third-party tests are off on this agent "
+        control.refuse("third-party tests are off on this agent "
                        "(start it with --allow-third-party to allow them)", "third_party")
-    tool = _tool(session, message, loader)
-    spec = session.checked_spec(message, tool.refusals)
+    tool = _tool(control, message, loader)
+    spec = control.checked_spec(message, tool.refusals)
     receive = bool(tool.options.get("receive"))  # listens here: HOST is a local address
     if not spec.host and not receive:
-        session.refuse("a third-party test needs a target host")
+        control.refuse("a third-party test needs a target host")
     refused = [] if receive else [a for a in _addresses(str(spec.host))
-                                  if not session.server.allows(a)]
+                                  if not control.server.allows(a)]
     if refused:
-        session.refuse(f"the target {escape(spec.host)} ({refused[0]}) is outside this agent's "
+        control.refuse(f"the target {escape(spec.host)} ({refused[0]}) is outside this agent's "
                        "--allow list: it sends only to addresses it would accept as clients")
-    access = _target_access(session, message)
-    with session.slot(spec, "third_party"):
-        who = client(session.peer)
+    access = _target_access(control, message)
+    with control.slot(spec, "third_party"):
+        who = client(control.peer)
         what = "receive-only" if receive else f"test to {escape(str(spec.host))}"
-        session.server.log(f"{who}: third-party {tool.name} {what}",
+        control.server.log(f"{who}: third-party {tool.name} {what}",
                            event="test", client=who, tool=tool.name, target=spec.host)
         reply: dict[str, Any] = {"type": "result"}
-        keep_alive(session.channel.sock)
+        keep_alive(control.channel.sock)
         try:
-            with RequesterWatch(session.channel.sock) as watch:
-                result = run_spec(tool, spec, _Forward(session), agent=access)
+            with RequesterWatch(control.channel.sock) as watch:
+                result = run_spec(tool, spec, _Forward(control), agent=access)
             reply["result"] = convert.unstructure(result)
         except KeyboardInterrupt:
             # Only the watch raises it here (the agent's own Ctrl-C reaches its main
             # thread): the requester is gone, so is the test; no one is left to tell.
-            session.server.log(f"{who}: third-party {tool.name} stopped: {watch.gone}",
+            control.server.log(f"{who}: third-party {tool.name} stopped: {watch.gone}",
                                event="test", client=who, tool=tool.name, state="stopped")
             return
         except SecretMissing as exc:
             # Said of this agent, which lacks it: its requester gave its own secret, to
             # this agent, and cannot give one for the next hop.
-            reply["error"] = (f"the agent at {session.local_address} has no shared secret, "
+            reply["error"] = (f"the agent at {control.local_address} has no shared secret, "
                               f"and the one at {exc.host} requires one: start that agent "
                               "with --secret-file (the secret of the agents it tests to)")
         except SecretRefused as exc:
             reply["error"] = (f"the agent at {exc.host} refused the shared secret of the agent "
-                              f"at {session.local_address}: the two agents were started with "
+                              f"at {control.local_address}: the two agents were started with "
                               "different secrets (--secret-file)")
         except TestFailed as exc:
             reply["error"] = str(exc)
             reply["result"] = convert.unstructure(exc.partial) if exc.partial else None
         except NetprobeError as exc:
             reply["error"] = str(exc)
-        _send_quietly(session, reply)
+        _send_quietly(control, reply)
 
 
-def _target_access(session: Session, message: dict) -> AgentAccess:
+def _target_access(control: ControlConnection, message: dict) -> AgentAccess:
     """How this agent, as the client of a third-party test, reaches the target's agent:
     with its own secret, on the port the requester names (it was once always 5301)."""
     port = message.get("agent_port")
     if port is None:  # a requester older than the field: the default port
-        return AgentAccess(secret=session.server.config.secret)
+        return AgentAccess(secret=control.server.config.secret)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-        session.refuse("bad agent_port in the request")
-    return AgentAccess(secret=session.server.config.secret, port=port)
+        control.refuse("bad agent_port in the request")
+    return AgentAccess(secret=control.server.config.secret, port=port)
 
 
 def with_port(spec: TestSpec, port: int) -> TestSpec:

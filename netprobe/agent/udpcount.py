@@ -28,7 +28,6 @@ import shutil
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Optional
 
 PREFIX = "netprobe_guard_"
 NFT_TIMEOUT_S = 5.0
@@ -55,7 +54,7 @@ class CounterUnavailable(Exception):
     """No counter can be installed here; the message says why, in one line."""
 
 
-def _nft(*args: str, script: Optional[str] = None) -> str:
+def _nft(*args: str, script: str | None = None) -> str:
     """Run ``nft ARGS`` (``script`` on its stdin); its stdout. CounterUnavailable when nft
     is missing or refuses (no CAP_NET_ADMIN, a kernel without nf_tables)."""
     binary = shutil.which("nft")
@@ -72,7 +71,7 @@ def _nft(*args: str, script: Optional[str] = None) -> str:
     return done.stdout
 
 
-def _start_time(pid: int) -> Optional[str]:
+def _start_time(pid: int) -> str | None:
     """The start time of ``pid`` (clock ticks since boot), None if it is not running: with
     the pid it names one process, whatever pid reuse does."""
     try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from typing import Any, Callable, ClassVar, Optional
+from typing import Any, Callable, ClassVar
 
 import attrs
 
@@ -56,9 +56,9 @@ class PairRecord:
     """When the test started (UTC, ISO 8601)."""
     outcome: str = attrs.field(validator=attrs.validators.in_(OUTCOMES))
     """ok, failed, unreachable, timeout or interrupted."""
-    error: Optional[str] = None
+    error: str | None = None
     """Why it is not ok (None when it is)."""
-    result: Optional[Result] = None
+    result: Result | None = None
     """The whole result (a partial one for a failed test; None when none came back)."""
 
 
@@ -76,7 +76,7 @@ class Run:
     """Rounds planned."""
     pairs: int
     """Tests planned."""
-    finished: Optional[str] = None
+    finished: str | None = None
     """UTC, ISO 8601; None while it runs, or when the runner died."""
     status: str = "incomplete"
     """incomplete (written when the run starts: it is still running, or its runner
@@ -84,7 +84,7 @@ class Run:
     or failed (the archive refused a write)."""
 
 
-def figures(result: Optional[Result]) -> dict[str, Any]:
+def figures(result: Result | None) -> dict[str, Any]:
     """The summary figures kept as columns: the flow the spec asked for (client to server,
     or server to client for a reverse test); every figure None when unknown."""
     out: dict[str, Any] = dict.fromkeys(FIGURES)
@@ -149,7 +149,7 @@ class Archive(abc.ABC):
         """Every run, oldest first."""
 
     @abc.abstractmethod
-    def records(self, run_id: Optional[str] = None) -> list[PairRecord]:
+    def records(self, run_id: str | None = None) -> list[PairRecord]:
         """Every record (of one run), in the order they were written."""
 
     @abc.abstractmethod

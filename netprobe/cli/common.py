@@ -10,7 +10,7 @@ import argparse
 import itertools
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable
 
 from netprobe.cli.exitcodes import ExitCode, UsageError
 from netprobe.limits import SAVED_RESULTS_MAX_BYTES, InputTooLarge, read_at_most
@@ -117,7 +117,7 @@ def emit_partial(out: Output, partial: Any, reporter: Reporter) -> None:
 
 
 def machine_record(out: Output, tool_name: str, spec: TestSpec, exc: TestFailed
-                   ) -> Optional[Result]:
+                   ) -> Result | None:
     """What a test that failed before any figure came back writes: for a machine format
     its one record, the Result the Python API puts in ``TestFailed.partial`` for the same
     failure (:func:`netprobe.session.failed_result`); for a person nothing but the error

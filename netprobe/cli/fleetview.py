@@ -5,7 +5,7 @@ HTML. Only netprobe/cli draws; the fleet command (cli/commands/fleet.py) decides
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
@@ -122,7 +122,7 @@ class FleetBar:
         self.progress.stop()
 
 
-def _mbit(record: PairRecord) -> Optional[float]:
+def _mbit(record: PairRecord) -> float | None:
     bps = figures(record.result)["receiver_bits_per_second"]
     return None if bps is None else bps / 1e6
 
@@ -162,7 +162,7 @@ def print_status(rows: list[dict[str, Any]]) -> None:
     stdout_console().print(table)
 
 
-def print_matrices(matrices: list[Matrix], empty_note: Optional[str]) -> None:
+def print_matrices(matrices: list[Matrix], empty_note: str | None) -> None:
     """Each group's matrix as a table (``empty_note`` first when the archive is empty)."""
     if empty_note:
         print_note(empty_note)
@@ -170,12 +170,12 @@ def print_matrices(matrices: list[Matrix], empty_note: Optional[str]) -> None:
         stdout_console().print(matrix_table(m))
 
 
-def matrix_rows(m: Matrix) -> list[tuple[str, list[tuple[str, bool, Optional[Cell]]]]]:
+def matrix_rows(m: Matrix) -> list[tuple[str, list[tuple[str, bool, Cell | None]]]]:
     """Each source and its row: per target the text (the received rate when ok, else what
     went wrong; empty when untested), whether it is ok, and the cell."""
     rows = []
     for source in m.hosts:
-        row: list[tuple[str, bool, Optional[Cell]]] = []
+        row: list[tuple[str, bool, Cell | None]] = []
         for target in m.hosts:
             cell = None if source == target else m.cells.get((source, target))
             if cell is None:

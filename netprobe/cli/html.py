@@ -16,9 +16,9 @@ import datetime
 import io
 import math
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any
 
-from netprobe.cli.htmldist import HEADROOM
+from netprobe.cli.htmldist import HEADROOM, distribution_html
 from netprobe.cli.htmlparts import _RC, _e, _label, _scoped
 from netprobe.cli.outfile import write_text
 from netprobe.cli.tabulate import DIRECTION_LABELS, scale, stats_header, stats_rows
@@ -50,7 +50,7 @@ _GROUP_COLOURS = tuple(f"C{k}" for k in range(10))  # matplotlib's default cycle
 # ColorBrewer Dark2 (its orange last, being nearest tab10's), so streams never look like tools.
 _STREAM_COLOURS = ("#1b9e77", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d",
                    "#666666", "#d95f02")
-def charts_missing() -> Optional[str]:
+def charts_missing() -> str | None:
     """None if charts can be drawn here, else one line saying how to get matplotlib."""
     try:
         import matplotlib  # noqa: F401  (the whole library loads only to draw)
@@ -173,7 +173,6 @@ def _direction_charts(groups: Sequence[Group], direction: str) -> list[str]:
         lines = _per_group(groups, direction, extract)
         if any(points for _, points, _ in lines):
             charts.append(_chart(f"{name}-{tag}", f"{title}, {arrow}, per group", kind, lines))
-    from netprobe.cli.htmldist import distribution_html
 
     return charts + distribution_html(groups, direction, tag)
 
@@ -236,7 +235,7 @@ def _chart(chart_id: str, title: str, kind: str, lines: Sequence[Line], thin: bo
 
 
 def _plot(axes: Any, points: list[GappedPoint], divisor: float, gid: str, color: str,
-          label: Optional[str], width: float, alpha: float) -> None:
+          label: str | None, width: float, alpha: float) -> None:
     # NaN where nothing was measured: matplotlib breaks the line there
     (line,) = axes.plot([t for t, _ in points],
                         [math.nan if v is None else v / divisor for _, v in points],

@@ -4,7 +4,6 @@ the round trip over time with the phases marked under it."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
 
 from rich import box
 from rich.console import Console
@@ -56,11 +55,11 @@ def print_latency(console: Console, result: Result) -> None:
         console.print(chart, soft_wrap=True)
 
 
-def _ms(value: Optional[float]) -> str:
+def _ms(value: float | None) -> str:
     return format_ms_from_us(value)
 
 
-def _num(value_us: Optional[float]) -> str:
+def _num(value_us: float | None) -> str:
     """Microseconds as a bare number of milliseconds, for the table's ms columns."""
     if value_us is None:
         return "-"
@@ -68,7 +67,7 @@ def _num(value_us: Optional[float]) -> str:
     return f"{ms:.2f}" if abs(ms) < 10 else f"{ms:.1f}" if abs(ms) < 1000 else f"{ms:.0f}"
 
 
-def signed_ms(value_us: Optional[float]) -> str:
+def signed_ms(value_us: float | None) -> str:
     """A latency increase in milliseconds, to three significant figures and never finer
     than 0.1 ms (``+9.0 ms``, ``+18.3 ms``, ``+188 ms``): one precision for every increase,
     as fine as the probes' timing, where ``+9.016 ms`` beside ``+187.7 ms`` claimed more."""
@@ -108,12 +107,12 @@ def phase_table(phases: Sequence[LatencyPhase]) -> Table:
     return table
 
 
-def _plus(value_us: Optional[float]) -> str:
+def _plus(value_us: float | None) -> str:
     """An increase for the table's ms columns, at :func:`signed_ms`'s precision."""
     return signed_ms(value_us).removesuffix(" ms")
 
 
-def rate_table(phases: Sequence[LatencyPhase]) -> Optional[Table]:
+def rate_table(phases: Sequence[LatencyPhase]) -> Table | None:
     """Each loaded phase's throughput, download and upload (None when none is known)."""
     rows = [p for p in phases
             if p.server_to_client_bits_per_second or p.client_to_server_bits_per_second]
@@ -131,11 +130,11 @@ def rate_table(phases: Sequence[LatencyPhase]) -> Optional[Table]:
     return table
 
 
-def _one_way(record: Optional[LatencyStats]) -> str:
+def _one_way(record: LatencyStats | None) -> str:
     return "-" if record is None else _num(record.p50_us)
 
 
-def _rate(value: Optional[float]) -> str:
+def _rate(value: float | None) -> str:
     return format_rate(value) if value else "-"
 
 
@@ -188,13 +187,13 @@ def _per_phase(phases: Sequence[LatencyPhase]) -> list[str]:
     return words
 
 
-def loss_text(phases: Sequence[LatencyPhase]) -> Optional[Text]:
+def loss_text(phases: Sequence[LatencyPhase]) -> Text | None:
     """:func:`loss_words` for the terminal (None: no loss)."""
     words = loss_words(phases)
     return None if words is None else Text(words, style="yellow")
 
 
-def loss_words(phases: Sequence[LatencyPhase]) -> Optional[str]:
+def loss_words(phases: Sequence[LatencyPhase]) -> str | None:
     """``3 probes lost (loaded: 2 client to server, 1 server to client)``: where each
     phase's probes were lost, from the server's list of what reached it (None: no loss)."""
     parts, total = [], 0
@@ -223,14 +222,14 @@ def _averaged(latency: Latency) -> str:
 
 
 def latency_chart(samples: Sequence[LatencySample], phases: Sequence[LatencyPhase],
-                  width: int = CHART_WIDTH, rows: int = CHART_ROWS) -> Optional[Text]:
+                  width: int = CHART_WIDTH, rows: int = CHART_ROWS) -> Text | None:
     """Round trip over time, the slowest probe of each column, ``rows`` lines high, with
     the phases' names under their start and lost probes marked ``x``."""
     if not samples:
         return None
     end = max(max(s.t_s for s in samples), max((p.end_s for p in phases), default=0.0))
     span = end or 1.0
-    columns: list[Optional[float]] = [None] * width
+    columns: list[float | None] = [None] * width
     lost = [False] * width
     for sample in samples:
         col = min(width - 1, int(sample.t_s / span * width))
@@ -252,7 +251,7 @@ def latency_chart(samples: Sequence[LatencySample], phases: Sequence[LatencyPhas
     return text
 
 
-def _cell(value: Optional[float], top: float, row: int, rows: int) -> str:
+def _cell(value: float | None, top: float, row: int, rows: int) -> str:
     if value is None:
         return " "
     height = value / top * rows  # in rows, e.g. 2.4: rows 1-2 full, row 3 four tenths

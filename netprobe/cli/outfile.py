@@ -24,7 +24,6 @@ import contextlib
 import os
 import stat
 import sys
-from typing import Optional
 
 from attrs import frozen
 
@@ -49,13 +48,13 @@ class Formats(Record):
 
     stdout: str
     """The format on stdout (``--format``, else human)."""
-    file: Optional[str]
+    file: str | None
     """The format of ``-o FILE`` (None without ``-o``)."""
-    warning: Optional[str] = None
+    warning: str | None = None
     """Set when ``--format`` contradicts the file's extension (the format wins)."""
 
 
-def choose_formats(given: Optional[str], path: Optional[str]) -> Formats:
+def choose_formats(given: str | None, path: str | None) -> Formats:
     """stdout and file formats from ``--format`` (None: not given) and ``-o`` PATH."""
     stdout_fmt = given or "human"
     if path is None:
@@ -170,7 +169,7 @@ class AppendFile:
         if _kind(path) == _REPLACE:
             flags |= os.O_CREAT
         try:
-            self._fd: Optional[int] = os.open(path, flags, 0o666)
+            self._fd: int | None = os.open(path, flags, 0o666)
         except OSError as exc:
             raise _error(path, exc) from None
         self._regular = stat.S_ISREG(os.fstat(self._fd).st_mode)

@@ -8,7 +8,6 @@ draws with rich.progress.
 from __future__ import annotations
 
 import threading
-from typing import Optional
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -20,15 +19,15 @@ from netprobe.schema import Interval
 class TrialProgress:
     """A Reporter (see netprobe.plugin) drawing one progress bar per trial."""
 
-    def __init__(self, planned_s: Optional[float], console: Optional[Console] = None) -> None:
+    def __init__(self, planned_s: float | None, console: Console | None = None) -> None:
         self._planned = planned_s
         if console is None:  # the CLI's stderr console: markup off, every text escaped
             from netprobe.cli.render import stderr_console
 
             console = stderr_console()
         self._console = console
-        self._progress: Optional[Progress] = None
-        self._task: Optional[TaskID] = None
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
         self._lock = threading.Lock()
 
     def start(self, label: str) -> None:

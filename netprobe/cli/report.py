@@ -9,7 +9,6 @@ from netprobe.cli.tabulate, which the HTML page shares.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
 
 from rich import box
 from rich.console import Console, Group
@@ -47,7 +46,7 @@ def _directions(result: Result) -> tuple[str, ...]:
     return result.spec.flow_directions()
 
 
-def trial_line(result: Result, top: Optional[float] = None, total: Optional[int] = None,
+def trial_line(result: Result, top: float | None = None, total: int | None = None,
                width: int = SPARK_WIDTH, started: bool = False) -> Text:
     """One trial: index, tool, per direction the throughput and its sparkline, retransmits,
     the latency's bloat and grade when it has them, the status when not ``ok`` (and with
@@ -77,13 +76,13 @@ def trial_line(result: Result, top: Optional[float] = None, total: Optional[int]
     return line
 
 
-def _trial_label(result: Result, total: Optional[int]) -> str:
+def _trial_label(result: Result, total: int | None) -> str:
     if result.trial is None:
         return "#-"
     return f"#{result.trial}" + (f"/{total}" if total else "")
 
 
-def _throughput(result: Result, direction: str) -> Optional[float]:
+def _throughput(result: Result, direction: str) -> float | None:
     flow = result.summary(direction)
     for side in (flow.receiver, flow.sender) if flow else ():
         if side is not None:
@@ -91,7 +90,7 @@ def _throughput(result: Result, direction: str) -> Optional[float]:
     return None
 
 
-def _retransmits(result: Result, direction: str) -> Optional[int]:
+def _retransmits(result: Result, direction: str) -> int | None:
     flow = result.summary(direction)
     return flow.sender.retransmits if flow and flow.sender else None
 
@@ -155,7 +154,7 @@ def _each_call(entry: CallLength) -> str:
 
 
 def stats_table(stats: Sequence[GroupStats], group_title: str = "Group",
-                title: Optional[str] = None) -> Table:
+                title: str | None = None) -> Table:
     """The statistics of ``stats`` (a row per group, a block per figure)."""
     header = stats_header(stats, group_title)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title=title,
@@ -177,7 +176,7 @@ def _cells(row: Sequence[str]) -> list[Text]:
 
 
 def print_stats(console: Console, stats: Sequence[GroupStats], group_title: str = "Group",
-                title: Optional[str] = None) -> None:
+                title: str | None = None) -> None:
     """The statistics table, or a line saying there is nothing to summarise. Where the
     table is wider than the console, one table per figure (titled with it), so that no
     group name and no number is cut."""

@@ -22,7 +22,6 @@ of the intervals it streamed.
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 from netprobe import convert
 from netprobe.cli.outfile import AppendFile, write_stdout
@@ -39,7 +38,7 @@ def event_line(event: str, data: object) -> str:
                       separators=(",", ":")) + "\n"
 
 
-def start_data(spec: TestSpec, tool: str, start_time: Optional[str]) -> dict:
+def start_data(spec: TestSpec, tool: str, start_time: str | None) -> dict:
     """The ``start`` event's data: what runs, and since when."""
     return {"schema_version": SCHEMA_VERSION, "tool": tool,
             "spec": convert.unstructure(spec), "start_time": start_time}
@@ -62,7 +61,7 @@ class StreamReporter:
     A failing write raises (OutputError): the tool contains it (the test goes on, the
     reporter is not called again) and the end's write then fails the command (exit 6)."""
 
-    def __init__(self, spec: TestSpec, to_stdout: bool, path: Optional[str]) -> None:
+    def __init__(self, spec: TestSpec, to_stdout: bool, path: str | None) -> None:
         self._stdout = to_stdout
         self._file = AppendFile(path) if path is not None else None
         self.lines = 0

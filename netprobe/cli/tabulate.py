@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any
 
 from netprobe.latency.figures import grade
 from netprobe.results.analysis import (
@@ -42,7 +42,7 @@ def scale(kind: str, magnitude: float) -> tuple[float, str]:
     return 1.0, {"ms": "ms", "percent": "%", "count": "", "grade": ""}[kind]
 
 
-def number(value: Optional[float]) -> str:
+def number(value: float | None) -> str:
     """Three significant figures, never in exponent form; ``-`` when unknown."""
     if value is None or math.isnan(value):
         return "-"
@@ -54,7 +54,7 @@ def number(value: Optional[float]) -> str:
     return f"{value:.{decimals}f}"
 
 
-def ratio_text(value: Optional[float]) -> str:
+def ratio_text(value: float | None) -> str:
     """A ratio to the reference with two decimals (``0.58``); ``-`` when undefined."""
     return "-" if value is None else f"{value:.2f}"
 
@@ -97,11 +97,11 @@ def stats_rows(stats: Sequence[GroupStats]) -> list[list[list[str]]]:
     return blocks
 
 
-def _row(label: str, group: GroupStats, cell: Optional[FigureStats], divisor: float,
+def _row(label: str, group: GroupStats, cell: FigureStats | None, divisor: float,
          grouped: bool, graded: bool = False) -> list[str]:
     summary = cell.summary if cell is not None else None
     count = summary.n if summary is not None else 0
-    values: list[Optional[float]] = [None] * 6
+    values: list[float | None] = [None] * 6
     if summary is not None:
         values = [summary.mean, summary.median, summary.stdev, summary.min, summary.max,
                   summary.ci_half_width]
@@ -114,7 +114,7 @@ def _row(label: str, group: GroupStats, cell: Optional[FigureStats], divisor: fl
     return row if grouped else [row[0], *row[2:-1]]
 
 
-def _grade_cells(summary: Optional[Summary]) -> list[str]:
+def _grade_cells(summary: Summary | None) -> list[str]:
     """mean, median, sd, min, max, CI of a bloat as grades (``C..D``: the CI's two ends)."""
     if summary is None:
         return ["-"] * 6
@@ -147,7 +147,7 @@ def stats_records(stats: Sequence[GroupStats]) -> list[dict[str, Any]]:
     return records
 
 
-def _letter(bloat_us: Optional[float]) -> Optional[str]:
+def _letter(bloat_us: float | None) -> str | None:
     return None if bloat_us is None else grade(bloat_us)
 
 
@@ -162,7 +162,7 @@ BLOCKS = "▁▂▃▄▅▆▇█"
 """Eight levels; a zero is a space, so that a stall shows as a gap."""
 
 
-def sparkline(values: Sequence[float], top: Optional[float] = None, width: int = 60) -> str:
+def sparkline(values: Sequence[float], top: float | None = None, width: int = 60) -> str:
     """``values`` as block characters from 0 to ``top`` (default: their maximum); more
     values than ``width`` are averaged in buckets so that the line keeps its width."""
     points = _buckets(list(values), width)

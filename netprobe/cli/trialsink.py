@@ -14,7 +14,7 @@ import io
 import json
 import sys
 from collections.abc import Collection, Sequence
-from typing import Any, Optional
+from typing import Any
 
 from netprobe.cli.common import agent_access, error, warning
 from netprobe.cli.exitcodes import ExitCode
@@ -73,7 +73,7 @@ statistics and tables (0.4-0.6 s on loopback here)."""
 
 
 def _plan_note(spec: TestSpec, tools: Sequence[Tool], rounds: int,
-               pause: Optional[float]) -> str:
+               pause: float | None) -> str:
     names = ", ".join(tool.name for tool in tools)
     trials = len(tools) * rounds
     text = (f"{trials} trials: {names} interleaved, {rounds} rounds" if len(tools) > 1
@@ -85,7 +85,7 @@ def _plan_note(spec: TestSpec, tools: Sequence[Tool], rounds: int,
 
 
 def expected_run_s(spec: TestSpec, tools: Sequence[Tool], rounds: int,
-                   pause_s: float) -> Optional[float]:
+                   pause_s: float) -> float | None:
     """How long ``rounds`` rounds of ``spec`` through ``tools`` take: each trial as its tool
     runs it (its planned time and what the tool adds: :meth:`Tool.expected_s`), the pauses
     between trials, and the run's own start and tables; None when a trial's time is
@@ -105,8 +105,8 @@ def _duration_words(seconds: float) -> str:
 class TrialSink:
     """Where the trials' results go as they come (the TrialEvents of a CLI run)."""
 
-    def __init__(self, fmt: str, path: Optional[str], quiet: bool = False,
-                 file_fmt: Optional[str] = None) -> None:
+    def __init__(self, fmt: str, path: str | None, quiet: bool = False,
+                 file_fmt: str | None = None) -> None:
         self.fmt = fmt
         self.path = path
         self.file_fmt = file_fmt or choose_formats(None, path).file or fmt
@@ -114,7 +114,7 @@ class TrialSink:
         self.results: list[Result] = []
         """Every trial's result so far, in the order run."""
         self.skipped: list[Skipped] = []
-        self._planned: Optional[int] = None
+        self._planned: int | None = None
         self._progress: Any = None  # the TrialProgress on a terminal
         self._csv_started = False
         self.batched: frozenset[str] = frozenset()
@@ -188,7 +188,7 @@ class TrialSink:
 
             print_note(f"trial {trial.index} ({trial.tool}) failed: {message}")
 
-    def close(self, run: Optional[TrialRun]) -> None:
+    def close(self, run: TrialRun | None) -> None:
         """After the last trial (or a stop): the file, then stdout's closing part."""
         if self._progress is not None:
             self._progress.stop()
@@ -198,12 +198,12 @@ class TrialSink:
             if not self.quiet:
                 self._close_stdout(run)
 
-    def _write_file(self, run: Optional[TrialRun]) -> None:
+    def _write_file(self, run: TrialRun | None) -> None:
         if self.path is None or self.file_fmt == "jsonl":
             return
         write_text(self.path, self._text(self.file_fmt, run))
 
-    def _close_stdout(self, run: Optional[TrialRun]) -> None:
+    def _close_stdout(self, run: TrialRun | None) -> None:
         if self.fmt == "json":
             write_stdout(self._text("json", run))
         elif self.fmt == "human":
@@ -211,7 +211,7 @@ class TrialSink:
 
             _print_closing(stdout_console(), self.results, run, self.path, self.batched)
 
-    def _text(self, fmt: str, run: Optional[TrialRun]) -> str:
+    def _text(self, fmt: str, run: TrialRun | None) -> str:
         if fmt == "json":
             return json.dumps([unstructure(r) for r in self.results], indent=2,
                               allow_nan=False) + "\n"
@@ -225,8 +225,8 @@ def trial_stats(results: Sequence[Result]) -> list[GroupStats]:
     return group_stats(group_results(results, ["tool"]))
 
 
-def _print_closing(console: Any, results: Sequence[Result], run: Optional[TrialRun],
-                   path: Optional[str], batched: Collection[str] = ()) -> None:
+def _print_closing(console: Any, results: Sequence[Result], run: TrialRun | None,
+                   path: str | None, batched: Collection[str] = ()) -> None:
     from rich.text import Text
 
     from netprobe.cli.report import call_length_table, print_stats
@@ -247,7 +247,7 @@ def _print_closing(console: Any, results: Sequence[Result], run: Optional[TrialR
 
 
 def report_text(results: Sequence[Result], skipped: Sequence[Skipped],
-                run: Optional[TrialRun], batched: Collection[str] = ()) -> str:
+                run: TrialRun | None, batched: Collection[str] = ()) -> str:
     """The human report of a run as plain text, for ``-o FILE`` in the human format."""
     from rich.console import Console
 

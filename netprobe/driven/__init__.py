@@ -7,6 +7,8 @@
 ready, deadline, Ctrl-C, stop by PID, intervals delivered on the caller's thread);
 :mod:`netprobe.driven.session` is the glue from a plan to a Result (:class:`Plan`,
 :class:`DrivenSession`: server then client, one policy for interrupted, failed and ok);
+:mod:`netprobe.driven.figures` is the one way a tool's figures become a Result
+(:class:`Figures`, :func:`to_result`: every session and saved-output reader ends there);
 :mod:`netprobe.driven.tool` is the Tool side (:class:`DrivenTool`: the binary found once,
 :func:`read_version`, :func:`readable_sources`); :mod:`netprobe.driven.verdict` says
 whether a run that ended content broke or ran short (:func:`run_faults`). Every name is
@@ -20,6 +22,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from netprobe.driven.figures import Figures, interval_order, to_result
     from netprobe.driven.net import (
         family_for,
         free_port,
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
 # native engine's client needs is_local_host only, and the whole package (subprocess,
 # ctypes, the session glue) was ~10 ms of every `netprobe run`'s start-up on a router.
 _MODULE_OF = {
+    "figures": ("Figures", "interval_order", "to_result"),
     "net": ("family_for", "free_port", "free_port_block", "is_listening", "is_local_host",
             "is_numeric", "loopback", "port_is_free", "system_name", "wait_port"),
     "process": ("DrivenProcess", "KeptOutput", "find_binary", "not_found", "run_once"),
@@ -89,6 +93,7 @@ __all__ = [
     "DrivenRun",
     "DrivenSession",
     "DrivenTool",
+    "Figures",
     "KeptOutput",
     "Plan",
     "Ready",
@@ -97,6 +102,7 @@ __all__ = [
     "find_binary",
     "free_port",
     "free_port_block",
+    "interval_order",
     "is_listening",
     "is_local_host",
     "is_numeric",
@@ -111,5 +117,6 @@ __all__ = [
     "run_faults",
     "run_once",
     "system_name",
+    "to_result",
     "wait_port",
 ]

@@ -28,8 +28,9 @@ import abc
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
+from netprobe.driven.figures import Figures, to_result
 from netprobe.driven.net import is_local_host, system_name
 from netprobe.driven.run import DrivenRun, Ready
 from netprobe.driven.verdict import run_faults
@@ -74,9 +75,9 @@ class Plan:
     """What the client connects to (a name or an address)."""
     client_argv: tuple[str, ...]
     """The client's command line (the binary first)."""
-    server_argv: Optional[tuple[str, ...]]
+    server_argv: tuple[str, ...] | None
     """The local server's command line; None when a server elsewhere is used."""
-    timeout_s: Optional[float]
+    timeout_s: float | None
     """How long the client may run before it is taken as hung (None: no limit)."""
 
 
@@ -86,7 +87,7 @@ def local_server_wanted(spec: TestSpec, options: dict[str, Any]) -> bool:
     return bool(options.get("start_server", True)) and is_local_host(spec.host)
 
 
-def client_deadline(spec: TestSpec, grace_s: float = HANG_GRACE_S) -> Optional[float]:
+def client_deadline(spec: TestSpec, grace_s: float = HANG_GRACE_S) -> float | None:
     """Seconds the client may run: the test (with its warm-up) plus ``grace_s`` plus a
     fifth of the test; None in byte-count mode, whose length is not known in advance."""
     if spec.bytes_total is not None or spec.duration_s is None:
@@ -98,7 +99,7 @@ class DrivenSession(abc.ABC):
     """One run of a driven tool: its processes, and the Result built from their output."""
 
     def __init__(self, spec: TestSpec, reporter: Reporter, *, tool: str,
-                 version: Optional[str]) -> None:
+                 version: str | None) -> None:
         self.spec = spec
         """The test as asked."""
         self.tool = tool
@@ -206,31 +207,25 @@ class DrivenSession(abc.ABC):
         summaries: Sequence[FlowSummary] = (),
         streams: Sequence[StreamResult] = (),
         intervals: Sequence[Interval] = (),
-        duration_s: Optional[float] = None,
+        duration_s: float | None = None,
         warnings: Sequence[str] = (),
-        version: Optional[str] = None,
-        local_address: Optional[str] = None,
-        raw: Optional[Sequence[RawOutput]] = None,
+        version: str | None = None,
+        local_address: str | None = None,
+        raw: Sequence[RawOutput] | None = None,
     ) -> Result:
-        """A Result of this run: the tool, the spec, the start time, this machine as the
-        client, ``warnings`` then the session's and the run's own, ``raw`` (default: every
+        """A Result of this run through :func:`~netprobe.driven.figures.to_result` (the
+        one assembler): the tool, the spec, the start time, this machine as the client,
+        ``warnings`` then the session's and the run's own, ``raw`` (default: every
         process's output in the order started). The CPU rule is the road's
         (:func:`netprobe.session.checked`), applied to every tool's Result alike."""
-        return Result(
-            tool=ToolInfo(name=self.tool, version=version or self.version),
-            spec=self.spec,
-            start_time=self.start_time,
-            local=Endpoint(role="client", address=local_address, system=system_name()),
-            remote=remote,
-            status=status,
-            duration_s=duration_s,
-            summaries=tuple(summaries),
-            streams=tuple(streams),
-            intervals=tuple(intervals),
-            warnings=(*warnings, *self.warnings, *self.driven.warnings),
-            errors=tuple(errors),
-            raw=self.driven.raw() if raw is None else tuple(raw),
-        )
+        figures = Figures(
+            intervals=list(intervals), streams=list(streams), summaries=list(summaries),
+            warnings=[*warnings, *self.warnings, *self.driven.warnings],
+            duration_s=duration_s, remote=remote,
+            local=Endpoint(role="client", address=local_address, system=system_name()))
+        return to_result(figures, tool=ToolInfo(name=self.tool, version=version or self.version),
+                         spec=self.spec, start_time=self.start_time, status=status,
+                         errors=errors, raw=self.driven.raw() if raw is None else raw)
 
 
 __all__ = [

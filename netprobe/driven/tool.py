@@ -25,7 +25,7 @@ from __future__ import annotations
 import abc
 import re
 from collections.abc import Sequence
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from netprobe.driven.process import find_binary, not_found, run_once
 from netprobe.errors import ParseError, ToolUnavailable
@@ -42,14 +42,14 @@ class DrivenTool(Tool):
 
     program: ClassVar[str]
     """The binary's name on PATH."""
-    env_var: ClassVar[Optional[str]] = None
+    env_var: ClassVar[str | None] = None
     """The environment variable that names the binary to use instead (e.g. NETPROBE_FOO)."""
     install_hint: ClassVar[str] = ""
     """How to get the binary, for the reason shown when it is missing."""
 
-    def __init__(self, options: Optional[dict[str, Any]] = None) -> None:
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)
-        self._availability: Optional[Availability] = None
+        self._availability: Availability | None = None
 
     def probe(self) -> Availability:
         """Find the binary and read its version, the first time only. Never raises: an
@@ -91,7 +91,7 @@ def read_version(
     pattern: str,
     what: str,
     *,
-    exit_codes: Optional[Sequence[int]] = None,
+    exit_codes: Sequence[int] | None = None,
     timeout_s: float = 5.0,
 ) -> tuple[Availability, str]:
     """Run ``path args`` once and read the version from what it printed (stdout and

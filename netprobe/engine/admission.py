@@ -4,8 +4,8 @@ stream budgets.
 
 One :class:`Admission` per server, shared by its accept loop and every handler: a handler
 takes a slot with :meth:`Admission.take` (the reason when it is short) and gives it back
-with :meth:`Admission.release`; :meth:`ControlSession.slot
-<netprobe.engine.handlers.ControlSession.slot>` does both around a test.
+with :meth:`Admission.release`; :meth:`ControlConnection.slot
+<netprobe.engine.handlers.ControlConnection.slot>` does both around a test.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import threading
-from typing import Any, Optional
+from typing import Any
 
 from netprobe.engine.config import ServerConfig
 from netprobe.engine.side import buffer_bytes
@@ -77,7 +77,7 @@ class Admission:
     # -- slots ------------------------------------------------------------------------
 
     def take(self, key: int, doing: dict, memory: int, rate: float = 0.0,
-             streams: int = 0) -> Optional[str]:
+             streams: int = 0) -> str | None:
         """Take a slot for ``key``, ``memory`` bytes of the budget, ``rate`` bits/s of
         --max-rate and ``streams`` of --max-streams (all running tests share them); None
         when taken, else the reason it is short. ``doing`` is what ``status`` reports."""
@@ -135,7 +135,7 @@ class Admission:
             return self._active
 
 
-def doing(kind: str, peer: tuple, spec: Optional[TestSpec]) -> dict:
+def doing(kind: str, peer: tuple, spec: TestSpec | None) -> dict:
     """What a slot is used for, as the ``status`` request reports it."""
     found = {"kind": kind, "peer": peer[0], "started": utc_now_iso()}
     if spec is not None:
@@ -144,7 +144,7 @@ def doing(kind: str, peer: tuple, spec: Optional[TestSpec]) -> dict:
     return found
 
 
-def test_rate(spec: TestSpec) -> Optional[float]:
+def test_rate(spec: TestSpec) -> float | None:
     """What a test asks of the network, every stream and direction together (bits/s);
     None if unlimited."""
     if not spec.rate_bits_per_second:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
@@ -30,8 +30,8 @@ Key = tuple[int, str, str]  # stream id, direction, role
 
 
 def _peer_parts(
-    report: Optional[dict[str, Any]],
-) -> tuple[dict[Key, SideSummary], dict, Optional[Cpu]]:
+    report: dict[str, Any] | None,
+) -> tuple[dict[Key, SideSummary], dict, Cpu | None]:
     """The peer's per-stream summaries and socket infos, validated; empty if unusable."""
     summaries: dict[Key, SideSummary] = {}
     sockets: dict[tuple[int, str], SocketInfo] = {}
@@ -186,7 +186,7 @@ def _fill_from_intervals(spec: TestSpec, summaries: dict[Key, SideSummary],
             "summary is summed from its interval reports"]
 
 
-def _peer_warnings(report: Optional[dict[str, Any]]) -> list[str]:
+def _peer_warnings(report: dict[str, Any] | None) -> list[str]:
     """The peer's warnings, marked as its own (only strings are taken)."""
     items = (report or {}).get("warnings")
     if not isinstance(items, list):
@@ -194,7 +194,7 @@ def _peer_warnings(report: Optional[dict[str, Any]]) -> list[str]:
     return [f"server: {item}" for item in items if isinstance(item, str)]
 
 
-def _cpu_by_role(spec: TestSpec, local: Optional[Cpu], remote: Optional[Cpu]) -> dict:
+def _cpu_by_role(spec: TestSpec, local: Cpu | None, remote: Cpu | None) -> dict:
     """CPU of the sender and receiver of each direction (client is local)."""
     return {
         ("client_to_server", "sender"): local,

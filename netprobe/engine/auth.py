@@ -8,7 +8,6 @@ from the command line, where other users of the host could read it in the proces
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 from netprobe.errors import SpecError
 from netprobe.limits import SECRET_MAX_BYTES, InputTooLarge, read_regular_file
@@ -37,7 +36,7 @@ def read_credential(path: str, what: str) -> bytes:
     return value
 
 
-def load_secret(path: Optional[str] = None) -> Optional[bytes]:
+def load_secret(path: str | None = None) -> bytes | None:
     """The shared secret from ``path`` (trailing newline dropped) or ``$NETPROBE_SECRET``."""
     if path:
         return read_credential(path, "secret")

@@ -5,12 +5,12 @@ both ends' figures into one Result.
 from __future__ import annotations
 
 import socket
-from typing import Any, Optional
+from typing import Any
 
 from netprobe import convert, core
 from netprobe.engine import auth, greeting, protocol
 from netprobe.engine.assemble import build_result
-from netprobe.engine.conduct import PEER_TEXT_CHARS, Conductor, Outcome, Reader
+from netprobe.engine.conduct import PEER_TEXT_CHARS, Conductor, Outcome, Reader, system_name
 from netprobe.engine.log import escape
 from netprobe.engine.protocol import Channel, DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side
@@ -39,7 +39,7 @@ class Client:
     """One native test from the client's end."""
 
     def __init__(
-        self, spec: TestSpec, reporter: Reporter, host: str, secret: Optional[bytes] = None
+        self, spec: TestSpec, reporter: Reporter, host: str, secret: bytes | None = None
     ) -> None:
         self.spec = spec
         self.secret = secret
@@ -48,10 +48,10 @@ class Client:
         self.port = spec.port or protocol.DEFAULT_PORT
         self.start_time = utc_now_iso()
         self.family, self.address = resolve(host, self.port, family_for(spec), socket.SOCK_STREAM)
-        self.channel: Optional[Channel] = None
+        self.channel: Channel | None = None
         self.welcome: dict[str, Any] = {}
         self.streams: list[LocalStream] = []
-        self.side: Optional[Side] = None
+        self.side: Side | None = None
         self.local_kept = KeptIntervals()  # bounded: reporting.MAX_INTERVALS_KEPT
         self.sequence_base = 0
         self.shared_boundary = False  # the server sends and takes the warm-up message
@@ -250,10 +250,10 @@ class Client:
 
     def _result(self, outcome: Outcome, status: str, errors: list[str]) -> Result:
         assert self.side is not None
-        local = Endpoint(role="client", host=None, address=None, system=_system())
+        local = Endpoint(role="client", host=None, address=None, system=system_name())
         sock = self.channel.sock if self.channel else None
         if sock is not None:
-            local = Endpoint(role="client", address=_addr(sock.getsockname), system=_system())
+            local = Endpoint(role="client", address=_addr(sock.getsockname), system=system_name())
         remote = Endpoint(
             role="server",
             host=self.host,
@@ -285,28 +285,22 @@ def _warm_up_error(spec: TestSpec, side: Side) -> list[str]:
             "larger"]
 
 
-def _peer_text(message: dict[str, Any], key: str) -> Optional[str]:
+def _peer_text(message: dict[str, Any], key: str) -> str | None:
     """A text field of the server's, cut and escaped (None unless a string): what a server
     says about itself reaches the result and the screen as data, bounded."""
     value = message.get(key)
     return escape(value, PEER_TEXT_CHARS) if isinstance(value, str) else None
 
 
-def _addr(getname: Any) -> Optional[str]:
+def _addr(getname: Any) -> str | None:
     try:
         return str(getname()[0])
     except OSError:
         return None
 
 
-def _system() -> str:
-    from netprobe.engine.conduct import system_name
-
-    return system_name()
-
-
 def run_test(
-    spec: TestSpec, reporter: Reporter, host: str, secret: Optional[bytes] = None
+    spec: TestSpec, reporter: Reporter, host: str, secret: bytes | None = None
 ) -> Result:
     """Run one native test against the netprobe server at ``host``."""
     return Client(spec, reporter, host, secret).run()

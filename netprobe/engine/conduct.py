@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import attrs
 
@@ -107,7 +107,7 @@ class Reader:
         with contextlib.suppress(queue.Full):
             self.messages.put_nowait({"type": LOCAL})
 
-    def get(self, timeout: float) -> Optional[dict[str, Any]]:
+    def get(self, timeout: float) -> dict[str, Any] | None:
         """The next message, or None if none arrived within ``timeout``."""
         try:
             return self.messages.get(timeout=timeout)
@@ -119,10 +119,10 @@ class Reader:
 class Outcome:
     """What the conductor learnt from the peer."""
 
-    peer_report: Optional[dict[str, Any]] = None
+    peer_report: dict[str, Any] | None = None
     peer_kept: KeptIntervals = attrs.Factory(KeptIntervals)
     """The peer's interval samples kept for the result (bounded: reporting.MAX_INTERVALS_KEPT)."""
-    error: Optional[str] = None
+    error: str | None = None
     aborted_by_peer: bool = False
 
     @property
@@ -140,7 +140,7 @@ class Conductor:
         reader: Reader,
         side: Side,
         on_peer_interval: Callable[[Interval], None],
-        planned_s: Optional[float],
+        planned_s: float | None,
     ) -> None:
         self.channel = channel
         self.reader = reader
@@ -159,7 +159,7 @@ class Conductor:
         """Interval samples not sent because the peer was not taking them."""
         self._sent_told = False
         self._report_sent = False
-        self._peer_sent_at: Optional[float] = None
+        self._peer_sent_at: float | None = None
         self._last_udp_counts: tuple = ()
         # Wake the loop at once when a local stream finishes, not at the next poll.
         side.on_change = reader.wake
@@ -387,7 +387,7 @@ def samples_per_step(spec: Any) -> int:
     return len(spec.flow_directions()) * (spec.streams + 1)
 
 
-def foreign_sample(sample: Interval, spec: Any) -> Optional[str]:
+def foreign_sample(sample: Interval, spec: Any) -> str | None:
     """What is wrong with a peer's sample for a test of ``spec`` (a stream or direction the
     test does not have), or None: a peer can make this side keep only its own streams."""
     if sample.direction not in spec.flow_directions():

@@ -5,7 +5,6 @@ command line read it without importing the server itself."""
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import attrs
 
@@ -17,7 +16,7 @@ from netprobe.errors import SpecError
 class ServerConfig:
     """How the server listens and what it allows."""
 
-    bind_address: Optional[str] = None
+    bind_address: str | None = None
     """Address to listen on; None for every IPv4 and IPv6 address."""
     port: int = protocol.DEFAULT_PORT
     """TCP and UDP port (0 picks a free one)."""
@@ -36,12 +35,12 @@ class ServerConfig:
     together: a test that does not fit beside the others is told the server is busy."""
     max_pending: int = 256
     """Connections allowed to be in their handshake at once."""
-    max_rate_bps: Optional[float] = None
+    max_rate_bps: float | None = None
     """Highest total rate (bits/s) of one test, every stream and direction together, and
     of all running tests together (a test that alone asks more is refused; one that does
     not fit beside the others is told the server is busy). With it set, unlimited tests
     are refused: the limit binds before the bytes leave."""
-    max_stream_rate_bps: Optional[float] = None
+    max_stream_rate_bps: float | None = None
     """Highest rate of one stream (bits/s), only when asked for; with it set, unlimited
     tests are refused."""
     max_message_bytes: int = protocol.MAX_MESSAGE_BYTES
@@ -53,7 +52,7 @@ class ServerConfig:
     allow_third_party: bool = False
     """Run tests this agent is asked to send to another host (off: an agent that sends
     traffic wherever it is told would be a traffic amplifier)."""
-    max_memory_bytes: Optional[int] = None
+    max_memory_bytes: int | None = None
     """Buffer memory all running tests may take together (a test that alone needs more is
     refused, one that does not fit beside the others is told the server is busy); None:
     a quarter of this host's memory."""
@@ -61,7 +60,7 @@ class ServerConfig:
     """Take a test's data connections and UDP streams (and probe sessions) from addresses
     other than its control connection's (off: a client could otherwise point a reverse
     test at a third host). UDP still needs the return-routability proof."""
-    secret: Optional[bytes] = attrs.field(default=None, repr=False)
+    secret: bytes | None = attrs.field(default=None, repr=False)
     """Shared secret clients must prove they know (HMAC challenge); None: no authentication."""
 
 

@@ -2,9 +2,10 @@
 shared secret, the request, and the handler it names (the contract is
 :mod:`netprobe.engine.handlers`).
 
-A :class:`Session` is what every handler gets: it refuses (the client told why, the
-refusal logged), checks a test's spec against the server's limits and the tool's rules,
-and holds a test slot (:meth:`Session.slot`) for as long as the handler runs a test.
+A :class:`Connection` is what every handler gets (the contract's
+:class:`~netprobe.engine.handlers.ControlConnection`): it refuses (the client told why,
+the refusal logged), checks a test's spec against the server's limits and the tool's
+rules, and holds a test slot (:meth:`Connection.slot`) for as long as the handler runs a test.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Iterator
-from typing import Callable, NoReturn, Optional
+from typing import Callable, NoReturn
 
 from netprobe import convert
 from netprobe.engine import auth, protocol
@@ -29,7 +30,7 @@ from netprobe.version import __version__
 REFUSAL_CHARS = 1000  # longest refusal told to a client (it may echo what the client sent)
 
 
-class Session:
+class Connection:
     """One client's control connection on the server (see the module's docstring)."""
 
     def __init__(self, server: ServerFacts, handlers: dict, channel: Channel,
@@ -84,7 +85,7 @@ class Session:
 
     @contextlib.contextmanager
     def slot(
-        self, spec: Optional[TestSpec] = None, kind: str = "test", memory: int = 0
+        self, spec: TestSpec | None = None, kind: str = "test", memory: int = 0
     ) -> Iterator[None]:
         """Hold one of the server's test slots and ``memory`` bytes of its buffer budget
         (SpecError 'busy' if either is short); ``spec`` and ``kind`` say what it is used

@@ -13,11 +13,11 @@ import socket
 import threading
 import time
 from collections import Counter
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
-from netprobe.engine.handlers import ControlSession
+from netprobe.engine.handlers import ControlConnection
 from netprobe.engine.probes import (
     GRACE_S,
     KIND_ECHO,
@@ -38,23 +38,23 @@ class Echo:
     """The server's end of one probe session: registered under its cookie, it takes the
     session's UDP hello (or TCP connection) and echoes valid probes until closed."""
 
-    def __init__(self, cookie: bytes, session: ControlSession, max_probes: int,
+    def __init__(self, cookie: bytes, control: ControlConnection, max_probes: int,
                  rate_hz: float) -> None:
         self.key = cookie
-        self.family = session.channel.sock.family
-        self.local_address = session.local_address
-        self.control_peer = session.peer
+        self.family = control.channel.sock.family
+        self.local_address = control.local_address
+        self.control_peer = control.peer
         self.udp_key = secrets.token_bytes(16)
-        self.port = session.server.port
+        self.port = control.server.port
         self.received = Bitmap(max_probes)
         self.bad: Counter[str] = Counter()
         self.max_probes = max_probes
         # Echo at most twice the asked rate (plus a burst): never a reflector for a flood.
         self._budget = _TokenBucket(2 * rate_hz, burst=20)
-        self._transport: Optional[Transport] = None
+        self._transport: Transport | None = None
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     def attach(self, hello: DataHello, sock: socket.socket) -> bool:
         """Take the TCP connection that carries this session's probes."""
@@ -104,7 +104,7 @@ class Echo:
                     with contextlib.suppress(OSError):
                         transport.send(reply)
 
-    def answer(self, data: bytes, rx_ns: int) -> Optional[bytes]:
+    def answer(self, data: bytes, rx_ns: int) -> bytes | None:
         """The echo of one probe, or None (and counted) if the probe is bad."""
         probe, why = unpack(self.key, data, KIND_PROBE)
         if probe is None:
@@ -161,47 +161,47 @@ class ProbeService:
     def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
         self._slots = threading.BoundedSemaphore(max_sessions)
 
-    def __call__(self, session: ControlSession, request: dict) -> None:
+    def __call__(self, control: ControlConnection, request: dict) -> None:
         """Serve one probe session until the client is done, gone or late."""
-        rate, duration = _checked_request(session, request)
+        rate, duration = _checked_request(control, request)
         if not self._slots.acquire(blocking=False):
-            session.refuse(f"server busy: {MAX_SESSIONS} latency probe sessions running", "busy")
+            control.refuse(f"server busy: {MAX_SESSIONS} latency probe sessions running", "busy")
         try:
-            _serve(session, rate, duration)
+            _serve(control, rate, duration)
         finally:
             self._slots.release()
 
 
-def _checked_request(session: ControlSession, request: dict) -> tuple[float, float]:
+def _checked_request(control: ControlConnection, request: dict) -> tuple[float, float]:
     rate, duration = request.get("rate_hz"), request.get("duration_s")
     if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 < rate <= MAX_RATE_HZ:
-        session.refuse(f"latency probe rate must be above 0 and at most {MAX_RATE_HZ:g} per s")
-    limit = session.server.config.max_duration_s
+        control.refuse(f"latency probe rate must be above 0 and at most {MAX_RATE_HZ:g} per s")
+    limit = control.server.config.max_duration_s
     if not isinstance(duration, (int, float)) or isinstance(duration, bool) or duration <= 0:
-        session.refuse("latency probe duration must be a positive number of seconds")
+        control.refuse("latency probe duration must be a positive number of seconds")
     if duration > limit:
-        session.refuse(f"duration {duration:g} s exceeds this server's limit of {limit:g} s")
-    session.require_udp_proof(request)
+        control.refuse(f"duration {duration:g} s exceeds this server's limit of {limit:g} s")
+    control.require_udp_proof(request)
     return float(rate), float(duration)
 
 
-def _serve(session: ControlSession, rate: float, duration: float) -> None:
+def _serve(control: ControlConnection, rate: float, duration: float) -> None:
     cookie = secrets.token_bytes(16)
     max_probes = min(MAX_PROBES, int(rate * (duration + GRACE_S)) + 64)
-    echo = Echo(cookie, session, max_probes, rate)
-    session.server.register(cookie, echo)
+    echo = Echo(cookie, control, max_probes, rate)
+    control.server.register(cookie, echo)
     try:
-        session.channel.send({"type": "latency_accept", "cookie": cookie.hex(),
+        control.channel.send({"type": "latency_accept", "cookie": cookie.hex(),
                               "max_probes": max_probes})
         end = time.monotonic() + duration + GRACE_S
         while time.monotonic() < end:
             try:
-                message = session.channel.recv(timeout=max(0.1, end - time.monotonic()))
+                message = control.channel.recv(timeout=max(0.1, end - time.monotonic()))
             except socket.timeout:
                 break
             if message.get("type") == "latency_done":
-                session.channel.send(echo.report())
+                control.channel.send(echo.report())
                 return
     finally:
-        session.server.unregister(cookie)
+        control.server.unregister(cookie)
         echo.close()

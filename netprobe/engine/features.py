@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import os
 import socket
-from typing import Optional
 
 from netprobe import core
 
@@ -31,7 +30,7 @@ RCVLOWAT_COST = ("the receiver is woken at every arrival instead of once ~1 MiB 
 TCP_INFO_COST = ("retransmits, RTT and congestion window are not reported (null, not zero)")
 
 
-def refusal(sock: socket.socket, level: int, option: int) -> Optional[str]:
+def refusal(sock: socket.socket, level: int, option: int) -> str | None:
     """Why the kernel will not say what ``option`` is on ``sock`` (its error name), or
     None where it answers: the positive test of a feature."""
     try:
@@ -73,7 +72,7 @@ def unavailable(sock: socket.socket, role: str, *, gso: bool, gro: bool) -> list
     return notes
 
 
-def tcp_info_note(fd: int) -> Optional[str]:
+def tcp_info_note(fd: int) -> str | None:
     """What this kernel's TCP_INFO leaves out of a TCP sender's figures, or None."""
     try:
         info = core.tcp_info(fd)
@@ -83,7 +82,7 @@ def tcp_info_note(fd: int) -> Optional[str]:
     return tcp_info_gaps(info)
 
 
-def tcp_info_gaps(info: core.TcpInfo) -> Optional[str]:
+def tcp_info_gaps(info: core.TcpInfo) -> str | None:
     """The note for a TCP_INFO shorter than netprobe reads (an old kernel's), or None."""
     missing = [name for name, value in (
         ("retransmits", info.retransmits), ("RTT", info.rtt_us),

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
-from typing import Optional
 
 from netprobe.engine.protocol import close_quietly, reason
 
@@ -37,7 +36,7 @@ def connect_failure(host: str, port: int, exc: OSError, timeout_s: float) -> str
     return f"cannot connect to netprobe server at {host} port {port}: {reason(exc)}"
 
 
-def not_netprobe(host: str, port: int, first: bytes) -> Optional[str]:
+def not_netprobe(host: str, port: int, first: bytes) -> str | None:
     """The message when the first bytes of the answer are not a netprobe frame, else None."""
     if not first or first[:1] == b"\x00":  # a frame length under 16 MiB starts with 0
         return None
@@ -55,7 +54,7 @@ def not_netprobe(host: str, port: int, first: bytes) -> Optional[str]:
            "netprobe message)"
 
 
-def peek_first(sock: socket.socket, timeout_s: float) -> Optional[bytes]:
+def peek_first(sock: socket.socket, timeout_s: float) -> bytes | None:
     """The first bytes the server sent (left in the socket), b"" if it closed, or None if it
     said nothing within ``timeout_s``."""
     sock.settimeout(timeout_s)
@@ -73,7 +72,7 @@ def silent(host: str, port: int, waited_s: float) -> str:
             f"{waited_s:g} s: it is not a netprobe server (or one that is stuck)")
 
 
-def iperf3_there(address: tuple, family: int, timeout_s: float = 3.0) -> Optional[str]:
+def iperf3_there(address: tuple, family: int, timeout_s: float = 3.0) -> str | None:
     """``ready`` or ``busy`` if an iperf3 server answers a cookie at ``address``, else None."""
     # An iperf3 server that lost a client mid-handshake closes its listener and listens
     # anew, refusing or resetting what waited in the old one: that is a moment, not the end.

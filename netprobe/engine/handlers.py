@@ -3,13 +3,18 @@ each handler gets.
 
 A control connection starts with a request; the server looks its ``type`` up in the
 handlers it was given (``Server(config, handlers={...})``) and calls the handler with the
-:class:`ControlSession` and the request. The native test (``"test"``), the latency echo
-(``"latency"``) and the agent's requests (tools, far ends, third-party tests, status) are
-all handlers; so will be the iperf3-compatible listener. A handler refuses with
-``session.refuse`` (the client is told why, the refusal is logged), holds one of the
-server's test slots with ``session.slot``, and hands the data connections and UDP
-streams it expects to the server by cookie (``session.server.register``): they arrive on
-the server's port and are given to the :class:`Attachable` registered under their cookie.
+:class:`ControlConnection` and the request. The native test (``"test"``), the latency
+echo (``"latency"``) and the agent's requests (tools, far ends, third-party tests, status)
+are all handlers; a listener of another protocol on a port of its own (the
+iperf3-compatible one) is a :class:`Service`. A handler refuses with ``control.refuse``
+(the client is told why, the refusal is logged), holds one of the server's test slots with
+``control.slot``, and hands the data connections and UDP streams it expects to the server
+by cookie (``control.server.register``): they arrive on the server's port and are given
+to the :class:`Attachable` registered under their cookie.
+
+Names: a *session* is one test run (a native test, a latency probe session, a driven
+tool's run, the road's :mod:`netprobe.session`); the connection a client opens to ask for
+one is its *control connection*.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import NoReturn, Optional, Protocol
+from typing import NoReturn, Protocol
 
 from netprobe.engine.admission import Admission
 from netprobe.engine.config import ServerConfig
@@ -35,7 +40,7 @@ class Attachable(Protocol):
     local_address: str
     """The control connection's local address: UDP answers leave from it."""
     udp_key: bytes
-    """The session's secret for the UDP return-routability nonces."""
+    """The test's secret for the UDP return-routability nonces."""
 
     def attach(self, hello: DataHello, sock: socket.socket) -> bool:
         """Take a TCP data connection; False if it does not belong."""
@@ -63,14 +68,14 @@ class ServerFacts(Protocol):
     def data_peer_ok(self, control_peer: tuple, peer: tuple) -> bool:
         """Whether a test's data may come from (and go to) ``peer``."""
 
-    def register(self, cookie: bytes, session: Attachable) -> None:
-        """Hand the data connections and UDP streams carrying ``cookie`` to ``session``."""
+    def register(self, cookie: bytes, attached: Attachable) -> None:
+        """Hand the data connections and UDP streams carrying ``cookie`` to ``attached``."""
 
     def unregister(self, cookie: bytes) -> None:
         """Stop handing them (the test is over)."""
 
 
-class ControlSession(Protocol):
+class ControlConnection(Protocol):
     """One client's control connection, after its welcome (and proof of the secret)."""
 
     server: ServerFacts
@@ -83,12 +88,12 @@ class ControlSession(Protocol):
     local_address: str
     """This end's address on the control connection."""
     udp_key: bytes
-    """The session's secret for UDP return-routability nonces."""
+    """The connection's secret for UDP return-routability nonces."""
 
     def refuse(self, message: str, code: str = "refused") -> NoReturn:
-        """Tell the client why not, log it, then end the session (SpecError)."""
+        """Tell the client why not, log it, then close the connection (SpecError)."""
 
-    def slot(self, spec: Optional[TestSpec] = None, kind: str = "test",
+    def slot(self, spec: TestSpec | None = None, kind: str = "test",
              memory: int = 0) -> AbstractContextManager[None]:
         """Hold one of the server's test slots and ``memory`` bytes of its budget."""
 
@@ -112,9 +117,10 @@ class Service(Protocol):
         """Stop listening."""
 
 
-Handler = Callable[[ControlSession, dict], None]
-"""A request's handler: called with the session and the request on the session's thread;
-it returns when the request is done (or raises: SpecError for a refusal)."""
+Handler = Callable[[ControlConnection, dict], None]
+"""A request's handler: called with the control connection and the request on the
+connection's thread; it returns when the request is done (or raises: SpecError for a
+refusal)."""
 
 
-__all__ = ["Attachable", "ControlSession", "Handler", "ServerFacts", "Service"]
+__all__ = ["Attachable", "ControlConnection", "Handler", "ServerFacts", "Service"]

@@ -3,10 +3,8 @@ diffed over a test by the caller."""
 
 from __future__ import annotations
 
-from typing import Optional
 
-
-def udp_receive_buffer_errors() -> Optional[int]:
+def udp_receive_buffer_errors() -> int | None:
     """Datagrams this host (this network namespace) dropped so far because a UDP socket's
     receive buffer was full: ``Udp: RcvbufErrors`` in /proc/net/snmp plus
     ``Udp6RcvbufErrors`` in /proc/net/snmp6. None where they cannot be read."""
@@ -16,7 +14,7 @@ def udp_receive_buffer_errors() -> Optional[int]:
     return total + (_snmp6_value("/proc/net/snmp6", "Udp6RcvbufErrors") or 0)
 
 
-def _snmp_value(path: str, group: str, name: str) -> Optional[int]:
+def _snmp_value(path: str, group: str, name: str) -> int | None:
     # Pairs of lines: "Udp: InDatagrams NoPorts ..." then "Udp: 123 0 ...".
     try:
         with open(path) as handle:
@@ -31,7 +29,7 @@ def _snmp_value(path: str, group: str, name: str) -> Optional[int]:
         return None
 
 
-def _snmp6_value(path: str, name: str) -> Optional[int]:
+def _snmp6_value(path: str, name: str) -> int | None:
     try:
         with open(path) as handle:
             for line in handle:

@@ -99,7 +99,7 @@ class Trial:
         return self.bytes / self.wall_s if self.wall_s > 0 else 0.0
 
     @property
-    def cost(self) -> Optional[float]:
+    def cost(self) -> float | None:
         """CPU seconds per byte (None when nothing moved)."""
         return self.cpu_s / self.bytes if self.bytes > 0 else None
 
@@ -141,13 +141,13 @@ class Schedule:
 
     moved: Callable[[], int]
     cpu_s: Callable[[], float]
-    _readings: list[Optional[Reading]] = attrs.field(
+    _readings: list[Reading | None] = attrs.field(
         factory=lambda: [None] * (len(ORDER) + 1), init=False)
-    _verdict: Optional[int] = attrs.field(default=None, init=False)
+    _verdict: int | None = attrs.field(default=None, init=False)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
     @property
-    def verdict(self) -> Optional[int]:
+    def verdict(self) -> int | None:
         """The length every stream of this schedule keeps; None until the windows end."""
         return self._verdict
 
@@ -211,8 +211,8 @@ class Schedule:
         return (core.monotonic(), self.moved(), self.cpu_s())
 
 
-def run(loop: Loop, counters: core.Counters, deadline: Optional[float],
-        receiver: bool, schedule: Optional[Schedule] = None) -> int:
+def run(loop: Loop, counters: core.Counters, deadline: float | None,
+        receiver: bool, schedule: Schedule | None = None) -> int:
     """Run ``loop`` through the windows of ``schedule`` (joining at whichever window its
     clock is in), then to ``deadline`` at the length it chose; the length. The schedule
     defaults to this stream's own bytes and thread CPU. A receiver first waits for the
@@ -241,7 +241,7 @@ def _thread_cpu_s() -> float:
     return used.user_s + used.system_s
 
 
-def _first_byte(loop: Loop, counters: core.Counters, deadline: Optional[float]) -> bool:
+def _first_byte(loop: Loop, counters: core.Counters, deadline: float | None) -> bool:
     # A call past its deadline returns as soon as its first recv() does, i.e. once data
     # comes (or after the loops' 100 ms tick), so the windows open as the flow starts.
     give_up = core.monotonic() + WAIT_FOR_DATA_S
@@ -255,5 +255,5 @@ def _first_byte(loop: Loop, counters: core.Counters, deadline: Optional[float]) 
     return True
 
 
-def _past(deadline: Optional[float], now: Optional[float] = None) -> bool:
+def _past(deadline: float | None, now: float | None = None) -> bool:
     return deadline is not None and (core.monotonic() if now is None else now) >= deadline

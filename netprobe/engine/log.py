@@ -36,7 +36,7 @@ import json
 import re
 import threading
 import time
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Protocol
 
 MAX_VALUE_CHARS = 256
 """Longest text taken from outside (a client's value, an error) into one log field."""
@@ -131,7 +131,7 @@ class Throttle:
         self._passes: collections.deque[float] = collections.deque(maxlen=per_second)
         self._held = 0
 
-    def take(self) -> Optional[int]:
+    def take(self) -> int | None:
         """None if this event is held back, else the count held back before it."""
         with self._lock:
             now = self._clock()
@@ -144,7 +144,7 @@ class Throttle:
             return held
 
 
-def client(peer: Optional[tuple]) -> str:
+def client(peer: tuple | None) -> str:
     """``address:port`` of a peer tuple (``[v6]:port`` for IPv6)."""
     if not peer:
         return "unknown"

@@ -11,12 +11,11 @@ import select
 import socket
 import threading
 import time
-from typing import Optional
 
 from netprobe.engine import protocol
 from netprobe.engine.admission import test_memory
 from netprobe.engine.conduct import REPORT_WAIT_S, Conductor, Reader
-from netprobe.engine.handlers import ControlSession
+from netprobe.engine.handlers import ControlConnection
 from netprobe.engine.log import client, escape
 from netprobe.engine.protocol import DataHello, close_quietly
 from netprobe.engine.side import LocalStream, Side
@@ -27,28 +26,28 @@ from netprobe.schema import Interval, TestSpec
 WATCHDOG_GRACE_S = 5.0  # past the planned end and the report wait: the session is closed
 
 
-def native_test(session: ControlSession, request: dict) -> None:
+def native_test(control: ControlConnection, request: dict) -> None:
     """The ``test`` request's handler: check the spec, hold a slot, run the test."""
-    spec = session.checked_spec(request)
+    spec = control.checked_spec(request)
     features = request.get("features")
     if spec.protocol == "udp":
-        session.require_udp_proof(request)
+        control.require_udp_proof(request)
     keyed = isinstance(features, list) and "sequence_base" in features
     shared = isinstance(features, list) and protocol.WARM_UP_FEATURE in features
-    with session.slot(spec, memory=test_memory(spec)):
-        NativeTest(session, spec, secrets.randbits(64) if keyed else 0, shared).serve()
+    with control.slot(spec, memory=test_memory(spec)):
+        NativeTest(control, spec, secrets.randbits(64) if keyed else 0, shared).serve()
 
 
 class NativeTest:
     """One native test on the server (an Attachable: its data arrives by cookie)."""
 
-    def __init__(self, session: ControlSession, spec: TestSpec, sequence_base: int,
+    def __init__(self, control: ControlConnection, spec: TestSpec, sequence_base: int,
                  shared_boundary: bool) -> None:
-        self.session = session
+        self.control = control
         self.spec = spec
-        self.control_peer = session.control_peer
-        self.local_address = session.local_address
-        self.udp_key = session.udp_key
+        self.control_peer = control.control_peer
+        self.local_address = control.local_address
+        self.udp_key = control.udp_key
         self._sequence_base = sequence_base
         self._shared_boundary = shared_boundary  # the client sends and takes the warm-up
         self._streams: dict[tuple[int, str], socket.socket] = {}
@@ -58,8 +57,8 @@ class NativeTest:
 
     def serve(self) -> None:
         """Accept the test, gather its streams, run it, report; the streams closed after."""
-        spec, server, channel = self.spec, self.session.server, self.session.channel
-        who = client(self.session.peer)
+        spec, server, channel = self.spec, self.control.server, self.control.channel
+        who = client(self.control.peer)
         server.log(f"{who}: native test {spec_words(spec)}", event="test", client=who,
                    tool="native", spec=spec_words(spec))
         cookie = secrets.token_bytes(16)
@@ -92,8 +91,8 @@ class NativeTest:
         if known:
             return  # a retried hello: the client will see our ack on the stream socket
         try:
-            sock = udp_answer(self.session.channel.sock.family, self.local_address,
-                              self.session.server.port, peer, datagram)
+            sock = udp_answer(self.control.channel.sock.family, self.local_address,
+                              self.control.server.port, peer, datagram)
         except OSError:
             return
         if not self._add(hello, sock):
@@ -113,8 +112,8 @@ class NativeTest:
 
     def _wait_streams(self) -> None:
         # The client may give up while opening streams; notice at once and free the slot.
-        channel = self.session.channel
-        end = time.monotonic() + self.session.server.config.handshake_timeout_s
+        channel = self.control.channel
+        end = time.monotonic() + self.control.server.config.handshake_timeout_s
         while not self._complete.wait(0.1):
             if _peer_closed(channel.sock):
                 raise ProtocolError("client left before opening its streams")
@@ -126,13 +125,13 @@ class NativeTest:
     def _run_test(self, spec: TestSpec) -> None:
         self._wait_streams()
         streams = self._local_streams(spec)
-        channel = self.session.channel
+        channel = self.control.channel
         reader = Reader(channel)
         forward = _Forwarder()
         side = Side(spec, streams, on_interval=forward)
         side.shared_boundary = self._shared_boundary
         # A byte-count test has no planned end; the duration limit still bounds it.
-        planned = spec.planned_s() or self.session.server.config.max_duration_s
+        planned = spec.planned_s() or self.control.server.config.max_duration_s
         conductor = Conductor(channel, reader, side, lambda _s: None, planned)
         forward.conductor = conductor
         # Whatever the client does, the session ends by the planned end plus the report
@@ -154,19 +153,19 @@ class NativeTest:
             watchdog.cancel()
         self._log_end(side, outcome.error)
 
-    def _log_end(self, side: Side, error: Optional[str]) -> None:
-        who, status = client(self.session.peer), "failed" if error else "ok"
+    def _log_end(self, side: Side, error: str | None) -> None:
+        who, status = client(self.control.peer), "failed" if error else "ok"
         figures = _side_words(side)
         words = f"{status}, {figures}" + (f": {escape(error)}" if error else "")
-        self.session.server.log(f"{who}: test ended {words}", event="test-end", client=who,
+        self.control.server.log(f"{who}: test ended {words}", event="test-end", client=who,
                                 status=status, measured=figures, error=error)
 
     def _expire(self, side: Side) -> None:
-        who = client(self.session.peer)
-        self.session.server.log(f"{who}: test past its planned end: session closed",
+        who = client(self.control.peer)
+        self.control.server.log(f"{who}: test past its planned end: session closed",
                                 event="watchdog", client=who)
         side.stop()
-        self.session.channel.close()
+        self.control.channel.close()
 
     def _local_streams(self, spec: TestSpec) -> list[LocalStream]:
         streams = []
@@ -176,7 +175,7 @@ class NativeTest:
             try:
                 apply_options(sock, spec)
             except SpecError as exc:
-                self.session.channel.send({"type": "error", "code": "option",
+                self.control.channel.send({"type": "error", "code": "option",
                                            "message": str(exc)})
                 raise
             stream = LocalStream(stream_id, direction, role, sock)
@@ -189,7 +188,7 @@ class _Forwarder:
     """Sends the server's interval samples to the client as they are taken."""
 
     def __init__(self) -> None:
-        self.conductor: Optional[Conductor] = None
+        self.conductor: Conductor | None = None
 
     def __call__(self, sample: Interval) -> None:
         if self.conductor is not None:

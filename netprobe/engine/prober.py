@@ -10,7 +10,6 @@ import socket
 import threading
 import time
 from collections import Counter
-from typing import Optional
 
 import attrs
 
@@ -60,14 +59,14 @@ class Prober:
         self.phases: list[Phase] = []
         self.bad: Counter[str] = Counter()
         self._pending: dict[int, _Pending] = {}
-        self._channel: Optional[Channel] = None
+        self._channel: Channel | None = None
         self._key = b""
         self._max_probes = 0
-        self._transport: Optional[Transport] = None
+        self._transport: Transport | None = None
         self._stop_sending = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     # -- set-up
 
@@ -113,7 +112,7 @@ class Prober:
     # -- running
 
     @property
-    def transport(self) -> Optional[Transport]:
+    def transport(self) -> Transport | None:
         """The probes' socket, once the session is open."""
         return self._transport
 
@@ -213,7 +212,7 @@ class Prober:
                     return
             time.sleep(0.02)
 
-    def _server_report(self) -> Optional[frozenset[int]]:
+    def _server_report(self) -> frozenset[int] | None:
         if self._channel is None:
             return None
         try:
@@ -228,7 +227,7 @@ class Prober:
                     self.bad[f"server {why}"] += count
         return decode_received(report.get("received"), self._max_probes)
 
-    def _log(self, received: Optional[frozenset[int]]) -> ProbeLog:
+    def _log(self, received: frozenset[int] | None) -> ProbeLog:
         with self._lock:
             answered = {s.seq: s for s in self.samples}
             lost = [ProbeSample(seq=p.seq, phase=p.phase, sent_s=p.sent_s)

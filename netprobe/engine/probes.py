@@ -38,7 +38,6 @@ import hmac
 import socket
 import struct
 import time
-from typing import Optional
 
 import attrs
 
@@ -83,7 +82,7 @@ def pack(key: bytes, probe: Probe) -> bytes:
     return head + hmac.new(key, head, hashlib.sha256).digest()[:MAC_BYTES]
 
 
-def unpack(key: bytes, data: bytes, kind: int) -> tuple[Optional[Probe], str]:
+def unpack(key: bytes, data: bytes, kind: int) -> tuple[Probe | None, str]:
     """Check one datagram: the probe (and ``""``), or None and why it is bad."""
     if len(data) != PROBE_BYTES:
         return None, "truncated" if len(data) < PROBE_BYTES else "oversized"
@@ -105,7 +104,7 @@ def _enable_timestamps(sock: socket.socket) -> None:
             sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
 
 
-def _kernel_stamp(ancillary: list) -> Optional[int]:
+def _kernel_stamp(ancillary: list) -> int | None:
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
             sec, nsec = _TIMESPEC.unpack(data[: _TIMESPEC.size])
@@ -182,7 +181,7 @@ class Bitmap:
         return base64.b64encode(bytes(self.bits)).decode("ascii")
 
 
-def decode_received(text: object, limit: int) -> Optional[frozenset[int]]:
+def decode_received(text: object, limit: int) -> frozenset[int] | None:
     """The sequence numbers of a server's received-bitmap (None if it is unusable)."""
     if not isinstance(text, str) or len(text) > 4 * ((MAX_PROBES // 8 + 2) // 3 + 1):
         return None

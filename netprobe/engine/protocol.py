@@ -35,7 +35,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
@@ -186,7 +186,7 @@ def udp_handshake(sock: socket.socket, hello: DataHello, tries: int, wait_s: flo
     return False
 
 
-def _challenge_nonce(answer: bytes, hello: DataHello) -> Optional[bytes]:
+def _challenge_nonce(answer: bytes, hello: DataHello) -> bytes | None:
     # The nonce of a challenge to this very hello, or None for anything else.
     if len(answer) != DATA_HELLO_BYTES or answer[:HELLO_BYTES] != pack_hello(KIND_UDP_CHALLENGE):
         return None
@@ -249,7 +249,7 @@ def decode_body(body: bytes) -> dict[str, Any]:
     return message
 
 
-def recv_exact(sock: socket.socket, count: int, deadline: Optional[float] = None) -> bytes:
+def recv_exact(sock: socket.socket, count: int, deadline: float | None = None) -> bytes:
     """Read exactly ``count`` bytes; ProtocolError if the peer closes first.
 
     With ``deadline`` (time.monotonic()), the whole read must finish by then: a client
@@ -282,7 +282,7 @@ class FrameReader:
     def __init__(self, max_size: int = MAX_MESSAGE_BYTES) -> None:
         self.max_size = max_size
         self._buffer = bytearray()
-        self._length: Optional[int] = None
+        self._length: int | None = None
 
     @property
     def buffered(self) -> int:
@@ -355,7 +355,7 @@ class Channel:
                     self._queued += data
             self._push_queued(deadline)
 
-    def _push_queued(self, deadline: Optional[float]) -> bool:
+    def _push_queued(self, deadline: float | None) -> bool:
         # Under the send lock: write the queued frames, waiting until ``deadline`` for the
         # peer to take them (None: only what the socket takes now). True once all are out.
         while True:
@@ -401,7 +401,7 @@ class Channel:
                 self._send_lock.release()
         return True
 
-    def recv(self, timeout: Optional[float] = None) -> dict[str, Any]:
+    def recv(self, timeout: float | None = None) -> dict[str, Any]:
         """Receive one message; socket.timeout if it has not wholly arrived within
         ``timeout`` (a deadline: a peer trickling bytes cannot extend it).
 
@@ -420,7 +420,7 @@ class Channel:
             self._ready.extend(self._reader.feed(chunk))
         return self._ready.pop(0)
 
-    def expect(self, kind: str, timeout: Optional[float] = None) -> dict[str, Any]:
+    def expect(self, kind: str, timeout: float | None = None) -> dict[str, Any]:
         """Receive one message that must be of type ``kind`` (an ``error`` is raised)."""
         message = self.recv(timeout)
         if message["type"] == "error":
@@ -439,7 +439,7 @@ class Channel:
         close_quietly(self.sock)
 
 
-def _wait(sock: socket.socket, events: int, deadline: Optional[float]) -> bool:
+def _wait(sock: socket.socket, events: int, deadline: float | None) -> bool:
     """Poll ``sock`` for ``events`` until ``deadline`` (None: no limit); False on timeout.
 
     An error or hang-up counts as ready: the next call on the socket reports it."""
@@ -475,7 +475,7 @@ def reason(exc: BaseException) -> str:
     return str(exc)
 
 
-def close_quietly(*socks: Optional[socket.socket]) -> None:
+def close_quietly(*socks: socket.socket | None) -> None:
     """Close sockets, ignoring errors (used on every exit path).
 
     shutdown() first: it wakes any thread still blocked reading the socket, which would

@@ -4,7 +4,7 @@ of the port plugs into.
 One port serves control connections, TCP data connections and UDP streams. The
 :class:`Server` listens, reads each new connection's hello on one thread, and then either
 hands a data connection (or a proven UDP stream) to whoever registered its cookie, or
-starts a control session (:class:`~netprobe.engine.control.Session`) on a thread of its
+starts a control connection (:class:`~netprobe.engine.control.Connection`) on a thread of its
 own, which runs the handler its request names (the contract:
 :mod:`netprobe.engine.handlers`; the native test, :mod:`netprobe.engine.nativetest`, and
 the latency echo, :mod:`netprobe.engine.echo`, are handlers like the agent's). Who is
@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from typing import Callable, Optional
+from typing import Callable
 
 import attrs
 
@@ -32,7 +32,7 @@ from netprobe import core
 from netprobe.engine import probes, protocol
 from netprobe.engine.admission import Admission, mbits, mib, quarter_of_memory, same_address
 from netprobe.engine.config import ServerConfig, check_config
-from netprobe.engine.control import Session, version
+from netprobe.engine.control import Connection, version
 from netprobe.engine.echo import ProbeService
 from netprobe.engine.handlers import Attachable, Handler, Service
 from netprobe.engine.log import Log, Throttle, client, escape, null_log
@@ -51,8 +51,8 @@ class Server:
     """A running netprobe server (start() it; close() it)."""
 
     def __init__(
-        self, config: ServerConfig, log: Optional[Log] = None,
-        handlers: Optional[dict[str, Handler]] = None,
+        self, config: ServerConfig, log: Log | None = None,
+        handlers: dict[str, Handler] | None = None,
         services: Sequence[Service] = (),
     ) -> None:
         check_config(config)
@@ -73,11 +73,11 @@ class Server:
         self._listeners: list[socket.socket] = []
         self._sessions: dict[bytes, Attachable] = {}
         self._lock = threading.Lock()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = socket.socketpair()
         self._hellos: dict[int, _Hello] = {}  # connections in their hello, by fd
         self._selector = selectors.DefaultSelector()  # the accept loop's (see _accept_loop)
-        self._spare: Optional[int] = os.open(os.devnull, os.O_RDONLY)  # see _out_of_files
+        self._spare: int | None = os.open(os.devnull, os.O_RDONLY)  # see _out_of_files
         self._closed_lines = Throttle(CLOSED_LINES_PER_S)
 
     # -- listening --------------------------------------------------------------------
@@ -212,7 +212,7 @@ class Server:
                 if kind == protocol.KIND_DATA:
                     hello.needed = protocol.DATA_HELLO_BYTES
                 elif kind == protocol.KIND_CONTROL:
-                    self._start_session(hello)
+                    self._start_control(hello)
                 else:
                     self._drop_hello(hello, "sent no netprobe hello", "protocol")
                 return
@@ -227,9 +227,9 @@ class Server:
         except NetprobeError as exc:
             self._drop_hello(hello, f"bad hello: {escape(exc)}", "protocol")
 
-    def _start_session(self, hello: _Hello) -> None:
+    def _start_control(self, hello: _Hello) -> None:
         self._forget_hello(hello)
-        threading.Thread(target=self._session, args=(hello.conn, hello.peer),
+        threading.Thread(target=self._control, args=(hello.conn, hello.peer),
                          name="np-conn", daemon=True).start()
 
     def _expire_hellos(self) -> None:
@@ -243,7 +243,7 @@ class Server:
             self._selector.unregister(hello.conn)
         self._hellos.pop(hello.fd, None)
 
-    def _drop_hello(self, hello: _Hello, why: Optional[str] = None,
+    def _drop_hello(self, hello: _Hello, why: str | None = None,
                     reason: str = "") -> None:
         """Close a connection still in its hello; ``why`` is logged (a scan leaves a line),
         at most :data:`CLOSED_LINES_PER_S` lines a second (a flood cannot fill the disk)."""
@@ -315,21 +315,21 @@ class Server:
         elif hmac.compare_digest(nonce, expected):
             session.attach_udp(hello, peer, protocol.pack_data_hello(protocol.KIND_UDP, hello))
 
-    # -- sessions ---------------------------------------------------------------------
+    # -- control connections ---------------------------------------------------------
 
-    def _session(self, conn: socket.socket, peer: tuple) -> None:
+    def _control(self, conn: socket.socket, peer: tuple) -> None:
         channel = Channel(conn, self.config.max_message_bytes)
         self.log(f"{client(peer)}: control connection", event="accepted", client=client(peer))
-        session = Session(self, self.handlers, channel, peer)
+        control = Connection(self, self.handlers, channel, peer)
         try:
-            session.run()
+            control.run()
         except SpecError:
             pass  # refused: the refusal is logged already
         except (OSError, NetprobeError) as exc:
             self.log(f"{client(peer)}: session ended: {escape(exc)}", event="session",
                      client=client(peer))
         finally:
-            session.handshake_over()
+            control.handshake_over()
             channel.close()
             self.admission.count_out(peer[0])
             self._trim_when_idle()
@@ -369,7 +369,7 @@ class Server:
         """Buffer memory all running tests may take together."""
         return self.admission.max_memory
 
-    def wait(self, timeout: Optional[float] = None) -> bool:
+    def wait(self, timeout: float | None = None) -> bool:
         """Block until the server is closed (or, one-off, has served its test)."""
         return self._closed.wait(timeout)
 
@@ -420,7 +420,7 @@ def describe(config: ServerConfig) -> str:
             f"{'on' if config.allow_third_party else 'off'}")
 
 
-def _bind_addresses(bind: Optional[str]) -> list[tuple[int, str]]:
+def _bind_addresses(bind: str | None) -> list[tuple[int, str]]:
     if bind:
         family = socket.AF_INET6 if ":" in bind else socket.AF_INET
         return [(family, bind)]
@@ -436,8 +436,8 @@ threads allocate one at a time (the GIL), the stream loops once, at their start.
 
 
 def serve(
-    config: ServerConfig, log: Log, ready: Optional[Callable[[int], None]] = None,
-    handlers: Optional[dict[str, Handler]] = None, services: Sequence[Service] = (),
+    config: ServerConfig, log: Log, ready: Callable[[int], None] | None = None,
+    handlers: dict[str, Handler] | None = None, services: Sequence[Service] = (),
 ) -> None:
     """Run a server until Ctrl-C (KeyboardInterrupt propagates) or, one-off, one test."""
     core.limit_allocator_arenas(ALLOCATOR_ARENAS)  # before any thread of ours allocates

@@ -31,7 +31,7 @@ import os
 import socket
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 import attrs
 
@@ -193,36 +193,36 @@ class LocalStream:
     role: str
     sock: socket.socket
     counters: core.Counters = attrs.field(factory=lambda: core.Counters())
-    error: Optional[str] = None
-    started_at: Optional[float] = None
-    ended_at: Optional[float] = None
-    peer_done_at: Optional[float] = None
-    last_arrival_at: Optional[float] = None  # UDP receiver: when its last datagram came
-    drops_base: Optional[int] = None  # UDP receiver: its socket's own drops at the start
-    drops_end: Optional[int] = None  # ... and when its loop returned
-    peer_sent_packets: Optional[int] = None  # UDP receiver: what the peer says it sent
-    boundary_bytes: Optional[int] = None
+    error: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    peer_done_at: float | None = None
+    last_arrival_at: float | None = None  # UDP receiver: when its last datagram came
+    drops_base: int | None = None  # UDP receiver: its socket's own drops at the start
+    drops_end: int | None = None  # ... and when its loop returned
+    peer_sent_packets: int | None = None  # UDP receiver: what the peer says it sent
+    boundary_bytes: int | None = None
     """TCP: the sender's bytes at its warm-up end (B): its own base, or the peer's word."""
     through: collections.deque = attrs.field(
         factory=lambda: collections.deque(maxlen=BOUNDARY_POLLS_KEPT))
     """TCP: (monotonic time, bytes through) polls around the warm-up's end: a receiver's
     bytes arrived, a sender's bytes acknowledged (see :meth:`through_bytes`)."""
-    call_length_bytes: Optional[int] = None  # TCP: the length its loop's calls kept
-    wrote_until: Optional[float] = None  # TCP sender: when its last write returned
-    ack_base: Optional[int] = None  # ... what its peer acknowledged before the data
-    drained_at: Optional[float] = None  # ... and when its peer had acknowledged every byte
+    call_length_bytes: int | None = None  # TCP: the length its loop's calls kept
+    wrote_until: float | None = None  # TCP sender: when its last write returned
+    ack_base: int | None = None  # ... what its peer acknowledged before the data
+    drained_at: float | None = None  # ... and when its peer had acknowledged every byte
     user_s: float = 0.0
     system_s: float = 0.0
-    waited_s: Optional[float] = None  # waiting on a run queue while its loop ran
+    waited_s: float | None = None  # waiting on a run queue while its loop ran
     ran_on: set[int] = attrs.field(factory=set)  # the CPUs its loop was seen on
     last: summary.Snapshot = attrs.field(factory=summary.Snapshot)
     base: summary.Snapshot = attrs.field(factory=summary.Snapshot)
     rtt_samples: list = attrs.field(factory=list)
-    max_cwnd_bytes: Optional[int] = None
+    max_cwnd_bytes: int | None = None
     socket_info: SocketInfo = attrs.field(factory=SocketInfo)
     unavailable: list[str] = attrs.field(factory=list)  # kernel features refused, and cost
     gso_usable: bool = True  # UDP sender: the kernel confirmed UDP_SEGMENT
-    thread: Optional[threading.Thread] = None
+    thread: threading.Thread | None = None
     # Read once: socket.type builds an enum at every read, and the sampler asks each tick.
     is_tcp: bool = attrs.field(init=False, default=attrs.Factory(
         lambda self: self.sock.type == socket.SOCK_STREAM, takes_self=True))
@@ -263,7 +263,7 @@ class LocalStream:
             read = after
         return read + waiting
 
-    def through_bytes(self) -> Optional[int]:
+    def through_bytes(self) -> int | None:
         """TCP: the bytes through this end: a receiver's arrived, a sender's data bytes its
         peer acknowledged (the kernel's count, less what the connection carried before
         the data: see :meth:`note_ack_base`); None where the kernel does not say.
@@ -298,7 +298,7 @@ class LocalStream:
         seen = c.lost + c.packets - c.duplicates  # the highest sequence number seen + 1
         return max(0, self.peer_sent_packets - seen)
 
-    def _tcp_info(self) -> Optional[core.TcpInfo]:
+    def _tcp_info(self) -> core.TcpInfo | None:
         try:
             return core.tcp_info(self.sock.fileno())
         except (OSError, ValueError):
@@ -332,26 +332,26 @@ class Side:
         self.streams = streams
         self.on_interval = on_interval
         self.t0 = 0.0
-        self.ended_at: Optional[float] = None
+        self.ended_at: float | None = None
         self._done = threading.Event()
-        self._sampler: Optional[threading.Thread] = None
-        self._cpu_start: Optional[tuple[core.Rusage, core.HostCpu]] = None
-        self._cpu_end: Optional[tuple[core.Rusage, core.HostCpu]] = None
+        self._sampler: threading.Thread | None = None
+        self._cpu_start: tuple[core.Rusage, core.HostCpu] | None = None
+        self._cpu_end: tuple[core.Rusage, core.HostCpu] | None = None
         self._sampler_user_s = 0.0
         self._sampler_system_s = 0.0
-        self._starvation: Optional[Starvation] = None
+        self._starvation: Starvation | None = None
         self._cpus_noted = 0.0
-        self._rcvbuf_base: Optional[int] = None
+        self._rcvbuf_base: int | None = None
         self._lock = threading.Lock()
         self._nice = 0
         self._wake_bytes = WAKE_BYTES
         self._probes: dict[str, lengthprobe.Schedule] = {}
         self.reporter_errors: list[str] = []
-        self.on_change: Optional[Callable[[], None]] = None
+        self.on_change: Callable[[], None] | None = None
         """Called (from a stream thread) whenever a loop returns, to wake whoever waits."""
         self.shared_boundary = False
         """Whether the peer sends and takes the TCP senders' counts at the warm-up's end."""
-        self.on_boundary: Optional[Callable[[dict[tuple[int, str], int]], None]] = None
+        self.on_boundary: Callable[[dict[tuple[int, str], int]], None] | None = None
         """Called (from the sampler) with this side's TCP senders' bytes at the warm-up's end."""
 
     # -- running ----------------------------------------------------------------------
@@ -501,8 +501,8 @@ class Side:
 
         return lengthprobe.Schedule(lambda: sum(c.bytes for c in mine), cpu_s)
 
-    def _udp_send(self, fd: int, c: core.Counters, length: int, deadline: Optional[float],
-                  rate: Optional[float], gso_usable: bool = True) -> None:
+    def _udp_send(self, fd: int, c: core.Counters, length: int, deadline: float | None,
+                  rate: float | None, gso_usable: bool = True) -> None:
         # The core sends whole datagrams only; a byte count is made exact by a short
         # last datagram (or two), sent by the same counters so sequence numbers go on.
         total = self.spec.bytes_total
@@ -535,7 +535,7 @@ class Side:
                 stream.thread.join(max(0.0, end - core.monotonic()))
         return self.senders_done()
 
-    def stop(self, role: Optional[str] = None) -> None:
+    def stop(self, role: str | None = None) -> None:
         """Ask the loops (of one role, or all) to return; they do within ~200 ms."""
         for stream in self.streams:
             if role is None or stream.role == role:
@@ -704,7 +704,7 @@ class Side:
             notes.append(starved)
         return notes
 
-    def _starved(self) -> Optional[str]:
+    def _starved(self) -> str | None:
         """The warning when this side's cgroup quota or a CPU's other tasks held its data
         threads back (netprobe.starvation), None otherwise or before the end."""
         if self._starvation is None or self._cpu_end is None:
@@ -732,7 +732,7 @@ class Side:
                                                   _stream_drops(s, host), base_bytes=base)))
         return found
 
-    def shared_start(self, stream: LocalStream) -> Optional[float]:
+    def shared_start(self, stream: LocalStream) -> float | None:
         """The monotonic time a TCP stream's summary starts at: its last poll that saw no
         more than the sender's boundary byte B through (arrived at a receiver,
         acknowledged at a sender): every byte after B came through later. None where
@@ -753,7 +753,7 @@ class Side:
                     and stream.boundary_bytes is None:
                 stream.boundary_bytes = counts.get((stream.stream_id, stream.direction))
 
-    def _rcvbuf_drops(self) -> Optional[int]:
+    def _rcvbuf_drops(self) -> int | None:
         # The kernel counts drops of full UDP receive buffers host-wide (per namespace),
         # from the start: loss in this tester, which must not be charged to the path.
         # Only the fall-back for a lone receiver whose socket's own count cannot be read.
@@ -780,8 +780,8 @@ class Side:
             end = min(end, max(stream.peer_done_at, stream.last_arrival_at or 0.0))
         return end
 
-    def peer_done(self, elapsed_s: Optional[float],
-                  sent_packets: Optional[dict[tuple[int, str], int]] = None) -> None:
+    def peer_done(self, elapsed_s: float | None,
+                  sent_packets: dict[tuple[int, str], int] | None = None) -> None:
         """Note that the peer stopped sending ``elapsed_s`` after its start (its ``sent``),
         and the UDP datagrams it sent on each stream (by stream id and direction)."""
         now = core.monotonic()
@@ -812,12 +812,12 @@ class Side:
         """Seconds from the start until the last stream's data ended."""
         return max((self._data_end(s) - self.t0 for s in self.streams), default=0.0)
 
-    def sending_elapsed(self) -> Optional[float]:
+    def sending_elapsed(self) -> float | None:
         """Seconds from the start until the last sending loop returned."""
         ends = [s.ended_at for s in self.streams if s.role == "sender" and s.ended_at]
         return max(ends) - self.t0 if ends else None
 
-    def cpu(self) -> Optional[Cpu]:
+    def cpu(self) -> Cpu | None:
         """This side's CPU: its loop and sampler threads (process) and the host."""
         if self._cpu_start is None:
             return None
@@ -829,7 +829,7 @@ class Side:
                                max_thread_percent=self._busiest_thread_percent())
         return Cpu(process=process, host=summary.host_cpu(self._cpu_start[1], end[1]))
 
-    def _busiest_thread_percent(self) -> Optional[float]:
+    def _busiest_thread_percent(self) -> float | None:
         # Each stream's loop thread over its own run: the figure that says whether one
         # core was the limit (the process total, over several threads, cannot).
         shares = [
@@ -846,7 +846,7 @@ datagram's time is known to within this (the C loop keeps no timestamps; 2 ms is
 a 2 s test). Before that only the end matters, so the watcher sleeps."""
 
 
-def _wait_drained(stream: LocalStream) -> Optional[float]:
+def _wait_drained(stream: LocalStream) -> float | None:
     """When a TCP sender's socket had nothing left unacknowledged, polled every
     :data:`BOUNDARY_POLL_S` for up to :data:`SENDER_DRAIN_S`; None if that was not seen
     (no answer from the kernel, the test stopped, or a peer that stopped acknowledging).
@@ -872,7 +872,7 @@ def _boundary_seen(stream: LocalStream) -> bool:
     return known is not None and bool(stream.through) and stream.through[-1][1] >= known
 
 
-def _stream_drops(stream: LocalStream, host: Optional[int]) -> Optional[int]:
+def _stream_drops(stream: LocalStream, host: int | None) -> int | None:
     """A UDP receiver's receive-buffer drops over the test: its own socket's count where the
     kernel gives it (SO_MEMINFO), else ``host``: the host's count where this is the side's
     only UDP receiver (other sockets' drops may swell it), None otherwise."""

@@ -7,7 +7,6 @@ import platform
 import socket
 import struct
 import termios
-from typing import Optional
 
 from netprobe import core
 from netprobe.errors import SpecError, unresolved
@@ -116,7 +115,7 @@ def socket_info(sock: socket.socket) -> SocketInfo:
     )
 
 
-def socket_drops(sock: socket.socket) -> Optional[int]:
+def socket_drops(sock: socket.socket) -> int | None:
     """Packets the kernel dropped at this one socket so far (``sk_drops``: for UDP, the
     datagrams that found its receive buffer full), or None where it cannot be read (no
     SO_MEMINFO, e.g. under qemu-user)."""
@@ -152,7 +151,7 @@ def unread_bytes(sock: socket.socket) -> int:
     return max(0, struct.unpack("=i", queued)[0])
 
 
-def unsent_bytes(sock: socket.socket) -> Optional[int]:
+def unsent_bytes(sock: socket.socket) -> int | None:
     """The bytes a TCP socket holds that its peer has not yet acknowledged, sent or not
     (TIOCOUTQ, SIOCOUTQ); None where it cannot be asked."""
     try:
@@ -162,21 +161,21 @@ def unsent_bytes(sock: socket.socket) -> Optional[int]:
     return max(0, struct.unpack("=i", queued)[0])
 
 
-def _tcp_info(sock: socket.socket) -> Optional[core.TcpInfo]:
+def _tcp_info(sock: socket.socket) -> core.TcpInfo | None:
     try:
         return core.tcp_info(sock.fileno())
     except OSError:
         return None
 
 
-def _getint(sock: socket.socket, option: int) -> Optional[int]:
+def _getint(sock: socket.socket, option: int) -> int | None:
     try:
         return sock.getsockopt(socket.IPPROTO_TCP, option)
     except OSError:
         return None
 
 
-def _congestion(sock: socket.socket) -> Optional[str]:
+def _congestion(sock: socket.socket) -> str | None:
     try:
         raw = sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16)
     except OSError:

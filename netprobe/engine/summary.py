@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Optional, Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -25,8 +25,8 @@ class MeasuredStream(Protocol):
     direction: str
     role: str
     rtt_samples: list
-    max_cwnd_bytes: Optional[int]
-    call_length_bytes: Optional[int]
+    max_cwnd_bytes: int | None
+    call_length_bytes: int | None
 
     @property
     def is_tcp(self) -> bool:
@@ -51,14 +51,14 @@ class Snapshot(Record):
     out_of_order: int = 0
     duplicates: int = 0
     jitter_ms: float = 0.0
-    retransmits: Optional[int] = None
-    rtt_us: Optional[int] = None
-    rttvar_us: Optional[int] = None
-    min_rtt_us: Optional[int] = None
-    cwnd_bytes: Optional[int] = None
+    retransmits: int | None = None
+    rtt_us: int | None = None
+    rttvar_us: int | None = None
+    min_rtt_us: int | None = None
+    cwnd_bytes: int | None = None
 
 
-def with_tcp_info(snap: Snapshot, info: Optional[core.TcpInfo]) -> Snapshot:
+def with_tcp_info(snap: Snapshot, info: core.TcpInfo | None) -> Snapshot:
     """Add the kernel's TCP_INFO figures to a snapshot (None where unsupported)."""
     if info is None:
         return snap
@@ -72,7 +72,7 @@ def with_tcp_info(snap: Snapshot, info: Optional[core.TcpInfo]) -> Snapshot:
     )
 
 
-def _diff(now: Optional[int], before: Optional[int]) -> Optional[int]:
+def _diff(now: int | None, before: int | None) -> int | None:
     if now is None:
         return None
     return now - (before or 0)
@@ -121,12 +121,12 @@ def note_tcp_sample(stream: MeasuredStream, snap: Snapshot) -> None:
         stream.max_cwnd_bytes = max(stream.max_cwnd_bytes or 0, snap.cwnd_bytes)
 
 
-def _total(values: Sequence[Optional[int]]) -> Optional[int]:
+def _total(values: Sequence[int | None]) -> int | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None
 
 
-def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
+def _mean(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     # fsum / n is statistics.fmean without importing statistics (and fractions, decimal).
     return math.fsum(known) / len(known) if known else None
@@ -165,8 +165,8 @@ def sum_intervals(samples: Sequence[Interval]) -> list[Interval]:
 
 
 def side_summary(stream: MeasuredStream, start_s: float, end_s: float,
-                 rcvbuf_drops: Optional[int] = None,
-                 base_bytes: Optional[int] = None) -> SideSummary:
+                 rcvbuf_drops: int | None = None,
+                 base_bytes: int | None = None) -> SideSummary:
     """A stream's summary from its warm-up baseline to its final totals (``rcvbuf_drops``:
     its socket's UDP receive-buffer drops over the test, for a UDP receiver; ``base_bytes``:
     the byte count it starts after, where not its own baseline's: a TCP receiver's from
@@ -206,14 +206,14 @@ def side_summary(stream: MeasuredStream, start_s: float, end_s: float,
     )
 
 
-def _per_message(packets: Optional[int], messages: int) -> Optional[float]:
+def _per_message(packets: int | None, messages: int) -> float | None:
     # None where no message moved (or a peer too old to count them).
     if not packets or messages <= 0:
         return None
     return round(packets / messages, 2)
 
 
-def _total_per_message(parts: Sequence[SideSummary]) -> Optional[float]:
+def _total_per_message(parts: Sequence[SideSummary]) -> float | None:
     # The streams' datagrams over their messages (each stream's messages: its datagrams
     # over its own figure), not a mean of the figures.
     known = [p for p in parts if p.datagrams_per_message and p.packets]
@@ -223,17 +223,17 @@ def _total_per_message(parts: Sequence[SideSummary]) -> Optional[float]:
     return round(sum(p.packets or 0 for p in known) / messages, 2)
 
 
-def _rounded(value: Optional[float]) -> Optional[int]:
+def _rounded(value: float | None) -> int | None:
     return None if value is None else round(value)
 
 
-def _expected(packets: Optional[int], duplicates: Optional[int], lost: Optional[int]) -> int:
+def _expected(packets: int | None, duplicates: int | None, lost: int | None) -> int:
     # The datagrams the sender sent: each one that came once (a duplicate is a second
     # arrival of one, not another datagram) and each lost.
     return (packets or 0) - (duplicates or 0) + (lost or 0)
 
 
-def _percent(part: Optional[int], whole: int) -> Optional[float]:
+def _percent(part: int | None, whole: int) -> float | None:
     if part is None or whole <= 0:
         return None if part is None else 0.0
     return 100.0 * part / whole
@@ -254,7 +254,7 @@ def summary_from_intervals(samples: Sequence[Interval]) -> SideSummary:
                         jitter_ms=samples[-1].jitter_ms)
 
 
-def sum_summaries(parts: Sequence[SideSummary], cpu: Optional[Cpu]) -> SideSummary:
+def sum_summaries(parts: Sequence[SideSummary], cpu: Cpu | None) -> SideSummary:
     """All streams of one role and direction summed into a total."""
     start = min(p.start_s for p in parts)
     end = max(p.end_s for p in parts)
@@ -291,7 +291,7 @@ def sum_summaries(parts: Sequence[SideSummary], cpu: Optional[Cpu]) -> SideSumma
     )
 
 
-def _common(values: Sequence[Optional[int]]) -> Optional[int]:
+def _common(values: Sequence[int | None]) -> int | None:
     # A level, not an amount: the total has one only where every part has the same.
     return values[0] if values and len(set(values)) == 1 else None
 
@@ -308,7 +308,7 @@ def process_cpu(user_s: float, system_s: float, wall_s: float) -> CpuUsage:
     )
 
 
-def host_cpu(start: Any, end: Any) -> Optional[CpuUsage]:
+def host_cpu(start: Any, end: Any) -> CpuUsage | None:
     """Host-wide CPU between two /proc/stat readings, in percent of all cores."""
     fields = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
     delta = {name: getattr(end, name) - getattr(start, name) for name in fields}

@@ -30,7 +30,7 @@ import math
 import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Optional, Union, overload
+from typing import Any, overload
 
 import attrs
 
@@ -83,7 +83,7 @@ class Agent:
     """Host name or address the agent listens on (the others test to it there)."""
     port: int = DEFAULT_PORT
     """The agent's port."""
-    secret_file: Optional[str] = None
+    secret_file: str | None = None
     """File holding the shared secret the agent asks for (None: no authentication)."""
     labels: Mapping[str, str] = attrs.field(factory=dict)
     """Free-form labels (site, role, ...), for selecting agents and for metrics."""
@@ -107,7 +107,7 @@ class Group:
     """Seconds between the starts of the group's runs (``--forever``)."""
     slip_s: float = 0.0
     """Each start is delayed by a random 0..slip_s seconds, so fleets do not start in step."""
-    round_timeout_s: Optional[float] = None
+    round_timeout_s: float | None = None
     """Longest a round may take (None: the test's length plus a margin)."""
     sides: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
     """A disjoint group's sets A and B, a reference group's others and references (empty
@@ -131,7 +131,7 @@ class Fleet:
     """Agents by name."""
     groups: tuple[Group, ...]
     """Groups in file order."""
-    archive: Optional[str] = None
+    archive: str | None = None
     """Archive URL from the file, if any."""
 
 
@@ -471,8 +471,8 @@ class _LazyPairs(Sequence[tuple[str, str]]):
     @overload
     def __getitem__(self, index: slice) -> Sequence[tuple[str, str]]: ...
 
-    def __getitem__(self, index: Union[int, slice]
-                    ) -> Union[tuple[str, str], Sequence[tuple[str, str]]]:
+    def __getitem__(self, index: int | slice
+                    ) -> tuple[str, str] | Sequence[tuple[str, str]]:
         if isinstance(index, slice):
             return tuple(self.at(i) for i in range(*index.indices(len(self))))
         if index < 0:
@@ -679,7 +679,7 @@ def _keys(table: Mapping[str, Any], key: str, known: set, path: str) -> None:
         raise FleetFileError(f"{path}: {where}: unknown key (known: {', '.join(sorted(known))})")
 
 
-def _opt_str(table: Mapping[str, Any], name: str, key: str, path: str) -> Optional[str]:
+def _opt_str(table: Mapping[str, Any], name: str, key: str, path: str) -> str | None:
     value = table.get(name)
     if value is not None and not isinstance(value, str):
         raise FleetFileError(f"{path}: {key}.{name}: must be a string")

@@ -3,7 +3,6 @@ exporter draw it)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Optional
 
 import attrs
 
@@ -16,11 +15,11 @@ class Cell:
 
     outcome: str
     """ok, failed, unreachable, timeout or interrupted."""
-    receiver_bits_per_second: Optional[float]
+    receiver_bits_per_second: float | None
     """What arrived (None when nothing was measured)."""
     time: str
     """When that test started."""
-    error: Optional[str] = None
+    error: str | None = None
     """Why it is not ok."""
 
 
@@ -28,7 +27,7 @@ class Cell:
 class Matrix:
     """Sources down, targets across, for one group (or all groups, newest wins)."""
 
-    group: Optional[str]
+    group: str | None
     """The group shown, None for all."""
     hosts: tuple[str, ...]
     """Every agent that appears, sources and targets, sorted by name (one order however
@@ -37,7 +36,7 @@ class Matrix:
     """(source, target) -> its latest cell; pairs never tested are absent."""
 
 
-def build(records: Iterable[PairRecord], group: Optional[str] = None) -> Matrix:
+def build(records: Iterable[PairRecord], group: str | None = None) -> Matrix:
     """The matrix of the newest record per pair among ``records`` (in archive order), its
     hosts sorted by name."""
     cells: dict[tuple[str, str], Cell] = {}

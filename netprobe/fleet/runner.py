@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Callable, Optional, Protocol
+from typing import Callable, Protocol
 
 import attrs
 
@@ -99,7 +99,7 @@ class RunSummary:
         return sum(self.counts.values())
 
 
-def agent_third_party(source: Agent, spec: TestSpec, target: Optional[Agent] = None) -> Result:
+def agent_third_party(source: Agent, spec: TestSpec, target: Agent | None = None) -> Result:
     """Ask ``source``'s agent to run ``spec``, through the one run pipeline
     (:func:`netprobe.session.run_spec`, a third-party test from ``source``); ``target``'s
     agent is reached on its own port (the source's agent uses its own secret there)."""
@@ -153,15 +153,15 @@ class FleetRunner:
     """Runs a fleet's rounds; archive, progress and the agent calls can be substituted."""
 
     fleet: Fleet
-    archive: Optional[Archive] = None
+    archive: Archive | None = None
     progress: Progress = attrs.field(factory=QuietProgress)
-    third_party: Optional[ThirdParty] = None
+    third_party: ThirdParty | None = None
     """None: the agents themselves (:func:`agent_third_party`, told the target's port)."""
     status: Status = agent_status
     busy_wait_s: float = BUSY_WAIT_S
     clock: Callable[[], float] = time.monotonic
 
-    def run_once(self, groups: Optional[Sequence[str]] = None, run: Optional[int] = None
+    def run_once(self, groups: Sequence[str] | None = None, run: int | None = None
                  ) -> RunSummary:
         """Every round of the chosen groups once (``run``: the run's number, which a random
         group's peers depend on; default: each group's slot now); KeyboardInterrupt ends
@@ -204,7 +204,7 @@ class FleetRunner:
                 raise ArchiveError(f"{exc}; the run's end could not be recorded either: "
                                    f"run {run_id} reads 'incomplete'") from None
 
-    def run_forever(self, stop: threading.Event, rng: Optional[random.Random] = None) -> None:
+    def run_forever(self, stop: threading.Event, rng: random.Random | None = None) -> None:
         """Keep every group's schedule (``every``, with a random ``slip``) until ``stop``.
         Groups never overlap: one that falls due while another runs starts right after it;
         starts missed while a run overran are skipped, not piled up."""
@@ -258,7 +258,7 @@ class RoundRun:
         self.records: list[PairRecord] = []
         self._written: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
-        self._failure: Optional[ArchiveError] = None  # an archive write a pair thread lost
+        self._failure: ArchiveError | None = None  # an archive write a pair thread lost
 
     def run(self) -> list[PairRecord]:
         """Run the round; every pair's record, in the order they ended."""
@@ -325,7 +325,7 @@ class RoundRun:
         spec = pair_spec(self.group, self.runner.agent(target))
         ask = self.runner.third_party
         try:
-            result: Optional[Result] = (
+            result: Result | None = (
                 agent_third_party(self.runner.agent(source), spec, self.runner.agent(target))
                 if ask is None else ask(self.runner.agent(source), spec))
             outcome, error = "ok", None
@@ -345,7 +345,7 @@ class RoundRun:
             self._failure = exc
 
     def _keep(self, source: str, target: str, started: str, outcome: str,
-              error: Optional[str], result: Optional[Result] = None) -> None:
+              error: str | None, result: Result | None = None) -> None:
         """Archive the pair's record, once: whoever comes first (the test's end, or the
         deadline) writes it."""
         with self._lock:

@@ -19,7 +19,7 @@ import math
 import random
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Optional, Union, overload
+from typing import overload
 
 import attrs
 
@@ -40,7 +40,7 @@ def circle_round(hosts: Sequence[str], number: int) -> Round:
     """Round ``number`` (from 0) of the circle method over ``hosts``: host 0 stays, the
     others have turned ``number`` places; worked out alone, so a plan never holds more
     than the round it is at."""
-    ring: list[Optional[str]] = list(hosts)
+    ring: list[str | None] = list(hosts)
     if len(ring) % 2:
         ring.append(None)  # the bye
     n = len(ring)
@@ -104,7 +104,7 @@ def pack_rounds(pairs: Iterable[Pair]) -> list[Round]:
     return [tuple(r) for r in rounds]
 
 
-def run_number(group: Group, now: Optional[float] = None) -> int:
+def run_number(group: Group, now: float | None = None) -> int:
     """The number of the group's run that starts at ``now`` (default: the clock): its
     slot on the grid of ``every`` since the epoch, so that successive scheduled runs have
     successive numbers and every runner agrees on them without keeping state."""
@@ -156,9 +156,9 @@ class GroupRounds(Sequence[Round]):
     a list, run ``run``'s few rounds for a random group; only the group's own pairs, each
     at most once. ``len`` and ``tests`` are arithmetic."""
 
-    def __init__(self, group: Group, run: Optional[int] = None) -> None:
+    def __init__(self, group: Group, run: int | None = None) -> None:
         pairs = group.pairs
-        self._packed: Optional[list[Round]] = None
+        self._packed: list[Round] | None = None
         self.run = run_number(group) if run is None else run
         """The run these rounds are of (what a random group's peers depend on)."""
         self.kind = "list"
@@ -197,7 +197,7 @@ class GroupRounds(Sequence[Round]):
     @overload
     def __getitem__(self, index: slice) -> Sequence[Round]: ...
 
-    def __getitem__(self, index: Union[int, slice]) -> Union[Round, Sequence[Round]]:
+    def __getitem__(self, index: int | slice) -> Round | Sequence[Round]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         if index < 0:
@@ -217,7 +217,7 @@ class GroupRounds(Sequence[Round]):
         return (self[i] for i in range(len(self)))
 
 
-def group_rounds(group: Group, run: Optional[int] = None) -> GroupRounds:
+def group_rounds(group: Group, run: int | None = None) -> GroupRounds:
     """The rounds of one group (see GroupRounds), generated as they are reached; ``run``
     numbers the run (default: the one the clock is in, see run_number)."""
     return GroupRounds(group, run)
@@ -242,7 +242,7 @@ class Plan(Sequence[PlannedRound]):
     groups), each made when it is reached: iterating a 10,000-agent mesh holds one round
     of 5,000 pairs at a time, not its 10^8 tests. ``len`` and ``tests`` are arithmetic."""
 
-    def __init__(self, groups: Sequence[Group], run: Optional[int] = None) -> None:
+    def __init__(self, groups: Sequence[Group], run: int | None = None) -> None:
         self.groups = [(g, group_rounds(g, run)) for g in groups]
         """Each chosen group with its rounds."""
         self.tests = sum(rounds.tests for _, rounds in self.groups)
@@ -257,8 +257,8 @@ class Plan(Sequence[PlannedRound]):
     @overload
     def __getitem__(self, index: slice) -> Sequence[PlannedRound]: ...
 
-    def __getitem__(self, index: Union[int, slice]
-                    ) -> Union[PlannedRound, Sequence[PlannedRound]]:
+    def __getitem__(self, index: int | slice
+                    ) -> PlannedRound | Sequence[PlannedRound]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         if index < 0:
@@ -275,7 +275,7 @@ class Plan(Sequence[PlannedRound]):
                 yield PlannedRound(group.name, n, len(rounds), r)
 
 
-def plan(fleet: Fleet, groups: Optional[Sequence[str]] = None, run: Optional[int] = None
+def plan(fleet: Fleet, groups: Sequence[str] | None = None, run: int | None = None
          ) -> Plan:
     """Every round of the fleet, group after group, generated as it is reached; ``run``
     numbers the run for random groups (default: each group's slot now, see run_number)."""

@@ -5,7 +5,7 @@ an idle baseline (default 2 s), the test, an optional idle tail."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Callable, Optional
+from typing import Callable
 
 from netprobe.latency import figures as latency
 from netprobe.latency.phases import Done, Loaded, Plan, run_probed
@@ -24,7 +24,7 @@ DEFAULT_OPTIONS = ProbeOptions()
 
 def run_with_latency(run: Callable[[Reporter], Result], spec: TestSpec, reporter: Reporter,
                      options: ProbeOptions = DEFAULT_OPTIONS,
-                     secret: Optional[bytes] = None) -> Result:
+                     secret: bytes | None = None) -> Result:
     """Run ``run`` (the test, given a reporter) with the probes beside it.
 
     A failed or interrupted test keeps its probes' figures in its partial result."""
@@ -38,7 +38,7 @@ def run_with_latency(run: Callable[[Reporter], Result], spec: TestSpec, reporter
 
 
 def _attached(done: Sequence[Done], stop: Callable[[], latency.ProbeLog],
-              failed: Optional[str]) -> Optional[Result]:
+              failed: str | None) -> Result | None:
     # The test's own result (or a failure's partial) with the probes' figures; a failure
     # without a partial result keeps what it has.
     if not done:

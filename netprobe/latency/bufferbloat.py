@@ -11,7 +11,7 @@ phases with their latency and throughput, the summaries of each direction measur
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Callable, Optional
+from typing import Callable
 
 import attrs
 
@@ -75,7 +75,7 @@ def run_plan(tool: Tool, base: TestSpec, plan: Sequence[tuple[str, str]], report
 
 
 def run_phases(run: RunTest, base: TestSpec, reporter: Reporter,
-               options: ProbeOptions, secret: Optional[bytes] = None,
+               options: ProbeOptions, secret: bytes | None = None,
                idle_s: float = DEFAULT_PHASE_S,
                plan: Sequence[tuple[str, str]] = LOADED_PHASES,
                label: str = "bufferbloat") -> Result:
@@ -95,7 +95,7 @@ def run_phases(run: RunTest, base: TestSpec, reporter: Reporter,
         session_s=2 * idle_s + len(plan) * (per_test + 5) + 60)
 
     def finish(done: Sequence[Done], stop: Callable[[], latency.ProbeLog],
-               failed: Optional[str]) -> Result:
+               failed: str | None) -> Result:
         return combine(base, done, stop(), failed=failed)
 
     return run_probed(probed, reporter, options, secret, finish)
@@ -122,7 +122,7 @@ def _settle(live: LatencyReporter, fallback_s: float) -> None:
         live.zero_s = max(0.0, fallback_s)
 
 
-def _receiver_rate(result: Result, direction: str) -> Optional[float]:
+def _receiver_rate(result: Result, direction: str) -> float | None:
     flow = result.summary(direction)
     if flow is None:
         return None
@@ -165,7 +165,7 @@ def _alone(done: Sequence[Done]) -> tuple[list[FlowSummary], list[StreamResult]]
 
 
 def combine(base: TestSpec, done: Sequence[Done], log: latency.ProbeLog,
-            failed: Optional[str] = None) -> Result:
+            failed: str | None = None) -> Result:
     """One Result of the phases run so far and the probes' log (times on the probes' clock)."""
     named = {p.name for p in log.phases}
     graded = [name for name in GRADED_PHASES if name in named] or None

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Collection, Sequence
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
@@ -58,16 +58,16 @@ class ProbeSample:
     """Index of the phase the probe was sent in."""
     sent_s: float
     """When it was sent (client's monotonic clock, seconds since the start)."""
-    rtt_us: Optional[float] = None
+    rtt_us: float | None = None
     """Round trip, the server's turnaround taken out; None if no echo came back."""
-    up_ns: Optional[int] = None
+    up_ns: int | None = None
     """Raw one-way delay client to server: server receive stamp minus client send stamp
     (includes the clocks' offset)."""
-    down_ns: Optional[int] = None
+    down_ns: int | None = None
     """Raw one-way delay server to client (includes the clocks' offset, negated)."""
 
     @property
-    def answered_s(self) -> Optional[float]:
+    def answered_s(self) -> float | None:
         """When the echo arrived (seconds since the start), or None."""
         return None if self.rtt_us is None else self.sent_s + self.rtt_us / 1e6
 
@@ -79,7 +79,7 @@ class Phase:
     name: str
     loaded: bool
     start_s: float
-    end_s: Optional[float] = None
+    end_s: float | None = None
 
 
 @attrs.frozen
@@ -92,7 +92,7 @@ class ProbeLog:
     """The phases in time order (each probe names its phase by index)."""
     transport: str
     """``udp`` or ``tcp``."""
-    server_received: Optional[frozenset[int]] = None
+    server_received: frozenset[int] | None = None
     """Sequence numbers the server received (None when it did not say): splits the loss
     between the two directions."""
     bad: tuple[tuple[str, int], ...] = ()
@@ -121,7 +121,7 @@ def trimmed_mean(values: Sequence[float], drop: float = TRIM_FRACTION) -> float:
     return statistics.fmean(ordered[:keep])
 
 
-def rpm(rtts_us: Sequence[float]) -> Optional[float]:
+def rpm(rtts_us: Sequence[float]) -> float | None:
     """Round trips per minute: 60 s / the trimmed mean round trip (None without samples)."""
     if not rtts_us:
         return None
@@ -137,20 +137,20 @@ def grade(increase_us: float) -> str:
     return "F"
 
 
-def worst_grade(*grades: Optional[str]) -> Optional[str]:
+def worst_grade(*grades: str | None) -> str | None:
     """The worst of the grades given (None ones left out; None if none is given)."""
     known = [g for g in grades if g is not None]
     return max(known, key=GRADES.index) if known else None
 
 
-def loss_cap(lost_percent: Optional[float]) -> Optional[str]:
+def loss_cap(lost_percent: float | None) -> str | None:
     """The best grade a probe loss allows (None: no cap), by :data:`LOSS_GRADE_CAPS`."""
     if lost_percent is None:
         return None
     return next((cap for limit, cap in LOSS_GRADE_CAPS if lost_percent >= limit), None)
 
 
-def tail_increase(phase: LatencyPhase) -> Optional[float]:
+def tail_increase(phase: LatencyPhase) -> float | None:
     """A loaded phase's p99 round trip over the idle median (None when unknown), from its
     own record: the idle median is its median minus its increase."""
     rtt = phase.rtt
@@ -159,7 +159,7 @@ def tail_increase(phase: LatencyPhase) -> Optional[float]:
     return rtt.p99_us - (rtt.p50_us - phase.increase_us)
 
 
-def phase_verdict(phase: LatencyPhase) -> Optional[str]:
+def phase_verdict(phase: LatencyPhase) -> str | None:
     """A loaded phase's verdict: the worst of its bloat's grade, its tail's grade and the
     cap of its probe loss (None for an idle phase or without figures)."""
     if not phase.loaded:
@@ -172,20 +172,20 @@ def phase_verdict(phase: LatencyPhase) -> Optional[str]:
                        loss_cap(phase.rtt.lost_percent if phase.rtt else None))
 
 
-def run_verdict(phases: Sequence[LatencyPhase]) -> Optional[str]:
+def run_verdict(phases: Sequence[LatencyPhase]) -> str | None:
     """The run's verdict: its worst loaded phase's (:func:`phase_verdict`)."""
     return worst_grade(*(phase_verdict(p) for p in phases))
 
 
-def jitter(values: Sequence[float]) -> Optional[float]:
+def jitter(values: Sequence[float]) -> float | None:
     """Mean absolute difference between consecutive values, in their order."""
     if len(values) < 2:
         return None
     return statistics.fmean(abs(b - a) for a, b in zip(values, values[1:]))
 
 
-def distribution(values: Sequence[float], lost: Optional[int] = None,
-                 sent: Optional[int] = None) -> LatencyStats:
+def distribution(values: Sequence[float], lost: int | None = None,
+                 sent: int | None = None) -> LatencyStats:
     """The statistics of the values (in their time order), with loss if known."""
     ordered = sorted(values)
     lost_percent = None if lost is None or not sent else 100.0 * lost / sent
@@ -209,8 +209,8 @@ def _answered(samples: Sequence[ProbeSample]) -> list[ProbeSample]:
     return [s for s in samples if s.rtt_us is not None]
 
 
-def _one_way(samples: Sequence[ProbeSample], name: str, base: Optional[int],
-             lost: Optional[int], sent: Optional[int]) -> Optional[LatencyStats]:
+def _one_way(samples: Sequence[ProbeSample], name: str, base: int | None,
+             lost: int | None, sent: int | None) -> LatencyStats | None:
     """One direction's delay variation of the answered ``samples``; its loss is of the
     ``sent`` probes that set out that way (not of those answered, which left the lost
     ones out of the count they were a share of)."""
@@ -224,13 +224,13 @@ def _one_way(samples: Sequence[ProbeSample], name: str, base: Optional[int],
                         lost_percent=lost_percent)
 
 
-def _baseline(samples: Sequence[ProbeSample], name: str) -> Optional[int]:
+def _baseline(samples: Sequence[ProbeSample], name: str) -> int | None:
     known = [getattr(s, name) for s in samples if getattr(s, name) is not None]
     return min(known) if known else None
 
 
 def _direction_loss(samples: Sequence[ProbeSample],
-                    received: Optional[frozenset[int]]) -> tuple[Optional[int], Optional[int]]:
+                    received: frozenset[int] | None) -> tuple[int | None, int | None]:
     """Probes lost on the way out and echoes lost on the way back (None: unknown)."""
     if received is None:
         return None, None
@@ -239,8 +239,8 @@ def _direction_loss(samples: Sequence[ProbeSample],
     return up, down
 
 
-def phase_record(log: ProbeLog, index: int, idle_p50_us: Optional[float],
-                 bases: tuple[Optional[int], Optional[int]]) -> LatencyPhase:
+def phase_record(log: ProbeLog, index: int, idle_p50_us: float | None,
+                 bases: tuple[int | None, int | None]) -> LatencyPhase:
     """One phase's figures: round trip, both directions, loss, and against idle."""
     phase = log.phases[index]
     samples = [s for s in log.samples if s.phase == index]
@@ -274,7 +274,7 @@ def phase_record(log: ProbeLog, index: int, idle_p50_us: Optional[float],
                         verdict=phase_verdict(record))
 
 
-def idle_p50(log: ProbeLog) -> Optional[float]:
+def idle_p50(log: ProbeLog) -> float | None:
     """Median round trip of the idle phases before the first loaded one (else of all idle)."""
     first_loaded = next((i for i, p in enumerate(log.phases) if p.loaded), len(log.phases))
     for last in (first_loaded, len(log.phases)):
@@ -286,7 +286,7 @@ def idle_p50(log: ProbeLog) -> Optional[float]:
 
 
 def run_bloat(phases: Sequence[LatencyPhase],
-              graded: Optional[Collection[str]] = None) -> Optional[float]:
+              graded: Collection[str] | None = None) -> float | None:
     """The run's bloat: the mean of the loaded phases' bloat (those named in ``graded``,
     default all), as DSLReports averages its download's and its upload's."""
     bloats = [p.bloat_us for p in phases
@@ -294,7 +294,7 @@ def run_bloat(phases: Sequence[LatencyPhase],
     return statistics.fmean(bloats) if bloats else None
 
 
-def summarize(log: ProbeLog, graded: Optional[Collection[str]] = None) -> Latency:
+def summarize(log: ProbeLog, graded: Collection[str] | None = None) -> Latency:
     """The run's Latency: the loaded round trips (all loaded phases), the phases, RPM, grade.
 
     ``graded`` names the loaded phases the run's bloat and grade average (default: all).
@@ -333,12 +333,12 @@ def as_run(stats: LatencyStats, **run: Any) -> Latency:
                    jitter_us=stats.jitter_us, **run)
 
 
-def _above(raw: Optional[int], base: Optional[int]) -> Optional[float]:
+def _above(raw: int | None, base: int | None) -> float | None:
     return None if raw is None or base is None else round((raw - base) / 1000.0, 1)
 
 
 def series(samples: Sequence[ProbeSample],
-           bases: tuple[Optional[int], Optional[int]]) -> tuple[LatencySample, ...]:
+           bases: tuple[int | None, int | None]) -> tuple[LatencySample, ...]:
     """Every probe as a LatencySample (0.1 us and 0.1 ms resolution keep the JSON small)."""
     return tuple(
         LatencySample(
@@ -356,7 +356,7 @@ PROBLEM_QUEUE_US = 30_000.0
 than A (the scale's own line between "fine" and "noticeable")."""
 
 
-def bloated_direction(record: Latency, threshold_us: float = PROBLEM_QUEUE_US) -> Optional[str]:
+def bloated_direction(record: Latency, threshold_us: float = PROBLEM_QUEUE_US) -> str | None:
     """Which direction's queue is the problem under load: ``client_to_server``,
     ``server_to_client``, ``both``, or None (neither median queue reached ``threshold_us``
     in any loaded phase, or unknown).

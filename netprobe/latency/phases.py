@@ -31,7 +31,7 @@ class Loaded:
 
     name: str
     run: Callable[[LatencyReporter], Result]
-    note: Optional[str] = None
+    note: str | None = None
 
 
 @attrs.frozen
@@ -66,16 +66,16 @@ class Plan:
     phases: Sequence[Loaded]
     idle_s: float
     """The idle baseline before the first loaded phase."""
-    tail_s: Optional[float]
+    tail_s: float | None
     """The idle phase after the last (None: the run ends with the load)."""
     session_s: float
     """How long the far end keeps the probe session at most."""
     idle_note: str
-    tail_note: Optional[str] = None
+    tail_note: str | None = None
 
 
 def run_probed(plan: Plan, reporter: Reporter, options: ProbeOptions,
-               secret: Optional[bytes], finish: Finish) -> Result:
+               secret: bytes | None, finish: Finish) -> Result:
     """Run ``plan`` with the probes beside it; ``finish`` makes the Result (see
     :data:`Finish`). A TestFailed of a phase is raised again, its partial made by
     ``finish`` where it makes one."""

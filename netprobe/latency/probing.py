@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Optional
 
 import attrs
 
@@ -42,7 +41,7 @@ class ProbeOptions:
     """Probes per second."""
     transport: str = "auto"
     """``udp``, ``tcp`` or ``auto`` (UDP, TCP where UDP gets no answer)."""
-    port: Optional[int] = None
+    port: int | None = None
     """The netprobe server's port (default: the test's port for native, else 5301)."""
 
 
@@ -76,7 +75,7 @@ def far_end(spec: TestSpec, options: ProbeOptions) -> Iterator[tuple[str, int]]:
         server.close()
 
 
-def open_prober(host: str, port: int, secret: Optional[bytes], options: ProbeOptions,
+def open_prober(host: str, port: int, secret: bytes | None, options: ProbeOptions,
                 session_s: float, phase: str = "idle") -> Prober:
     """A started prober against the netprobe server at host:port (TestFailed if none)."""
     from netprobe.farend import AgentConnection
@@ -101,7 +100,7 @@ class LatencyReporter:
     def __init__(self, inner: Reporter, prober: Prober) -> None:
         self.inner = inner
         self.prober = prober
-        self.zero_s: Optional[float] = None
+        self.zero_s: float | None = None
 
     def interval(self, sample: Interval) -> None:
         """Add the probes' latency to the interval, then pass it on."""

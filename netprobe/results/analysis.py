@@ -47,26 +47,26 @@ class Figure(Generic[Source]):
     """Words for people (``receiver throughput``)."""
     kind: str = field(validator=attrs.validators.in_(KINDS))
     """What the number is: one of :data:`KINDS`."""
-    read: Callable[[Source], Optional[float]] = field(eq=False, repr=False)
+    read: Callable[[Source], float | None] = field(eq=False, repr=False)
     """Takes the figure out of a direction's summary or the latency (None when unknown)."""
 
-    def value(self, source: Optional[Source]) -> Optional[float]:
+    def value(self, source: Source | None) -> float | None:
         """The figure in ``source``, or None."""
         return None if source is None else self.read(source)
 
 
-def _side(role: str, name: str) -> Callable[[FlowSummary], Optional[float]]:
-    def read(flow: FlowSummary) -> Optional[float]:
-        side: Optional[SideSummary] = getattr(flow, role)
+def _side(role: str, name: str) -> Callable[[FlowSummary], float | None]:
+    def read(flow: FlowSummary) -> float | None:
+        side: SideSummary | None = getattr(flow, role)
         value = getattr(side, name) if side is not None else None
         return None if value is None else float(value)
 
     return read
 
 
-def _cpu(role: str, which: str) -> Callable[[FlowSummary], Optional[float]]:
-    def read(flow: FlowSummary) -> Optional[float]:
-        side: Optional[SideSummary] = getattr(flow, role)
+def _cpu(role: str, which: str) -> Callable[[FlowSummary], float | None]:
+    def read(flow: FlowSummary) -> float | None:
+        side: SideSummary | None = getattr(flow, role)
         usage = getattr(side.cpu, which) if side is not None and side.cpu else None
         return usage.total_percent if usage is not None else None
 
@@ -120,7 +120,7 @@ different quantity from a probe's round trip, so it has rows of its own; a group
 tool is never set beside another's round trip and given a ratio to it."""
 
 
-def _latency_for(result: Result, figure: Figure[Latency]) -> Optional[Latency]:
+def _latency_for(result: Result, figure: Figure[Latency]) -> Latency | None:
     """The latency record ``figure`` reads in ``result``: a round trip for the round-trip
     figures, the kernel's sRTT for :data:`SRTT_FIGURES` (None when the result has none)."""
     wanted_srtt = figure in SRTT_FIGURES
@@ -166,7 +166,7 @@ agents and kind of test, never one over TCP and UDP of different links."""
 
 
 def group_results(results: Iterable[Result], keys: Sequence[str],
-                  hosts: Optional[Callable[[Result], str]] = None) -> list[Group]:
+                  hosts: Callable[[Result], str] | None = None) -> list[Group]:
     """Results grouped by the values of ``keys``, groups in order of first appearance (so
     the tools of a ``compare`` keep their order, and the first is the reference).
     ``hosts`` names a result's pair for the ``hosts`` key (default :func:`host_pair`; a
@@ -217,9 +217,9 @@ class FigureStats:
     """Flow direction (``client_to_server`` or ``server_to_client``)."""
     figure: Figure[Any]
     """Which figure."""
-    summary: Optional[Summary]
+    summary: Summary | None
     """Over the group's successful results; None when none of them measured it."""
-    ratio: Optional[float] = None
+    ratio: float | None = None
     """This group's mean divided by the first group's (None where undefined)."""
 
 
@@ -236,7 +236,7 @@ class GroupStats:
     figures: tuple[FigureStats, ...]
     """Per direction, per figure in :data:`FIGURES` order."""
 
-    def get(self, direction: str, key: str) -> Optional[FigureStats]:
+    def get(self, direction: str, key: str) -> FigureStats | None:
         """The stats of figure ``key`` in ``direction`` (None if the group has no such flow)."""
         for stats in self.figures:
             if stats.direction == direction and stats.figure.key == key:
@@ -311,7 +311,7 @@ GappedPoint = tuple[float, Optional[float]]
 """A point of a series drawn as a chart: None where nothing was measured (a gap)."""
 
 
-def best_role(result: Result, direction: str) -> Optional[str]:
+def best_role(result: Result, direction: str) -> str | None:
     """The side whose intervals show the throughput: the receiver's when it reported any
     (what arrived is what the path carried), else the sender's; None without intervals."""
     roles = {s.role for s in result.intervals if s.direction == direction}
@@ -321,7 +321,7 @@ def best_role(result: Result, direction: str) -> Optional[str]:
     return None
 
 
-def grid_step(result: Result, direction: str) -> Optional[float]:
+def grid_step(result: Result, direction: str) -> float | None:
     """The width of the time grid a direction's series are put on: the run's interval (the
     median span of its samples); None without samples."""
     spans = [s.end_s - s.start_s for s in result.intervals
@@ -419,7 +419,7 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def _samples(result: Result, direction: str, role: Optional[str]) -> list[Interval]:
+def _samples(result: Result, direction: str, role: str | None) -> list[Interval]:
     """The samples of one direction and side, without closing slivers: a last interval
     much shorter than the others (the 0.05 s after the final full second) is a rate over
     too short a span, and would show as a spike."""
@@ -447,7 +447,7 @@ def _per_span(result: Result, direction: str, role: str, name: str,
         found = [sample for sample in found if sample.stream_id is None]
     points = []
     for k, samples in sorted(time_grid(found, step).items()):
-        values: dict[Optional[int], list[float]] = {}
+        values: dict[int | None, list[float]] = {}
         for sample, share in samples:
             value = getattr(sample, name)
             if value is not None:
@@ -461,7 +461,7 @@ def _per_span(result: Result, direction: str, role: str, name: str,
     return points
 
 
-def with_gaps(points: Sequence[Point], step: Optional[float] = None) -> list[GappedPoint]:
+def with_gaps(points: Sequence[Point], step: float | None = None) -> list[GappedPoint]:
     """``points`` (on one time grid) with a None at each bin between them that has no
     value, so a chart breaks its line where nothing was measured instead of drawing one
     across (a bufferbloat run's download line through its upload phase). ``step``: the

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Callable, Optional
+from typing import Callable
 
 import attrs
 from attrs import frozen
@@ -31,13 +31,13 @@ class Segment:
     """Where it goes."""
     end_to_end: bool
     """True for the first-to-last test."""
-    result: Optional[Result] = None
+    result: Result | None = None
     """The test's result (partial if it failed), or None if nothing was measured."""
-    error: Optional[str] = None
+    error: str | None = None
     """Why the test failed."""
 
     @property
-    def receiver_bits_per_second(self) -> Optional[float]:
+    def receiver_bits_per_second(self) -> float | None:
         """What arrived: the receiver's throughput of the first flow, if known."""
         if self.result is None or not self.result.summaries:
             return None
@@ -52,11 +52,11 @@ class PathReport:
 
     segments: tuple[Segment, ...]
     """The adjacent pairs in order, then the end-to-end test (if more than two hops)."""
-    bottleneck: Optional[int]
+    bottleneck: int | None
     """Index of the slowest adjacent segment; None if none was measured."""
 
     @property
-    def end_to_end(self) -> Optional[Segment]:
+    def end_to_end(self) -> Segment | None:
         """The first-to-last test (None for a path of two hops)."""
         return next((s for s in self.segments if s.end_to_end), None)
 
@@ -79,7 +79,7 @@ def run_path(hops: Sequence[str], spec: TestSpec, reporter: Reporter,
     for index, (source, target, whole) in enumerate(pairs(hops), start=1):
         reporter.note(f"segment {source} -> {target}")
         try:
-            result: Optional[Result] = third_party(source, attrs.evolve(spec, host=target),
+            result: Result | None = third_party(source, attrs.evolve(spec, host=target),
                                                    reporter)
             error = None
         except TestFailed as exc:
@@ -90,7 +90,7 @@ def run_path(hops: Sequence[str], spec: TestSpec, reporter: Reporter,
     return PathReport(tuple(segments), bottleneck(segments))
 
 
-def bottleneck(segments: Sequence[Segment]) -> Optional[int]:
+def bottleneck(segments: Sequence[Segment]) -> int | None:
     """Index of the adjacent segment with the lowest receiver throughput."""
     measured = [(s.receiver_bits_per_second, i) for i, s in enumerate(segments)
                 if not s.end_to_end and s.error is None and s.receiver_bits_per_second]

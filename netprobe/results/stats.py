@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable
-from typing import Callable, Optional
+from typing import Callable
 
 from attrs import frozen
 
@@ -38,36 +38,36 @@ class Summary:
     """Arithmetic mean."""
     median: float
     """Middle value (mean of the two middle values for even n)."""
-    stdev: Optional[float]
+    stdev: float | None
     """Sample standard deviation (n - 1 in the denominator); None for a single value."""
     min: float
     """Smallest value."""
     max: float
     """Largest value."""
-    ci_low: Optional[float]
+    ci_low: float | None
     """Lower end of the confidence interval of the mean; None for a single value."""
-    ci_high: Optional[float]
+    ci_high: float | None
     """Upper end of the confidence interval of the mean; None for a single value."""
     confidence: float = DEFAULT_CONFIDENCE
     """Confidence level of the interval (0.95: 95 %)."""
 
     @property
-    def ci_half_width(self) -> Optional[float]:
+    def ci_half_width(self) -> float | None:
         """Half the width of the confidence interval (the ``±`` figure)."""
         if self.ci_low is None or self.ci_high is None:
             return None
         return (self.ci_high - self.ci_low) / 2
 
     @property
-    def cv(self) -> Optional[float]:
+    def cv(self) -> float | None:
         """Coefficient of variation: standard deviation / mean (None if undefined)."""
         if self.stdev is None or self.mean == 0:
             return None
         return self.stdev / abs(self.mean)
 
 
-def summarize(values: Iterable[Optional[float]],
-              confidence: float = DEFAULT_CONFIDENCE) -> Optional[Summary]:
+def summarize(values: Iterable[float | None],
+              confidence: float = DEFAULT_CONFIDENCE) -> Summary | None:
     """The summary of ``values``, unknown values (None) left out; None if none is known."""
     known = [float(v) for v in values if v is not None]
     if not known:
@@ -83,7 +83,7 @@ def summarize(values: Iterable[Optional[float]],
 
 
 def mean_interval(values: list[float], confidence: float = DEFAULT_CONFIDENCE
-                  ) -> Optional[tuple[float, float]]:
+                  ) -> tuple[float, float] | None:
     """Confidence interval of the mean: mean ± t(1 - (1 - c)/2, n - 1) · s / √n.
 
     None for fewer than two values (a single trial says nothing about its spread).

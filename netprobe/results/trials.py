@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Collection, Sequence
-from typing import Callable, Optional, Protocol, Union
+from typing import Callable, Protocol
 
 import attrs
 from attrs import frozen
@@ -95,7 +95,7 @@ class CallLength:
     """The tool's name."""
     protocol: str
     """``tcp`` or ``udp``."""
-    asked: Optional[int]
+    asked: int | None
     """The spec's length (``-l``, or compare's common one); None for the tool's own."""
     sender: tuple[int, ...]
     """TCP: the distinct write lengths the trials reported (empty where the tool does not
@@ -176,12 +176,12 @@ class TrialRun:
         return len(self.failures) + sum(r.status != "ok" for r in self.results)
 
 
-def run_trials(spec: TestSpec, tools: Sequence[Union[Tool, str]], rounds: int,
-               reporter: Optional[Reporter] = None, *,
-               events: Optional[TrialEvents] = None, pause_s: float = 0.0,
-               run_id: Optional[str] = None,
+def run_trials(spec: TestSpec, tools: Sequence[Tool | str], rounds: int,
+               reporter: Reporter | None = None, *,
+               events: TrialEvents | None = None, pause_s: float = 0.0,
+               run_id: str | None = None,
                sleep: Callable[[float], None] = time.sleep,
-               from_host: Optional[str] = None, agent: AgentAccess = NO_SECRET) -> TrialRun:
+               from_host: str | None = None, agent: AgentAccess = NO_SECRET) -> TrialRun:
     """Run ``spec`` through ``tools`` for ``rounds`` rounds, interleaved, ``pause_s``
     seconds apart; every result carries the run id and its trial index.
 
@@ -218,7 +218,7 @@ def _one_trial(tool: Tool, spec: TestSpec, trial: Trial,
                run_one: Callable[[Tool, TestSpec], Result], run: TrialRun,
                events: TrialEvents) -> None:
     try:
-        result: Optional[Result] = run_one(tool, spec_for(spec, tool))
+        result: Result | None = run_one(tool, spec_for(spec, tool))
     except TestFailed as exc:  # TestInterrupted too: keep what it measured
         result = exc.partial if isinstance(exc.partial, Result) else None
         run.interrupted = isinstance(exc, TestInterrupted)

@@ -63,14 +63,21 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import attrs
 
 from netprobe import convert
 from netprobe.driven import free_port
 from netprobe.errors import NetprobeError, SpecError, TestFailed, TestInterrupted, ToolUnavailable
-from netprobe.plugin import MEASURES, RANGED_CAPABILITIES, SWITCHES, Availability, Tool
+from netprobe.plugin import (
+    API_VERSION,
+    MEASURES,
+    RANGED_CAPABILITIES,
+    SWITCHES,
+    Availability,
+    Tool,
+)
 from netprobe.schema import (
     DIRECTIONS,
     Interval,
@@ -206,7 +213,7 @@ def _reporter_problems(result: Result, reporter: _FailingReporter) -> list[str]:
 
 def check_tool(
     tool_cls: type[Tool],
-    options: Optional[Mapping[str, Any]] = None,
+    options: Mapping[str, Any] | None = None,
     checks: Sequence[str] = CHECKS,
     **settings: Any,
 ) -> list[CheckOutcome]:
@@ -224,7 +231,7 @@ def check_tool(
 
 
 def run_check(
-    tool_cls: type[Tool], name: str, options: Optional[Mapping[str, Any]] = None, **settings: Any
+    tool_cls: type[Tool], name: str, options: Mapping[str, Any] | None = None, **settings: Any
 ) -> CheckOutcome:
     """Run one check: ConformanceError if it fails, CheckSkipped if it cannot run here."""
     outcome = Conformance(tool_cls, Settings(options=options or {}, **settings)).outcome(name)
@@ -236,7 +243,7 @@ def run_check(
 
 
 def conformance_tests(
-    tool_cls: type[Tool], options: Optional[Mapping[str, Any]] = None, **settings: Any
+    tool_cls: type[Tool], options: Mapping[str, Any] | None = None, **settings: Any
 ) -> Callable[[str], None]:
     """A pytest test function, parametrized over :data:`CHECKS`, for ``tool_cls``.
 
@@ -295,7 +302,7 @@ def _describe_failures(tool_cls: type[Tool], failed: Sequence[CheckOutcome]) -> 
 class Conformance:
     """The checks for one tool class under one set of :class:`Settings`."""
 
-    def __init__(self, tool_cls: type[Tool], settings: Optional[Settings] = None) -> None:
+    def __init__(self, tool_cls: type[Tool], settings: Settings | None = None) -> None:
         self.tool_cls = tool_cls
         self.settings = settings or Settings()
         self.name = str(getattr(tool_cls, "name", tool_cls.__name__))
@@ -332,7 +339,7 @@ class Conformance:
             raise CheckSkipped(f"{self.name} cannot run here: {why}")
         return found
 
-    def base_spec(self, protocol: Optional[str] = None, direction: Optional[str] = None,
+    def base_spec(self, protocol: str | None = None, direction: str | None = None,
                   **changes: Any) -> TestSpec:
         """The plainest loopback spec the capabilities allow, with ``changes``."""
         caps = self.tool_cls.capabilities
@@ -355,7 +362,6 @@ class Conformance:
 
     def check_api_version(self, notes: list[str]) -> list[str]:
         """The plugin is a Tool, named, for a plugin API this netprobe has."""
-        from netprobe.plugin import API_VERSION
         from netprobe.registry import _incompatibility
 
         problem = _incompatibility(self.tool_cls)
@@ -386,7 +392,7 @@ class Conformance:
 
     def _probe_once(
         self, how: str, extra: dict[str, Any]
-    ) -> tuple[list[str], Optional[Availability]]:
+    ) -> tuple[list[str], Availability | None]:
         started = time.monotonic()
         try:
             found = self.tool(**extra).probe()
@@ -610,7 +616,7 @@ class Conformance:
             found.append((name, protocol, change, name == "ipv6"))
         return found
 
-    def run_and_verify(self, spec: TestSpec) -> tuple[list[str], Optional[Result]]:
+    def run_and_verify(self, spec: TestSpec) -> tuple[list[str], Result | None]:
         """Run ``spec`` on loopback: what is wrong with its result (empty when fine), and
         the result (None when the run raised)."""
         reporter = RecordingReporter()
@@ -679,7 +685,7 @@ class Conformance:
 
     def _interrupted_run(
         self, spec: TestSpec, watch: ProcessWatch
-    ) -> tuple[Any, Optional[float], float]:
+    ) -> tuple[Any, float | None, float]:
         reporter = RecordingReporter()
         state = {"running": True, "sent": None}
         previous = signal.getsignal(signal.SIGINT)
@@ -842,7 +848,7 @@ def _inside_switches(caps: Any) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _a_congestion_algorithm() -> Optional[str]:
+def _a_congestion_algorithm() -> str | None:
     try:
         with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
             names = f.read().split()
@@ -860,7 +866,7 @@ def _has_ipv6_loopback() -> bool:
     return True
 
 
-def _fastest(result: Optional[Result]) -> float:
+def _fastest(result: Result | None) -> float:
     if not isinstance(result, Result):
         return 0.0
     rates = [side.bits_per_second for _what, _slot, side in _sides(result)]
@@ -896,7 +902,7 @@ def _watched(
     return problems
 
 
-def _interrupt_problems(raised: Any, sent_at: Optional[float], ended_at: float,
+def _interrupt_problems(raised: Any, sent_at: float | None, ended_at: float,
                         how: str) -> list[str]:
     if sent_at is None:
         return [f"the run ended by itself before {how} could be sent: the tool does not run "
@@ -927,7 +933,7 @@ def _interrupt_problems(raised: Any, sent_at: Optional[float], ended_at: float,
 
 
 @contextlib.contextmanager
-def _environment_without_binary(normal: Optional[Availability]) -> Iterator[str]:
+def _environment_without_binary(normal: Availability | None) -> Iterator[str]:
     """PATH set to an empty directory; variables naming the tool's binary removed."""
     saved = dict(os.environ)
     path = normal.path if normal is not None else None

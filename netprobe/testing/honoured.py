@@ -3,7 +3,6 @@ rate, warm-up, interval width)."""
 from __future__ import annotations
 
 import statistics
-from typing import Optional
 
 from netprobe.schema import (
     Result,
@@ -72,7 +71,7 @@ def _stream_count_problems(result: Result, spec: TestSpec) -> list[str]:
     return problems
 
 
-def _main_side(result: Result, direction: str) -> Optional[SideSummary]:
+def _main_side(result: Result, direction: str) -> SideSummary | None:
     flow = result.summary(direction)
     if flow is None:
         return None

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
@@ -34,7 +34,7 @@ class ProcessInfo:
     """Command line (or ``[comm]`` when it has none)."""
 
 
-def _read_process(pid: int) -> Optional[ProcessInfo]:
+def _read_process(pid: int) -> ProcessInfo | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
             head, tail = f.read().rsplit(")", 1)

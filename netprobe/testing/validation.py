@@ -6,7 +6,7 @@ import datetime
 import json
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any, Optional
+from typing import Any
 
 from netprobe import convert
 from netprobe.schema import (
@@ -27,7 +27,7 @@ _ORDER_SLACK_S = 0.05
 
 
 def validate_result(
-    result: Any, spec: Optional[TestSpec] = None, tolerance: float = 0.01
+    result: Any, spec: TestSpec | None = None, tolerance: float = 0.01
 ) -> list[str]:
     """Everything wrong with ``result`` (empty when it is fine): JSON Schema, JSON round
     trip, start time, interval order (within each series, and overall by start time within
@@ -75,7 +75,7 @@ def shipped_schema() -> dict[str, Any]:
     return loaded
 
 
-def _start_time_problems(start_time: Optional[str]) -> list[str]:
+def _start_time_problems(start_time: str | None) -> list[str]:
     if start_time is None:
         return []
     try:
@@ -103,7 +103,7 @@ def _rate_problem(what: str, nbytes: int, seconds: float, bps: float, tol: float
 
 def _interval_problems(intervals: Sequence[Interval], tol: float) -> list[str]:
     problems: list[str] = []
-    last: dict[tuple[str, str, Optional[int]], Interval] = {}
+    last: dict[tuple[str, str, int | None], Interval] = {}
     latest = 0.0
     for index, item in enumerate(intervals):
         what = f"interval {index} ({item.direction} {item.role} stream {item.stream_id})"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from typing import Optional, Union
+from typing import Union
 
 SPOOL_CHARS = 8 << 20
 """Most of one test's text a :class:`SpooledLog` holds in memory; past it, a temporary file."""
@@ -23,7 +23,7 @@ class SpooledLog:
     temporary file past it, so that reading a log of any size holds a bounded part of it.
     Read as the parser reads a str: its lines (again and again), ``in``, ``len``."""
 
-    def __init__(self, spool_chars: Optional[int] = None) -> None:
+    def __init__(self, spool_chars: int | None = None) -> None:
         import tempfile  # only a parse of saved logs needs it (a run's start-up does not)
 
         self._file = tempfile.SpooledTemporaryFile(  # noqa: SIM115 (lives with the object)
@@ -72,7 +72,7 @@ Text = Union[str, SpooledLog]
 """A test's saved output as a parser takes it: a str, or a SpooledLog of a big one."""
 
 
-def lines(text: Union[Text, Iterable[str]]) -> Iterable[str]:
+def lines(text: Text | Iterable[str]) -> Iterable[str]:
     """The lines of ``text`` (newlines kept), one at a time: a str's splitlines() would
     hold a second copy of a big log, and a list of its lines many times its size."""
     if not isinstance(text, str):
@@ -80,13 +80,13 @@ def lines(text: Union[Text, Iterable[str]]) -> Iterable[str]:
     return (found.group() for found in re.finditer(r"[^\n]*\n|[^\n]+$", text))
 
 
-def held(chunk: SpooledLog, spool_chars: Optional[int] = None) -> Text:
+def held(chunk: SpooledLog, spool_chars: int | None = None) -> Text:
     """A test that fits in memory as a str, as it always was; a bigger one stays spooled."""
     return chunk.text() if chunk.chars <= (SPOOL_CHARS if spool_chars is None
                                            else spool_chars) else chunk
 
 
-def kept_raw(text: Text, limit: Optional[int] = None) -> str:
+def kept_raw(text: Text, limit: int | None = None) -> str:
     """``text`` for the result's raw output: whole, or its head and how much was left out."""
     limit = RAW_KEPT_CHARS if limit is None else limit
     if len(text) <= limit:
@@ -95,7 +95,7 @@ def kept_raw(text: Text, limit: Optional[int] = None) -> str:
     return head + f"\n[netprobe: {len(text) - limit} more characters not kept]\n"
 
 
-def not_kept_warning(kept: int, not_kept: int) -> Optional[str]:
+def not_kept_warning(kept: int, not_kept: int) -> str | None:
     """The Result's warning for interval lines read from a saved log and not kept."""
     if not not_kept:
         return None

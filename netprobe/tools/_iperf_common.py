@@ -1,7 +1,7 @@
-"""What the iperf2 and iperf3 adapters share: the figures read from an output
-(:class:`Parts`), one run as a :class:`~netprobe.driven.DrivenSession`
-(:class:`IperfSession`), and the figures put into a Result (:func:`assemble`, which saved
-outputs end in too).
+"""What the iperf2 and iperf3 adapters share: one run as a
+:class:`~netprobe.driven.DrivenSession` (:class:`IperfSession`), whose figures
+(:class:`~netprobe.driven.Figures`) become a Result by the one assembler of every driven
+tool (:func:`~netprobe.driven.to_result`), and the readers' common helpers.
 
 Private to the built-in iperf adapters; the public helpers for driven tools are in
 :mod:`netprobe.driven`.
@@ -31,45 +31,22 @@ from netprobe.driven import (
     read_version,
     run_once,
 )
+from netprobe.driven.figures import Figures, to_result
 from netprobe.errors import NetprobeError
 from netprobe.host import utc_now_iso
 from netprobe.latency.figures import as_run, distribution
 from netprobe.plugin import Availability, Reporter
-from netprobe.resultops import with_call_lengths
 from netprobe.schema import (
     Cpu,
     CpuUsage,
-    Endpoint,
-    FlowSummary,
     Interval,
     Latency,
     LatencySample,
-    RawOutput,
     Result,
     SideSummary,
-    StreamResult,
     TestSpec,
     ToolInfo,
 )
-
-
-@attrs.define
-class Parts:
-    """Figures read from one tool's output, ready to be put into a Result."""
-
-    intervals: list[Interval] = attrs.Factory(list)
-    streams: list[StreamResult] = attrs.Factory(list)
-    summaries: list[FlowSummary] = attrs.Factory(list)
-    warnings: list[str] = attrs.Factory(list)
-    errors: list[str] = attrs.Factory(list)
-    duration_s: float | None = None
-    local: Endpoint | None = None
-    remote: Endpoint | None = None
-    start_time: str | None = None
-    version: str | None = None
-    latency: Latency | None = None
-    call_lengths: dict[tuple[str, str], int] = attrs.Factory(dict)
-    """What the output says each end's data loop asked of a call, by (direction, role)."""
 
 
 class IperfSession(DrivenSession):
@@ -77,7 +54,7 @@ class IperfSession(DrivenSession):
     (:class:`~netprobe.driven.DrivenSession`): a one-off local server when the adapter starts
     it (ready once it says "Server listening on"), the client until it exits or its
     deadline (:func:`~netprobe.driven.client_deadline`), the server's last report; then the
-    Result from the figures the readers collected (:func:`assemble`).
+    Result from the figures the readers collected (:func:`~netprobe.driven.to_result`).
 
     A subclass sets the command lines and line readers in its constructor and supplies
     :meth:`parts` (the figures so far), :meth:`problem` (what went wrong, in the tool's
@@ -130,7 +107,7 @@ class IperfSession(DrivenSession):
         """Why the run failed in the tool's own words (None: it did not)."""
 
     @abc.abstractmethod
-    def parts(self) -> Parts:
+    def parts(self) -> Figures:
         """The figures read so far (also of a partial run)."""
 
     def result(self, status: str, errors: list[str]) -> Result:
@@ -140,44 +117,10 @@ class IperfSession(DrivenSession):
         parts.warnings.extend([*self.warnings, *self.driven.warnings])
         said = " ".join(errors)
         tool = ToolInfo(name=self.tool, version=self.version, mode=self.mode)
-        return assemble(parts, tool=tool, spec=self.spec, start_time=self.start_time,
-                        status=status, errors=[*(e for e in parts.errors if e not in said),
-                                               *errors],
-                        raw=tuple(p.raw() for p in (self.client, self.server) if p is not None))
-
-
-def assemble(
-    parts: Parts,
-    *,
-    tool: ToolInfo,
-    spec: TestSpec,
-    start_time: str | None,
-    status: str = "ok",
-    errors: list[str] | None = None,
-    raw: tuple[RawOutput, ...] = (),
-) -> Result:
-    """Put ``parts`` into a Result, intervals in time order."""
-    return with_call_lengths(Result(
-        tool=tool,
-        spec=spec,
-        start_time=parts.start_time or start_time,
-        local=parts.local or Endpoint(role="client"),
-        remote=parts.remote or Endpoint(role="server", host=spec.host),
-        status=status,
-        duration_s=parts.duration_s,
-        summaries=tuple(sorted(parts.summaries, key=lambda f: f.direction)),
-        streams=tuple(sorted(parts.streams, key=lambda s: (s.direction, s.stream_id))),
-        intervals=tuple(sorted(parts.intervals, key=_interval_order)),
-        latency=parts.latency,
-        warnings=tuple(parts.warnings),
-        errors=tuple(parts.errors if errors is None else errors),
-        raw=raw,
-    ), parts.call_lengths)
-
-
-def _interval_order(sample: Interval) -> tuple[float, str, str, int]:
-    stream = sample.stream_id if sample.stream_id is not None else 1 << 30  # sums last
-    return (round(sample.start_s, 3), sample.direction, sample.role, stream)
+        return to_result(parts, tool=tool, spec=self.spec, start_time=self.start_time,
+                         status=status, errors=[*(e for e in parts.errors if e not in said),
+                                                *errors],
+                         raw=tuple(p.raw() for p in (self.client, self.server) if p is not None))
 
 
 def tcp_rtt_latency(intervals: Sequence[Interval], measured_by: str) -> Latency | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Optional
 
 DETECT_LINES = 200
 """How many leading lines are looked at: every known output says what it is well before."""
@@ -46,7 +45,7 @@ _OWN = re.compile(r'^\s*"(?:spec|summaries|schema_version)"\s*:')
 key would otherwise read as iperf3's); ``netprobe report`` reads it."""
 
 
-def detect_tool(lines: Iterable[str]) -> Optional[str]:
+def detect_tool(lines: Iterable[str]) -> str | None:
     """The tool whose mark is on the first marked line of ``lines`` (at most
     :data:`DETECT_LINES` are read), or None when no line is marked or the text is a
     netprobe Result."""

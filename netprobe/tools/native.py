@@ -6,6 +6,8 @@ the self-test that works on any machine with nothing else installed or running.
 
 from __future__ import annotations
 
+import attrs
+
 from netprobe.engine.capabilities import NATIVE_CAPABILITIES, native_refusals
 from netprobe.errors import TestFailed
 from netprobe.plugin import Availability, Reporter, Tool
@@ -85,12 +87,8 @@ class NativeTool(Tool):
 
 
 def _warned(result: Result, warnings: list[str]) -> Result:
-    import attrs
-
     return attrs.evolve(result, warnings=(*result.warnings, *warnings)) if warnings else result
 
 
 def _with_port(spec: TestSpec, port: int) -> TestSpec:
-    import attrs
-
     return attrs.evolve(spec, port=port)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, Optional
+from typing import Any
 
 from netprobe.cli import args as opts
 from netprobe.cli.common import RegistryLoader, make_tool, secret_options
@@ -112,7 +112,7 @@ def _kib(length: int) -> str:
     return f"{length // 1024}K"
 
 
-def _tool_names(given: Optional[str], installed: list[str]) -> list[str]:
+def _tool_names(given: str | None, installed: list[str]) -> list[str]:
     if given is None:  # every installed tool, the native engine first as the reference
         return sorted(installed, key=lambda name: (name != "native", name))
     names = [name.strip() for name in given.split(",") if name.strip()]

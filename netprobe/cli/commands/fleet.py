@@ -7,7 +7,7 @@ import argparse
 import json
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from netprobe.cli import args as opts
 from netprobe.cli.common import RegistryLoader
@@ -77,7 +77,7 @@ def _secret_option(parser: argparse.ArgumentParser) -> None:
                              "$NETPROBE_SECRET")
 
 
-def _load(path: str, secret_file: Optional[str] = None) -> Fleet:
+def _load(path: str, secret_file: str | None = None) -> Fleet:
     """The fleet file; ``secret_file`` (``--secret-file``, read once here so that a bad
     one is one error, not one per pair) for each agent it gives no secret."""
     import attrs
@@ -94,7 +94,7 @@ def _load(path: str, secret_file: Optional[str] = None) -> Fleet:
     return attrs.evolve(fleet, agents=agents)
 
 
-def archive_url(args: argparse.Namespace, fleet: Optional[Fleet]) -> str:
+def archive_url(args: argparse.Namespace, fleet: Fleet | None) -> str:
     """--archive, else the fleet file's, else ``<fleet file>.db`` beside it."""
     if args.archive:
         return str(args.archive)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 from netprobe.cli import args as opts
-from netprobe.cli.common import RegistryLoader, read_input
+from netprobe.cli.common import RegistryLoader, read_input, warning
 from netprobe.cli.exitcodes import ExitCode, UsageError
 from netprobe.errors import SpecError, ToolUnavailable
 from netprobe.redact import redact
@@ -157,8 +157,6 @@ def _mixed_warnings(groups: Sequence[Group], keys: Sequence[str]) -> list[str]:
 
 
 def _warn(lines: Sequence[str]) -> None:
-    from netprobe.cli.common import warning
-
     for line in lines:
         warning(line)
 

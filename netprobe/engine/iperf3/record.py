@@ -4,7 +4,7 @@ side of each flow, the client's (from the results it sent) on the other."""
 from __future__ import annotations
 
 import socket
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
@@ -21,8 +21,8 @@ from netprobe.schema import (
 
 
 def server_result(p: wire.Params, peer: tuple, conn: socket.socket, streams: list[Any],
-                  started: str, duration: float, cpu: float, theirs: Optional[dict],
-                  error: Optional[str]) -> Result:
+                  started: str, duration: float, cpu: float, theirs: dict | None,
+                  error: str | None) -> Result:
     """A Result of the test the server just served (``theirs``: the client's results)."""
     client_bytes, their_time = _their_counts(theirs)
     flows, rows = [], []
@@ -81,10 +81,10 @@ def _with_retransmits(side: SideSummary, streams: list[Any]) -> SideSummary:
     return attrs.evolve(side, retransmits=sum(counts), retransmits_scope="connection")
 
 
-def _their_counts(theirs: Optional[dict]) -> tuple[dict[int, int], Optional[float]]:
+def _their_counts(theirs: dict | None) -> tuple[dict[int, int], float | None]:
     """The client's bytes by stream id, and its longest stream time (None if not told)."""
     found: dict[int, int] = {}
-    longest: Optional[float] = None
+    longest: float | None = None
     rows = theirs.get("streams") if isinstance(theirs, dict) else None
     for row in rows if isinstance(rows, list) else []:
         if not isinstance(row, dict):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from netprobe.engine.iperf3 import wire
 from netprobe.engine.iperf3.session import Iperf3Test, _sync_close
@@ -25,7 +25,7 @@ class Iperf3Service:
     """A second listener kind for a Server: iperf3's protocol on its own TCP port."""
 
     def __init__(self, port: int = DEFAULT_PORT,
-                 on_result: Optional[Callable[[Result], None]] = None) -> None:
+                 on_result: Callable[[Result], None] | None = None) -> None:
         self.port = port
         self.on_result = on_result
         """Called with the server's Result of each test served (e.g. to save it)."""

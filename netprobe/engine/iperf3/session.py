@@ -8,7 +8,7 @@ import contextlib
 import socket
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 from netprobe.engine.iperf3 import udp, wire
 from netprobe.engine.iperf3.record import server_result
@@ -42,7 +42,7 @@ class Iperf3Test:
         self.peer = peer
         self.cookie = cookie
         self.who = client(peer)
-        self.params: Optional[wire.Params] = None
+        self.params: wire.Params | None = None
         self.streams: list[Any] = []  # Stream (TCP) or udp.UdpStream
         self._pending: list[socket.socket] = []
         self._arrived = threading.Condition()
@@ -239,7 +239,7 @@ class Iperf3Test:
                                   p.bandwidth))
         return streams
 
-    def _wait_end(self, p: wire.Params, t0: float) -> tuple[Optional[int], Optional[float]]:
+    def _wait_end(self, p: wire.Params, t0: float) -> tuple[int | None, float | None]:
         """The client's state that ends the test (None: it went away or ran over)."""
         limit = (p.time if p.time else self.server.config.max_duration_s) + p.omit + SAFETY_S
         omit_end = t0 + p.omit if p.omit else None
@@ -284,7 +284,7 @@ class Iperf3Test:
         return results
 
     def _log_result(self, p: wire.Params, started: str, duration: float, cpu: float,
-                    theirs: Optional[dict], error: Optional[str]) -> None:
+                    theirs: dict | None, error: str | None) -> None:
         result = server_result(p, self.peer, self.conn, self.streams, started, duration,
                                cpu, theirs, error)
         self.service.record(result)

@@ -8,7 +8,6 @@ import contextlib
 import socket
 import threading
 import time
-from typing import Optional
 
 from netprobe import core
 
@@ -31,7 +30,7 @@ class BaseStream:
         self.rate_bps = rate_bps
         self.bytes = 0
         self.omitted_bytes = 0  # counted before the omit time ended
-        self.retransmits: Optional[int] = None
+        self.retransmits: int | None = None
         self.stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name=f"{self.thread_prefix}{stream_id}")
@@ -92,7 +91,7 @@ class Stream(BaseStream):
 
     def _receive(self) -> None:
         buffer = bytearray(self.length)
-        drain_until: Optional[float] = None
+        drain_until: float | None = None
         while True:
             if self.stop.is_set() and drain_until is None:
                 drain_until = time.monotonic() + DRAIN_S
@@ -116,7 +115,7 @@ class Stream(BaseStream):
         block = memoryview(b"0123456789" * (self.length // 10 + 1))[: self.length]
         started = time.monotonic()
         offset = 0  # bytes of the current block already sent
-        give_up: Optional[float] = None
+        give_up: float | None = None
         while True:
             if self.stop.is_set():
                 if offset == 0:

@@ -8,7 +8,7 @@ import contextlib
 import socket
 import struct
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 from netprobe.engine.iperf3 import wire
 from netprobe.engine.iperf3.streams import POLL_S, BaseStream
@@ -74,7 +74,7 @@ class UdpStream(BaseStream):
         self.out_of_order = 0
         self.strays = 0  # jumps over MAX_GAP, not booked as loss
         self.jitter_s = 0.0
-        self._transit: Optional[float] = None
+        self._transit: float | None = None
 
     def finish(self) -> None:
         """Stop the loop."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 
@@ -129,7 +129,7 @@ class Params:
         return ("server_to_client",) if self.reverse else ("client_to_server",)
 
 
-def _lookup(params: dict, key: str) -> Optional[Any]:
+def _lookup(params: dict, key: str) -> Any | None:
     # cJSON looks keys up case-insensitively and takes the first match.
     for name, value in params.items():
         if name.lower() == key.lower():
@@ -163,7 +163,7 @@ def parse_params(params: dict) -> Params:
         get_server_output="get_server_output" in present)
 
 
-def check_params(p: Params) -> Optional[tuple[int, str]]:
+def check_params(p: Params) -> tuple[int, str] | None:
     """iperf3's own range checks: (code, reason) for the first one broken, else None."""
     if not 0 <= p.time <= 86400:
         return IEDURATION, f"duration {p.time} s out of range"

@@ -22,11 +22,12 @@ from typing import Any
 import attrs
 
 from netprobe import reporting
+from netprobe.driven.figures import Figures
 from netprobe.errors import ParseError
 from netprobe.schema import Endpoint, FlowSummary, Interval, Latency, SideSummary, StreamResult
 from netprobe.tools import _bounded
 from netprobe.tools._bounded import SpooledLog, Text
-from netprobe.tools._iperf_common import Parts, side_directions, side_of, tcp_rtt_latency
+from netprobe.tools._iperf_common import side_directions, side_of, tcp_rtt_latency
 from netprobe.units import KIB, binary_factor, si_factor
 
 TOOL = "iperf2"
@@ -175,7 +176,7 @@ class _KeptRecords:
         """What was kept, in order: the first records, then each stream's latest."""
         return [*self.records, *self.latest.values()]
 
-    def warn(self, parts: Parts) -> None:
+    def warn(self, parts: Figures) -> None:
         """Say in ``parts`` how many interval lines were read and not kept."""
         if self.not_kept:
             parts.warnings.append(
@@ -341,7 +342,7 @@ class TextReader:
             for r in self.records
         )
 
-    def parts(self) -> Parts:
+    def parts(self) -> Figures:
         """Intervals and summaries of everything read so far."""
         parts = build_parts(self._kept.all(), self.ooo, self.intervals_on)
         parts.call_lengths = self.call_lengths()
@@ -417,9 +418,9 @@ def _columns(rest: str) -> tuple[str | None, dict[str, Any], int | None]:
 
 def build_parts(
     records: list[_Record], ooo: dict[tuple[str, float], int], intervals_given: bool = True
-) -> Parts:
+) -> Figures:
     """Split each stream's lines into intervals and its summary, then sum up per flow."""
-    parts = Parts()
+    parts = Figures()
     groups: dict[tuple[str, str, str], list[_Record]] = {}
     if len({r.direction for r in records if r.sample.stream_id is not None}) > 1:
         # Both directions (-d, -r, --full-duplex): iperf 2's [SUM] lines add up both ways.
@@ -458,7 +459,7 @@ def _bounce_latency(streams: list[Bounces]) -> Latency | None:
     )
 
 
-def latency(parts: Parts) -> Latency | None:
+def latency(parts: Figures) -> Latency | None:
     """What iperf 2 measured of latency: a bounce-back test's round trips, else the TCP
     senders' smoothed RTT of each interval (``-e``)."""
     return parts.latency or tcp_rtt_latency(parts.intervals, TOOL)
@@ -578,7 +579,7 @@ def _added(sides: list[SideSummary]) -> SideSummary:
     )
 
 
-def merge(client: Parts, server: Parts) -> Parts:
+def merge(client: Figures, server: Figures) -> Figures:
     """One test's client and server parts together: each side's figures from the process
     that measured them (the other's copy fills gaps)."""
     out = attrs.evolve(client, intervals=client.intervals + _new_intervals(client, server))
@@ -592,7 +593,7 @@ def merge(client: Parts, server: Parts) -> Parts:
     return out
 
 
-def _new_intervals(client: Parts, server: Parts) -> list[Interval]:
+def _new_intervals(client: Figures, server: Figures) -> list[Interval]:
     have = {(i.direction, i.role) for i in client.intervals}
     return [i for i in server.intervals if (i.direction, i.role) not in have]
 
@@ -731,7 +732,7 @@ def looks_like_csv(text: Text) -> bool:
     return False
 
 
-def parse_csv(text: Text, process_is_client: bool, source: str = "<input>") -> Parts:
+def parse_csv(text: Text, process_is_client: bool, source: str = "<input>") -> Figures:
     """Intervals and summaries from ``-y C`` rows. Direction: the row's source end opened
     the connection; rows to the main server port flow client to server. Read twice, row
     by row (the main port first), so that memory does not grow with the rows."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from netprobe.driven.figures import Figures, to_result
 from netprobe.errors import ParseError
 from netprobe.schema import RawOutput, Result, TestSpec, ToolInfo
-from netprobe.tools._iperf_common import Parts, assemble
 from netprobe.tools.iperf2 import parse_output as p2
 
 
@@ -31,7 +31,7 @@ def parse_sources(tool: str, sources: Sequence[tuple[str, str]]) -> Result:
     status = "failed" if parts.errors else "ok"
     spec = _spec_from(sources, parts)
     raw = tuple(RawOutput(name=name, text=p2.kept_raw(text)) for name, text in sources)
-    return assemble(
+    return to_result(
         parts,
         tool=ToolInfo(name=tool),
         spec=spec,
@@ -41,7 +41,7 @@ def parse_sources(tool: str, sources: Sequence[tuple[str, str]]) -> Result:
     )
 
 
-def _read_source(name: str, text: str, keys: p2.StreamKeys) -> tuple[Parts, bool, str]:
+def _read_source(name: str, text: str, keys: p2.StreamKeys) -> tuple[Figures, bool, str]:
     guessed = p2.guess_is_client(text, name)
     is_client = guessed is not False
     if p2.looks_like_csv(text):
@@ -62,7 +62,7 @@ def _read_source(name: str, text: str, keys: p2.StreamKeys) -> tuple[Parts, bool
     return parts, is_client, name
 
 
-def _spec_from(sources: Sequence[tuple[str, str]], parts: Parts) -> TestSpec:
+def _spec_from(sources: Sequence[tuple[str, str]], parts: Figures) -> TestSpec:
     directions = {f.direction for f in parts.summaries}
     direction = (
         "bidir"

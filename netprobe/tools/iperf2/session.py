@@ -15,9 +15,10 @@ from typing import Any
 import attrs
 
 from netprobe.driven import DrivenProcess, DrivenRun
+from netprobe.driven.figures import Figures
 from netprobe.plugin import Reporter
 from netprobe.schema import TestSpec
-from netprobe.tools._iperf_common import IperfSession, Launch, Parts, Probed
+from netprobe.tools._iperf_common import IperfSession, Launch, Probed
 from netprobe.tools.iperf2 import parse_output as p2
 from netprobe.tools.iperf2.command import client_argv, server_argv
 
@@ -50,7 +51,7 @@ class Iperf2Session(IperfSession):
         """What the output says went wrong (iperf 2 exits 0 from most failures)."""
         return _problem(self.client, self.client_reader, self._merged())
 
-    def parts(self) -> Parts:
+    def parts(self) -> Figures:
         """Both ends' figures merged, with the endpoints, latency and the server's
         warnings."""
         parts = self._merged()
@@ -61,7 +62,7 @@ class Iperf2Session(IperfSession):
             parts.warnings.append(f"live interval display failed: {self.client.callback_error}")
         return parts
 
-    def _merged(self) -> Parts:
+    def _merged(self) -> Figures:
         parts = p2.merge(self.client_reader.parts(), self.server_reader.parts())
         parts.local, parts.remote = p2.endpoints(self.client_reader)
         parts.remote = attrs.evolve(parts.remote, host=self.spec.host or self.launch.host,
@@ -85,7 +86,7 @@ def _finished(reader: p2.TextReader) -> int:
     return sum((s.sender is not None) + (s.receiver is not None) for s in parts.streams)
 
 
-def _problem(process: DrivenProcess | None, client: p2.TextReader, parts: Parts) -> str | None:
+def _problem(process: DrivenProcess | None, client: p2.TextReader, parts: Figures) -> str | None:
     if client.failures:
         return "; ".join(dict.fromkeys(client.failures))  # in order, without repeats
     code = process.returncode if process is not None else None

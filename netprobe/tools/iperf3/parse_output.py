@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from netprobe import plugin
+from netprobe.driven.figures import Figures
 from netprobe.errors import ParseError
 from netprobe.resultops import short_sender_totals
 from netprobe.schema import (
@@ -38,7 +39,6 @@ from netprobe.schema import (
 from netprobe.tools import _bounded
 from netprobe.tools._bounded import SpooledLog, Text
 from netprobe.tools._iperf_common import (
-    Parts,
     StreamNumbers,
     process_cpu,
     side_directions,
@@ -465,12 +465,12 @@ def _attach_cpu(
 # --- whole documents ------------------------------------------------------------------------
 
 
-def parse_document(doc: dict[str, Any], source: str = "<input>") -> Parts:
+def parse_document(doc: dict[str, Any], source: str = "<input>") -> Figures:
     """Everything an iperf3 ``-J`` document holds, as result parts."""
     start = _obj(doc.get("start"))
     ctx = context_from_start(start, bidir=_is_bidir(doc))
     numbers = StreamNumbers()
-    parts = Parts(version=_version(start), start_time=_start_time(start))
+    parts = Figures(version=_version(start), start_time=_start_time(start))
     parts.local, parts.remote = _endpoints(start, ctx)
     for block in _list(doc.get("intervals")):
         parts.intervals.extend(intervals_from_block(_obj(block), ctx, numbers))
@@ -511,7 +511,7 @@ def _every_end(length: int | None) -> dict[tuple[str, str], int]:
             for role in ("sender", "receiver")}
 
 
-def _drop_unreported_peer_sides(parts: Parts, ctx: DocContext) -> None:
+def _drop_unreported_peer_sides(parts: Figures, ctx: DocContext) -> None:
     """Figures of the other process arrive only when a test completes: a server's document
     (written before they come) or a failed client's has zeros there, meaning unknown."""
 
@@ -580,7 +580,7 @@ def _duration(flows: list[FlowSummary]) -> float | None:
     return max(ends) if ends else None
 
 
-def spec_from_document(doc: dict[str, Any], parts: Parts) -> TestSpec:
+def spec_from_document(doc: dict[str, Any], parts: Figures) -> TestSpec:
     """The TestSpec a document was run with, as far as it says."""
     start = _obj(doc.get("start"))
     test = _obj(start.get("test_start"))
@@ -838,7 +838,7 @@ def _numbered(parsed: HumanLine, numbers: StreamNumbers) -> Interval:
     return attrs.evolve(parsed.sample, stream_id=numbers.number(parsed.direction, parsed.label))
 
 
-def parse_human_text(text: Text, source: str = "<input>") -> Parts:
+def parse_human_text(text: Text, source: str = "<input>") -> Figures:
     """Intervals and summaries of a saved human-format iperf3 output (client or server),
     read line by line: the first :data:`netprobe.plugin.MAX_INTERVALS_KEPT` intervals are
     kept and the rest counted (the summaries are iperf3's own final lines, so stay exact).
@@ -846,7 +846,7 @@ def parse_human_text(text: Text, source: str = "<input>") -> Parts:
     is_client = "Connecting to host" in text or "Server listening" not in text
     default_role = _human_own_role(text, is_client)
     numbers = StreamNumbers()
-    parts = Parts()
+    parts = Figures()
     kept = plugin.KeptIntervals()
     sides: dict[tuple[str, int | None], dict[str, SideSummary]] = {}
     for line in _bounded.lines(text):
@@ -896,7 +896,7 @@ def _human_own_role(text: Text, is_client: bool) -> str:
 
 
 def _human_summaries(
-    parts: Parts, sides: dict[tuple[str, int | None], dict[str, SideSummary]]
+    parts: Figures, sides: dict[tuple[str, int | None], dict[str, SideSummary]]
 ) -> None:
     directions = {d for d, _ in sides}
     for (direction, stream), pair in sorted(sides.items(), key=lambda kv: str(kv[0])):

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 
 import attrs
 
+from netprobe.driven.figures import Figures, to_result
 from netprobe.errors import ParseError
 from netprobe.resultops import fill_missing
 from netprobe.schema import Interval, RawOutput, Result, SideSummary, TestSpec, ToolInfo
 from netprobe.tools._bounded import SpooledLog, kept_raw
-from netprobe.tools._iperf_common import Parts, assemble
 from netprobe.tools.iperf3 import parse_output as p3
 
 
@@ -42,10 +42,10 @@ def parse_sources(name: str, sources: Sequence[tuple[str, str]]) -> Result:
 def _assembled(name: str, reading: _Reading, spec: TestSpec) -> Result:
     shift_after_warmup(reading.parts, spec.omit_s)
     tool = ToolInfo(name=name, version=reading.parts.version)
-    return assemble(reading.parts, tool=tool, spec=spec, start_time=reading.parts.start_time)
+    return to_result(reading.parts, tool=tool, spec=spec, start_time=reading.parts.start_time)
 
 
-def _direction_of(parts: Parts) -> str:
+def _direction_of(parts: Figures) -> str:
     """A human output's test direction, from the flows it reported (it does not say)."""
     flows = {flow.direction for flow in parts.summaries}
     if len(flows) > 1:
@@ -53,14 +53,14 @@ def _direction_of(parts: Parts) -> str:
     return "reverse" if flows == {"server_to_client"} else "normal"
 
 
-def _streams_of(parts: Parts) -> int:
+def _streams_of(parts: Figures) -> int:
     """A human output's streams per direction, from the streams it reported (a server's
     text does not say how many the client asked for)."""
     directions = [stream.direction for stream in parts.streams]
     return max((directions.count(d) for d in set(directions)), default=1)
 
 
-def shift_after_warmup(parts: Parts, omit_s: float) -> None:
+def shift_after_warmup(parts: Figures, omit_s: float) -> None:
     """iperf3 restarts its clock when the warm-up (-O) ends: put the intervals after it and
     the summaries (which cover only the time after it) on the test's own time line."""
     if omit_s <= 0:
@@ -119,7 +119,7 @@ def _shifted(side: SideSummary | None, omit_s: float) -> SideSummary | None:
 
 @attrs.define
 class _Reading:
-    parts: Parts
+    parts: Figures
     spec: TestSpec | None
     is_client: bool
     raw: RawOutput

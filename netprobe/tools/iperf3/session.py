@@ -17,10 +17,11 @@ from typing import Any
 import attrs
 
 from netprobe.driven import DrivenProcess, DrivenRun
+from netprobe.driven.figures import Figures
 from netprobe.errors import ParseError
 from netprobe.plugin import Reporter
 from netprobe.schema import Endpoint, Interval, TestSpec
-from netprobe.tools._iperf_common import IperfSession, Launch, Parts, StreamNumbers
+from netprobe.tools._iperf_common import IperfSession, Launch, StreamNumbers
 from netprobe.tools.iperf3 import parse_output as p3
 from netprobe.tools.iperf3.command import Iperf3Binary, client_argv, mode, server_argv
 from netprobe.tools.iperf3.parse_saved import shift_after_warmup
@@ -46,13 +47,13 @@ class Iperf3Session(IperfSession):
             if not launch.local:
                 self.driven.note(f"iperf3 {binary.version} prints JSON only at the end: "
                                  "intervals will be shown when the test ends")
-        self._read: tuple[Parts, str | None] | None = None
+        self._read: tuple[Figures, str | None] | None = None
 
     def problem(self) -> str | None:
         """What the client's JSON (or its last line) says went wrong."""
         return self._client_reading()[1]
 
-    def parts(self) -> Parts:
+    def parts(self) -> Figures:
         """The figures of the client's JSON, on the test's own time line; a run that left
         none keeps what was seen live."""
         parts = attrs.evolve(self._client_reading()[0])
@@ -72,7 +73,7 @@ class Iperf3Session(IperfSession):
         shift_after_warmup(parts, self.spec.omit_s)
         return parts
 
-    def _client_reading(self) -> tuple[Parts, str | None]:
+    def _client_reading(self) -> tuple[Figures, str | None]:
         # Read once, when the client has ended (a partial Result may ask earlier).
         if self._read is None or self._read[1] == "the client did not start":
             reading = read_client(self.client)
@@ -125,19 +126,19 @@ def _server_reader(spec: TestSpec, live: DrivenRun) -> Any:
 # --- reading the client's output --------------------------------------------------------------
 
 
-def read_client(client: DrivenProcess | None) -> tuple[Parts, str | None]:
+def read_client(client: DrivenProcess | None) -> tuple[Figures, str | None]:
     """Result parts from the client's JSON, and what went wrong (None if nothing)."""
     if client is None:
-        return Parts(), "the client did not start"
+        return Figures(), "the client did not start"
     text = client.text
     json_at = text.find("{")
     if json_at < 0:
         said = text.strip().splitlines()[-1] if text.strip() else "no output"
-        return Parts(), said.replace("iperf3: error - ", "")
+        return Figures(), said.replace("iperf3: error - ", "")
     try:
         doc, warnings = p3.parse_json_text(text[json_at:], "client")
     except ParseError as exc:
-        return Parts(), f"unreadable JSON output: {exc}"
+        return Figures(), f"unreadable JSON output: {exc}"
     parts = p3.parse_document(doc, "client")
     parts.warnings.extend(warnings)
     if client.callback_error is not None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netprobe.driven import readable_sources
+from netprobe.driven.figures import Figures, to_result
 from netprobe.errors import ParseError
 from netprobe.resultops import short_sender_totals
 from netprobe.schema import Endpoint, FlowSummary, RawOutput, Result, TestSpec, ToolInfo
@@ -112,22 +113,16 @@ def _parsed_result(
         warnings.append("ntttcp's real-time throughput lines carry no timestamps: no intervals")
     first = receiver or sender
     consoles = [slot.console for slot in roles.values() if slot.console]
-    return Result(
-        tool=ToolInfo(
-            name="ntttcp", version=next((c.version for c in consoles if c.version), None)
-        ),
-        spec=spec,
-        start_time=None,
-        local=Endpoint(role="client"),
-        remote=Endpoint(role="server", host=spec.host, address=spec.host, port=spec.port),
-        status="failed" if errors and not summaries else "ok",
+    figures = Figures(
+        summaries=list(summaries), streams=list(p.streams(totals["sender"], totals["receiver"],
+                                                          spec.protocol, omit)),
+        warnings=[_RECONSTRUCTED, *warnings],
         duration_s=None if first is None else first.end_s - first.start_s,
-        summaries=summaries,
-        streams=p.streams(totals["sender"], totals["receiver"], spec.protocol, omit),
-        warnings=(_RECONSTRUCTED, *warnings),
-        errors=tuple(errors),
-        raw=raw,
-    )
+        remote=Endpoint(role="server", host=spec.host, address=spec.host, port=spec.port))
+    version = next((c.version for c in consoles if c.version), None)
+    return to_result(figures, tool=ToolInfo(name="ntttcp", version=version), spec=spec,
+                     start_time=None, status="failed" if errors and not summaries else "ok",
+                     errors=errors, raw=raw)
 
 
 _RECONSTRUCTED = (

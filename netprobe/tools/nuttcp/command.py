@@ -22,7 +22,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from netprobe.driven import (
     Plan,
@@ -49,9 +49,9 @@ BYTES_TIMEOUT_S = 600.0
 class NuttcpPlan(Plan):
     """A nuttcp run's plan: the common one and nuttcp's two ports."""
 
-    control_port: Optional[int] = None
+    control_port: int | None = None
     """``-P``: the server's control port (None: nuttcp's default, 5000)."""
-    data_port: Optional[int] = None
+    data_port: int | None = None
     """``-p``: the first data port (the next ``streams - 1`` are used too)."""
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from netprobe.driven import readable_sources
+from netprobe.driven.figures import Figures, to_result
 from netprobe.errors import ParseError
-from netprobe.schema import Endpoint, RawOutput, Result, TestSpec, ToolInfo
+from netprobe.schema import RawOutput, Result, TestSpec, ToolInfo
 from netprobe.tools import _bounded
 from netprobe.tools.nuttcp import parse_output as p
 
@@ -94,18 +95,9 @@ def _parsed_result(name: str, text: str, out: p.NuttcpOutput, extra: list[str]) 
     if not out.has_summary:
         warnings.append(f"{name}: no final summary: the output is incomplete")
     message = p.failure_message(out)
-    return Result(
-        tool=ToolInfo(name="nuttcp", version=out.version),
-        spec=spec,
-        start_time=None,
-        local=Endpoint(role="client"),
-        remote=Endpoint(role="server", host=spec.host),
-        status="failed" if message else "ok",
-        duration_s=end,
-        summaries=summaries,
-        streams=streams,
-        intervals=intervals,
-        warnings=tuple(warnings),
-        errors=(message,) if message else (),
-        raw=(RawOutput(name=name, text=_bounded.kept_raw(text)),),
-    )
+    figures = Figures(summaries=list(summaries), streams=list(streams),
+                      intervals=list(intervals), warnings=warnings, duration_s=end)
+    return to_result(figures, tool=ToolInfo(name="nuttcp", version=out.version), spec=spec,
+                     start_time=None, status="failed" if message else "ok",
+                     errors=[message] if message else [],
+                     raw=(RawOutput(name=name, text=_bounded.kept_raw(text)),))
