@@ -78,7 +78,7 @@ def test_reference_every_agent_against_every_reference(n: int, k: int, one_way: 
     assert len(rounds) == max(n - k, k) * (1 if one_way else 2)
 
 
-def test_reference_hosts_outside_the_group_and_labels() -> None:
+def test_reference_hosts_may_be_outside_the_group() -> None:
     text = (_agents(6) + '[groups.r]\ntype = "reference"\nagents = ["h2", "h3", "h4"]\n'
             'references = ["h0"]\n')
     group = _group(text)
