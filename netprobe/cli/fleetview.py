@@ -26,33 +26,50 @@ pair: a 10,000-agent mesh is 10^8 pairs. ``--json`` still lists every round, str
 
 
 def print_plan(fleet: Fleet, rounds: Plan) -> None:
-    """The rounds, group by group (or, for a large plan, each group's sums)."""
-    longest = sum(len(g_rounds) * _round_limit_s(group) for group, g_rounds in rounds.groups)
-    title = plain(f"{fleet.path}: {len(rounds):,} rounds, {rounds.tests:,} tests, "
-                  f"at most {_span(longest)}")
+    """Each group's design, rounds, tests and the time one run may take (its rounds times
+    each round's limit); then the rounds themselves, unless the plan is too large to list."""
+    longest = sum(len(g_rounds) * group.round_limit_s() for group, g_rounds in rounds.groups)
+    stdout_console().print(plain(f"{fleet.path}: {len(rounds):,} rounds, {rounds.tests:,} "
+                                 f"tests, at most {_span(longest)}"),
+                           soft_wrap=True, highlight=False)
+    table = Table()
+    for column in ("group", "type", "agents", "rounds", "tests", "each round up to",
+                   "a run up to"):
+        table.add_column(column)
+    for group, g_rounds in rounds.groups:
+        limit = group.round_limit_s()
+        table.add_row(plain(group.name), _design(group, g_rounds.run),
+                      f"{_agent_count(group):,}", f"{len(g_rounds):,}",
+                      f"{g_rounds.tests:,}", f"{limit:g} s", _span(limit * len(g_rounds)))
+    stdout_console().print(table)
     if rounds.tests > PLAN_LISTED_TESTS:
-        stdout_console().print(title, soft_wrap=True, highlight=False)
-        table = Table()
-        for column in ("group", "type", "agents", "rounds", "tests", "each round up to",
-                       "in all up to"):
-            table.add_column(column)
-        for group, g_rounds in rounds.groups:
-            hosts = _agent_count(group)
-            limit = _round_limit_s(group)
-            table.add_row(group.name, group.kind, f"{hosts:,}", f"{len(g_rounds):,}",
-                          f"{g_rounds.tests:,}", f"{limit:g} s",
-                          _span(limit * len(g_rounds)))
-        stdout_console().print(table)
         print_note(f"{rounds.tests:,} tests are too many to list; --json lists every "
                    "round")
         return
-    table = Table(title=title, title_justify="left")
+    listing = Table()
     for column in ("group", "round", "pairs (source -> target)"):
-        table.add_column(column)
+        listing.add_column(column)
     for r in rounds:
-        table.add_row(plain(r.group), f"{r.index}/{r.of}",
-                      plain("  ".join(f"{a}->{b}" for a, b in r.pairs)))
-    stdout_console().print(table)
+        listing.add_row(plain(r.group), f"{r.index}/{r.of}",
+                        plain("  ".join(f"{a}->{b}" for a, b in r.pairs)))
+    stdout_console().print(listing)
+
+
+def _design(group: Any, run: int) -> str:
+    """The group's type with what sizes it: its references, or its peers, seed and run
+    (and in how many runs a random group meets every pair)."""
+    from netprobe.fleet.config import RandomPairs, ReferencePairs
+    from netprobe.fleet.schedule import runs_to_cover
+
+    pairs = group.pairs
+    ways = "" if getattr(pairs, "both", True) else ", one way"
+    if isinstance(pairs, ReferencePairs):
+        return f"reference x {len(pairs.references):,}{ways}"
+    if isinstance(pairs, RandomPairs):
+        return (f"random, {pairs.peers:,} peers{ways}, seed {pairs.seed}, run {run}: each "
+                f"ordered pair within {runs_to_cover(pairs) * (1 if pairs.both else 2):,} "
+                "runs")
+    return f"{group.kind}{ways}"
 
 
 def _agent_count(group: Any) -> int:
@@ -63,16 +80,6 @@ def _agent_count(group: Any) -> int:
     if hasattr(pairs, "side_a"):
         return len(pairs.side_a) + len(pairs.side_b)
     return len({h for pair in pairs for h in pair})
-
-
-def _round_limit_s(group: Any) -> float:
-    """The longest one of the group's rounds may take (the runner's deadline)."""
-    from netprobe.fleet.runner import BYTES_ROUND_S, ROUND_MARGIN_S
-
-    if group.round_timeout_s is not None:
-        return float(group.round_timeout_s)
-    planned = group.spec.planned_s()
-    return (BYTES_ROUND_S if planned is None else planned) + ROUND_MARGIN_S
 
 
 def _span(seconds: float) -> str:

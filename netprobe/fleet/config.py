@@ -11,7 +11,7 @@
     labels = { site = "ams", role = "core" }
 
     [groups.core]
-    type = "mesh"                 # mesh | disjoint | list
+    type = "mesh"                 # mesh | disjoint | list | reference | random
     agents = ["ams", "fra", "lon"]  # or labels = { role = "core" }, or "*"
     every = "1h"                  # the schedule of --forever
     slip = "5m"                   # each start is delayed by a random 0..slip
@@ -19,7 +19,10 @@
 
 ``disjoint`` groups name ``a`` and ``b`` (agent lists) and test every a -> b pair, and
 b -> a too unless ``unidirectional = true``; ``list`` groups name their ``pairs`` as
-``[["ams", "fra"], ...]`` (source, target). Every mistake is one line that names the key.
+``[["ams", "fra"], ...]`` (source, target); ``reference`` groups test each of their agents
+against each of their ``references`` (both ways unless ``unidirectional``), ``random`` groups
+each agent against ``peers`` seeded random others a run, covering every pair over
+successive runs. Every mistake is one line that names the key.
 """
 from __future__ import annotations
 
@@ -47,19 +50,23 @@ if sys.version_info >= (3, 11):
 else:  # the same parser, as a backport (a dependency only on these Pythons)
     import tomli as tomllib
 
-GROUP_TYPES = ("mesh", "disjoint", "list")
+GROUP_TYPES = ("mesh", "disjoint", "list", "reference", "random")
 DEFAULT_EVERY_S = 3600.0
 LONGEST_EVERY_S = 366 * 86_400.0
 """The longest ``every``: a year (a group's period; its rounds and slip get a week,
-``LONGEST_S``, as a test's durations do)."""
+``LONGEST_S``, as a test's durations do). It is also the longest one run of a group may
+take, rounds times each round's limit: a run that cannot end within the longest period
+any schedule may have is refused with its arithmetic (the size bound of a group)."""
+ROUND_MARGIN_S = 30.0
+"""Past a test's planned length, how long its round waits: the agents' own start-up and
+reply limits (the far end's server start, the result's trip back) fit inside it."""
+BYTES_ROUND_S = 600.0
+"""A round of tests ended by a byte count, not a time, is given this long (round_timeout
+in the group overrides it)."""
 MAX_DEPTH = 32
 """The deepest nesting of arrays, inline tables and dotted keys a fleet file may have
 (a fleet file needs 3 or 4); checked on the text before the TOML parser, which recurses
 once per level and would end in RecursionError, or take minutes on dotted keys."""
-MAX_GROUP_TESTS = 100_000_000
-"""Most tests (ordered pairs) in one group: a 10,000-agent mesh (99,990,000) and no
-more. Rounds are generated as the run reaches them, so memory is not the bound: one pass
-of a group this size is already 2 x 9,999 rounds, days of testing."""
 
 
 class FleetFileError(SpecError):
@@ -89,11 +96,11 @@ class Group:
     name: str
     """The group's name (its table name in the file)."""
     kind: str
-    """mesh, disjoint or list."""
+    """mesh, disjoint, list, reference or random."""
     pairs: Sequence[tuple[str, str]]
     """Every (source, target) pair the group tests, by agent name: a tuple for a list
-    group, and a lazy sequence for a mesh or a disjoint group (a 10,000-agent mesh is
-    10^8 pairs, never made all at once)."""
+    group, and a lazy sequence for the others (a 10,000-agent mesh is 10^8 pairs, never
+    made all at once). A random group tests a few of them each run (RandomPairs)."""
     spec: TestSpec
     """What each pair runs (``host`` is filled in per pair)."""
     every_s: float = DEFAULT_EVERY_S
@@ -103,7 +110,15 @@ class Group:
     round_timeout_s: float | None = None
     """Longest a round may take (None: the test's length plus a margin)."""
     sides: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
-    """A disjoint group's sets A and B (empty for the other kinds)."""
+    """A disjoint group's sets A and B, a reference group's others and references (empty
+    for the other kinds)."""
+
+    def round_limit_s(self) -> float:
+        """The longest one of the group's rounds may take (the runner's deadline)."""
+        if self.round_timeout_s is not None:
+            return self.round_timeout_s
+        planned = self.spec.planned_s()  # None: a byte count ends the test
+        return (BYTES_ROUND_S if planned is None else planned) + ROUND_MARGIN_S
 
 
 @attrs.frozen
@@ -270,19 +285,32 @@ def _port(value: Any, key: str, path: str) -> int:
 
 # --- groups -------------------------------------------------------------------------------
 
-_GROUP_KEYS = {"type", "agents", "labels", "a", "b", "unidirectional", "pairs", "every",
-               "slip", "round_timeout", "spec"}
+_COMMON_KEYS = {"type", "every", "slip", "round_timeout", "spec"}
+_TYPE_KEYS = {
+    "mesh": {"agents", "labels"},
+    "disjoint": {"a", "b", "unidirectional"},
+    "list": {"pairs"},
+    "reference": {"agents", "labels", "references", "unidirectional"},
+    "random": {"agents", "labels", "peers", "seed", "unidirectional"},
+}
+"""The keys each type of group takes besides the common ones; another type's key is an
+error naming the types it is for (not silently ignored)."""
 
 
 def _group(name: str, body: Mapping[str, Any], agents: Mapping[str, Agent], path: str) -> Group:
     key = f"groups.{name}"
-    _keys(body, key, _GROUP_KEYS, path)
+    _keys(body, key, _COMMON_KEYS.union(*_TYPE_KEYS.values()), path)
     kind = body.get("type")
     if kind not in GROUP_TYPES:
         raise FleetFileError(f"{path}: {key}.type: must be one of {', '.join(GROUP_TYPES)}, "
                              f"got {kind!r}")
+    for other in sorted(set(body) - _COMMON_KEYS - _TYPE_KEYS[kind]):
+        takers = [t for t in GROUP_TYPES if other in _TYPE_KEYS[t]]
+        raise FleetFileError(f"{path}: {key}.{other}: not a key of a {kind} group (only of "
+                             f"{', '.join(takers)})")
     pairs = _PAIRS[kind](body, key, agents, path)
-    sides = (tuple(body["a"]), tuple(body["b"])) if kind == "disjoint" else ((), ())
+    sides: tuple[tuple[str, ...], tuple[str, ...]] = (
+        (pairs.side_a, pairs.side_b) if isinstance(pairs, DisjointPairs) else ((), ()))
     if not pairs:
         raise FleetFileError(f"{path}: {key}: the group has no pairs to test")
     every = _seconds(body.get("every", DEFAULT_EVERY_S), f"{key}.every", path, positive=True,
@@ -291,19 +319,62 @@ def _group(name: str, body: Mapping[str, Any], agents: Mapping[str, Agent], path
     if slip >= every:
         raise FleetFileError(f"{path}: {key}.slip: must be shorter than every ({every:g} s)")
     timeout = body.get("round_timeout")
-    return Group(name, kind, pairs, _spec(body.get("spec", {}), f"{key}.spec", path), every,
-                 slip, None if timeout is None else
-                 _seconds(timeout, f"{key}.round_timeout", path, positive=True), sides)
+    group = Group(name, kind, pairs, _spec(body.get("spec", {}), f"{key}.spec", path), every,
+                  slip, None if timeout is None else
+                  _seconds(timeout, f"{key}.round_timeout", path, positive=True), sides)
+    _bounded(group, key, path)
+    return group
+
+
+def circle_count(hosts: int) -> int:
+    """How many rounds the circle method takes for ``hosts`` hosts (one direction)."""
+    return hosts - 1 if hosts % 2 == 0 else hosts
+
+
+def run_rounds(group: Group) -> tuple[int, str]:
+    """How many rounds one run of ``group`` takes, and how that is worked out (for the
+    messages that refuse it); for a list, its busiest host's pair count, the fewest rounds
+    any packing can have (first-fit needs at most twice that)."""
+    pairs, ways = group.pairs, ""
+    if isinstance(pairs, RandomPairs):
+        n = pairs.peers * (2 if pairs.both else 1)
+        return n, f"random, {pairs.peers:,} peers{' both ways' if pairs.both else ''}: {n:,}"
+    if isinstance(pairs, MeshPairs):
+        n = 2 * circle_count(len(pairs.members))
+        return n, f"mesh of {len(pairs.members):,} agents: {n:,}"
+    if isinstance(pairs, DisjointPairs):
+        ways = " both ways" if pairs.both else ""
+        n = max(len(pairs.side_a), len(pairs.side_b)) * (2 if pairs.both else 1)
+        if isinstance(pairs, ReferencePairs):
+            return n, (f"{len(pairs.side_a):,} agents against {len(pairs.side_b):,} "
+                       f"reference(s){ways}: {n:,}")
+        return n, f"{len(pairs.side_a):,} x {len(pairs.side_b):,} agents{ways}: {n:,}"
+    degree: dict[str, int] = {}
+    for pair in pairs:
+        for host in pair:
+            degree[host] = degree.get(host, 0) + 1
+    n = max(degree.values(), default=0)
+    return n, f"a list whose busiest agent is in {n:,} pairs: at least {n:,}"
+
+
+def _bounded(group: Group, key: str, path: str) -> None:
+    """Refuse a group whose one run could not end within LONGEST_EVERY_S (a year, the
+    longest period a schedule may have): rounds times each round's limit, with the
+    arithmetic. Memory is not the bound, rounds being made one at a time."""
+    rounds, arithmetic = run_rounds(group)
+    limit = group.round_limit_s()
+    if rounds * limit > LONGEST_EVERY_S:
+        raise FleetFileError(
+            f"{path}: {key}: {arithmetic} rounds x {limit:,g} s = "
+            f"{rounds * limit / 86_400:,.0f} days a run; a run may last at most "
+            f"{LONGEST_EVERY_S / 86_400:g} days (the longest every): split the group, "
+            "choose a sparser type (reference, random) or shorten its rounds")
 
 
 
 def _mesh(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], path: str
           ) -> Sequence[tuple[str, str]]:
-    members = _members(body, key, agents, path)
-    _bounded(len(members) * (len(members) - 1), key, path,
-             f"{len(members):,} agents in a mesh make {len(members):,} x "
-             f"{len(members) - 1:,} = {len(members) * (len(members) - 1):,} tests")
-    return MeshPairs(tuple(members))
+    return MeshPairs(tuple(_members(body, key, agents, path)))
 
 
 def _disjoint(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], path: str
@@ -313,13 +384,52 @@ def _disjoint(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], pa
     shared = sorted(set(side_a) & set(side_b))
     if shared:
         raise FleetFileError(f"{path}: {key}.b: also in {key}.a: {', '.join(shared)}")
+    return DisjointPairs(tuple(side_a), tuple(side_b), _both(body, key, path))
+
+
+def _both(body: Mapping[str, Any], key: str, path: str) -> bool:
+    """Whether a group tests both ways (the default) or, ``unidirectional``, one way."""
     one_way = body.get("unidirectional", False)
     if not isinstance(one_way, bool):
         raise FleetFileError(f"{path}: {key}.unidirectional: must be true or false")
-    total = len(side_a) * len(side_b) * (1 if one_way else 2)
-    _bounded(total, key, path, f"{len(side_a):,} x {len(side_b):,} agents"
-             f"{'' if one_way else ' both ways'} make {total:,} tests")
-    return DisjointPairs(tuple(side_a), tuple(side_b), not one_way)
+    return not one_way
+
+
+def _reference(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], path: str
+               ) -> Sequence[tuple[str, str]]:
+    """Every agent of the group (``agents`` or ``labels``, all by default) but the
+    references, against each reference: agent -> reference, and back unless
+    unidirectional."""
+    if "references" not in body:
+        raise FleetFileError(f"{path}: {key}.references: needs a list of agent names (the "
+                             "hosts every other agent is tested against)")
+    references = _names(body["references"], f"{key}.references", agents, path)
+    chosen = set(references)
+    others = [m for m in _members(body, key, agents, path, least=1) if m not in chosen]
+    if not others:
+        raise FleetFileError(f"{path}: {key}.references: every agent of the group is a "
+                             "reference; none is left to test against them")
+    return ReferencePairs(tuple(others), tuple(references), _both(body, key, path))
+
+
+def _random(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], path: str
+            ) -> Sequence[tuple[str, str]]:
+    """Each agent of the group against ``peers`` others a run, chosen by ``seed`` and the
+    run's number (schedule.GroupRounds), every pair covered over successive runs."""
+    members = _members(body, key, agents, path)
+    peers = body.get("peers")
+    most = len(members) - 1
+    if peers is None:
+        raise FleetFileError(f"{path}: {key}.peers: needs how many random peers each agent "
+                             f"is tested with a run (1 to {most:,})")
+    if not isinstance(peers, int) or isinstance(peers, bool) or not 1 <= peers <= most:
+        raise FleetFileError(f"{path}: {key}.peers: must be a whole number from 1 to "
+                             f"{most:,} (the group has {len(members):,} agents), got "
+                             f"{peers!r}")
+    seed = body.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise FleetFileError(f"{path}: {key}.seed: must be a whole number, got {seed!r}")
+    return RandomPairs(tuple(members), peers, seed, _both(body, key, path))
 
 
 def _list(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], path: str
@@ -341,13 +451,8 @@ def _list(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], path: 
     return tuple(pairs)
 
 
-_PAIRS = {"mesh": _mesh, "disjoint": _disjoint, "list": _list}
-
-
-def _bounded(total: int, key: str, path: str, arithmetic: str) -> None:
-    if total > MAX_GROUP_TESTS:
-        raise FleetFileError(f"{path}: {key}: {arithmetic}; a group may have at most "
-                             f"{MAX_GROUP_TESTS:,} (split it into groups)")
+_PAIRS = {"mesh": _mesh, "disjoint": _disjoint, "list": _list, "reference": _reference,
+          "random": _random}
 
 
 class _LazyPairs(Sequence[tuple[str, str]]):
@@ -428,22 +533,44 @@ class DisjointPairs(_LazyPairs):
         return (pair[1], pair[0]) if back else pair
 
 
-def _members(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], path: str
-             ) -> list[str]:
-    """A mesh's agents: a list of names, "*" for all, or the agents matching ``labels``."""
+class ReferencePairs(DisjointPairs):
+    """A reference group's pairs: each other agent (``side_a``) -> each reference
+    (``side_b``), then back if ``both``; scheduled as a disjoint group is."""
+
+    @property
+    def references(self) -> tuple[str, ...]:
+        """The reference hosts."""
+        return self.side_b
+
+
+class RandomPairs(MeshPairs):
+    """Every ordered pair a random group may test (its members' mesh); each run tests
+    ``peers`` rounds of them, chosen by ``seed`` and the run's number."""
+
+    def __init__(self, members: tuple[str, ...], peers: int, seed: int, both: bool) -> None:
+        super().__init__(members)
+        self.peers, self.seed, self.both = peers, seed, both
+
+
+def _members(body: Mapping[str, Any], key: str, agents: Mapping[str, Agent], path: str,
+             least: int = 2) -> list[str]:
+    """A mesh's (a reference or random group's) agents: a list of names, "*" for all, or
+    the agents matching ``labels``; at least ``least`` of them."""
+    kind = body.get("type")
     if "labels" in body:
         wanted = _table(body["labels"], f"{key}.labels", path)
         members = [name for name, agent in agents.items()
                    if all(agent.labels.get(k) == v for k, v in wanted.items())]
-        if len(members) < 2:
+        if len(members) < least:
             raise FleetFileError(f"{path}: {key}.labels: match {len(members)} agent(s); a "
-                                 "mesh needs 2 or more")
+                                 f"{kind} group needs {least} or more")
         return members
     selected = body.get("agents", "*")
     members = list(agents) if selected == "*" else _names(selected, f"{key}.agents", agents,
                                                           path)
-    if len(members) < 2:
-        raise FleetFileError(f"{path}: {key}.agents: a mesh needs 2 or more agents")
+    if len(members) < least:
+        raise FleetFileError(f"{path}: {key}.agents: a {kind} group needs {least} or more "
+                             "agents")
     return members
 
 

@@ -17,7 +17,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Callable, Protocol
 
 import attrs
@@ -25,19 +25,15 @@ import attrs
 from netprobe.archives import Archive, ArchiveError, PairRecord, Run
 from netprobe.engine.protocol import DEFAULT_PORT
 from netprobe.errors import NetprobeError, SpecError, TestFailed
+from netprobe.fleet.config import BYTES_ROUND_S as BYTES_ROUND_S  # re-exported: a round's
+from netprobe.fleet.config import ROUND_MARGIN_S as ROUND_MARGIN_S  # limit is the group's
 from netprobe.fleet.config import Agent, Fleet, Group
-from netprobe.fleet.schedule import PlannedRound, next_start, plan
+from netprobe.fleet.schedule import PlannedRound, next_start, plan, run_number
 from netprobe.host import utc_now_iso
 from netprobe.plugin import Tool
 from netprobe.reporting import NullReporter
 from netprobe.schema import Result, TestSpec
 
-ROUND_MARGIN_S = 30.0
-"""Past a test's planned length, how long its round waits: the agents' own start-up and
-reply limits (the far end's server start, the result's trip back) fit inside it."""
-BYTES_ROUND_S = 600.0
-"""A round of tests ended by a byte count, not a time, is given this long (round_timeout
-in the group overrides it)."""
 BUSY_WAIT_S = 30.0
 """How long a round waits for a host busy with a test that is not the fleet's."""
 STATUS_TIMEOUT_S = 3.0
@@ -73,6 +69,12 @@ class QuietProgress:
         """Ignore it."""
 
 
+RECORDS_KEPT = 5_000
+"""How many of a run's records its summary holds, and how many more that are not ok: a
+1,000-agent mesh is 999,000 records, each with its Result, and the archive has them all
+already; past that the summary only counts."""
+
+
 @attrs.frozen
 class RunSummary:
     """What one fleet run did."""
@@ -80,13 +82,21 @@ class RunSummary:
     run_id: str
     """The run's id (the archive's and the results' ``run_id``)."""
     records: tuple[PairRecord, ...]
-    """Every pair's record, in the order they ended."""
+    """The pairs' records in the order they ended: the first RECORDS_KEPT, then only those
+    not ok (RECORDS_KEPT more at most); ``counts`` has them all."""
     status: str
-    """done or interrupted."""
+    """done, interrupted or failed."""
+    counts: Mapping[str, int] = attrs.field(factory=dict)
+    """How many records of each outcome the run archived, kept or not."""
 
     def count(self, outcome: str) -> int:
         """How many records have ``outcome``."""
-        return sum(r.outcome == outcome for r in self.records)
+        return self.counts.get(outcome, 0)
+
+    @property
+    def total(self) -> int:
+        """How many records the run made."""
+        return sum(self.counts.values())
 
 
 def agent_third_party(source: Agent, spec: TestSpec, target: Agent | None = None) -> Result:
@@ -151,13 +161,17 @@ class FleetRunner:
     busy_wait_s: float = BUSY_WAIT_S
     clock: Callable[[], float] = time.monotonic
 
-    def run_once(self, groups: Sequence[str] | None = None) -> RunSummary:
-        """Every round of the chosen groups once; KeyboardInterrupt ends the run cleanly
-        (what has ended is archived, the run is marked interrupted) and propagates."""
-        rounds = plan(self.fleet, groups)
+    def run_once(self, groups: Sequence[str] | None = None, run: int | None = None
+                 ) -> RunSummary:
+        """Every round of the chosen groups once (``run``: the run's number, which a random
+        group's peers depend on; default: each group's slot now); KeyboardInterrupt ends
+        the run cleanly (what has ended is archived, the run is marked interrupted) and
+        propagates."""
+        rounds = plan(self.fleet, groups, run)
         check_groups([g for g in self.fleet.groups if groups is None or g.name in groups])
         run_id = uuid.uuid4().hex
         records: list[PairRecord] = []
+        counts: dict[str, int] = {}
         if self.archive is not None:
             self.archive.start_run(Run(run_id, self.fleet.path, utc_now_iso(), len(rounds),
                                        rounds.tests))
@@ -165,7 +179,8 @@ class FleetRunner:
         try:
             for number, planned in enumerate(rounds, start=1):
                 self.progress.round_started(number, len(rounds), planned)
-                records += RoundRun(self, run_id, planned).run()
+                for record in RoundRun(self, run_id, planned).run():
+                    _tally(record, records, counts)
             status = "done"
         except ArchiveError:
             status = "failed"  # the archive failed (disk full, read-only): not an interrupt
@@ -173,7 +188,7 @@ class FleetRunner:
         finally:
             if self.archive is not None:
                 self._finish(run_id, status)
-        return RunSummary(run_id, tuple(records), status)
+        return RunSummary(run_id, tuple(records), status, counts)
 
     def _finish(self, run_id: str, status: str) -> None:
         """Record the run's end; when the archive is what failed, it may refuse this too
@@ -197,14 +212,21 @@ class FleetRunner:
         now = self.clock()
         due = {g.name: now + rng.uniform(0, g.slip_s) for g in self.fleet.groups}
         slot = dict.fromkeys(due, now)
+        # Each run's number follows its slot (one more per period, the skipped ones
+        # counted), not the clock at its slipped start: two starts slipped across a
+        # boundary of the epoch grid would share a number, and a random group would test
+        # the same peers twice.
+        number = {g.name: run_number(g) for g in self.fleet.groups}
         while not stop.is_set():
             name = min(due, key=lambda n: due[n])
             if stop.wait(max(0.0, due[name] - self.clock())):
                 return
-            self.run_once([name])
+            self.run_once([name], run=number[name])
             group = next(g for g in self.fleet.groups if g.name == name)
-            slot[name], due[name] = next_start(slot[name], group.every_s, group.slip_s,
-                                               self.clock(), rng)
+            following, due[name] = next_start(slot[name], group.every_s, group.slip_s,
+                                              self.clock(), rng)
+            number[name] += max(1, round((following - slot[name]) / group.every_s))
+            slot[name] = following
 
     def agent(self, name: str) -> Agent:
         """The fleet's agent called ``name``."""
@@ -213,6 +235,15 @@ class FleetRunner:
     def group(self, name: str) -> Group:
         """The fleet's group called ``name``."""
         return next(g for g in self.fleet.groups if g.name == name)
+
+
+def _tally(record: PairRecord, kept: list[PairRecord], counts: dict[str, int]) -> None:
+    """Count ``record``; keep it while fewer than RECORDS_KEPT are kept, or, not ok, while
+    fewer than RECORDS_KEPT not-ok records were kept past them."""
+    counts[record.outcome] = counts.get(record.outcome, 0) + 1
+    if len(kept) < RECORDS_KEPT or (record.outcome != "ok"
+                                    and len(kept) < 2 * RECORDS_KEPT):
+        kept.append(record)
 
 
 class RoundRun:
@@ -253,10 +284,7 @@ class RoundRun:
         return self.records
 
     def _timeout(self) -> float:
-        if self.group.round_timeout_s is not None:
-            return self.group.round_timeout_s
-        planned = self.group.spec.planned_s()  # None: a byte count ends the test
-        return (BYTES_ROUND_S if planned is None else planned) + ROUND_MARGIN_S
+        return self.group.round_limit_s()  # ROUND_MARGIN_S past the test, BYTES_ROUND_S
 
     def _unreachable(self) -> dict[str, str]:
         """Hosts of the round that do not answer (name -> why), asked all at once; hosts

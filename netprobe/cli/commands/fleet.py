@@ -28,6 +28,9 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
     plan = _action(actions, "plan", "print the rounds of a fleet file without running them",
                    epilog)
     plan.set_defaults(handler=handle_plan)
+    plan.add_argument("--run", type=int, metavar="N",
+                      help="plan run number N (what a random group's peers depend on; "
+                           "default: the run each group's schedule is in now)")
     run = _action(actions, "run", "run every round once (or keep the schedule: --forever)",
                   epilog)
     run.set_defaults(handler=handle_run)
@@ -110,7 +113,7 @@ def handle_plan(args: argparse.Namespace, _load_registry: RegistryLoader) -> int
     from netprobe.fleet.schedule import plan
 
     fleet = _load(args.file)
-    rounds = plan(fleet)
+    rounds = plan(fleet, run=args.run)
     if args.json:  # one round at a time: never the whole plan in memory
         write_stdout("[")
         for n, r in enumerate(rounds):
@@ -152,16 +155,24 @@ def handle_run(args: argparse.Namespace, _load_registry: RegistryLoader) -> int:
             if bar is not None:
                 bar.stop()
         records = list(summary.records)
+        left_out = summary.total - len(records)  # past RECORDS_KEPT: in the archive only
         if args.json:
             write_stdout(json.dumps({"run_id": summary.run_id, "status": summary.status,
-                                     "archive": archive.url,
+                                     "archive": archive.url, "counts": dict(summary.counts),
+                                     "records_left_out": left_out,
                                      "records": [_record_json(r) for r in records]},
                                     indent=2) + "\n")
         elif not args.quiet:
             from netprobe.cli.fleetview import print_run
 
             print_run(records)
-    return ExitCode.OK if all(r.outcome == "ok" for r in records) else ExitCode.TEST_FAILED
+            if left_out:
+                from netprobe.cli.render import print_note
+
+                print_note(f"{left_out:,} more records are in the archive only (of "
+                           f"{summary.total:,}: " + ", ".join(
+                               f"{n:,} {o}" for o, n in sorted(summary.counts.items())) + ")")
+    return ExitCode.OK if summary.count("ok") == summary.total else ExitCode.TEST_FAILED
 
 
 def _record_json(record: PairRecord) -> dict[str, Any]:
