@@ -159,3 +159,33 @@ class _EveryImport(_Imports):
 def test_no_import_cycle_even_for_type_checking() -> None:
     found = cycles(import_graph(_EveryImport))
     assert found == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def _top_level_modules(tree: ast.Module) -> set[str]:
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_no_function_imports_what_its_module_imports_at_the_top() -> None:
+    # A function-local import buys start-up time only when the module does not load it
+    # anyway; one of a module its file already imports at the top (or of sys) is noise
+    # that reads like a reason (nine were found, in the CLI, the engine's client, the road,
+    # the exporter and the conformance kit).
+    found = []
+    for name, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top = _top_level_modules(tree) | {"sys"}
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                modules = ([node.module] if isinstance(node, ast.ImportFrom) and node.module
+                           else [a.name for a in node.names] if isinstance(node, ast.Import)
+                           else [])
+                found += [f"{name}:{node.lineno}: {m}" for m in modules if m in top]
+    assert not found, found

@@ -10,7 +10,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from netprobe.cli import args as opts
-from netprobe.cli.common import RegistryLoader
+from netprobe.cli.common import RegistryLoader, warning
 from netprobe.cli.exitcodes import ExitCode, UsageError
 from netprobe.cli.outfile import write_stdout
 
@@ -236,8 +236,6 @@ def handle_matrix(args: argparse.Namespace, _load_registry: RegistryLoader) -> i
     fleet = _load(args.file) if args.file else None
     with open_archive(archive_url(args, fleet), create=False) as archive:
         latest = archive.latest()
-    from netprobe.cli.common import warning
-
     for line in getattr(archive, "warnings", []):  # rows skipped, each named
         warning(line)
     groups = [args.group] if args.group else groups_of(latest)
