@@ -302,9 +302,28 @@ def test_relayed_server_error_is_a_one_line_error() -> None:
     assert "maximum duration" in line and "37" in line, line
 
 
-def test_iperf3_needs_a_host() -> None:
+def test_iperf3_needs_a_host_and_has_no_latency_probes() -> None:
     line = one_line_error(cli("--iperf3", "-t", "1"))
     assert "--iperf3 needs HOST" in line, line
+    line = one_line_error(cli("127.0.0.1", "--iperf3", "--latency", "-t", "1"))
+    assert "--latency needs a netprobe server" in line, line
+
+
+def test_native_run_against_iperf3_names_the_flag() -> None:
+    binary = stock("3.12")
+    port = free_port()
+    server = subprocess.Popen([binary, "-s", "-p", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            if listening(port):
+                break
+            time.sleep(0.05)
+        line = one_line_error(cli("127.0.0.1", "--no-agent", "-p", str(port), "-t", "1"))
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+    assert f"--iperf3 -p {port}" in line, line
 
 
 # -- a fake server: malformed input never makes a traceback or a hang -------------------
