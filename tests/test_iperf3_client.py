@@ -469,3 +469,46 @@ def test_silent_server_ends_within_the_read_bound(monkeypatch: pytest.MonkeyPatc
             run_iperf3(fake.port)
     finally:
         fake.close()
+
+
+# -- across a real bottleneck -----------------------------------------------------------
+
+LAB_A, LAB_B = "10.72.1.1", "10.72.1.2"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reverse", [False, True])
+def test_across_a_100_mbit_link(reverse: bool) -> None:
+    """Namespaces joined by a 100 Mbit/s tbf link (94.15 Mbit/s of TCP payload at most):
+    the test reads about that, and agrees with the stock server's own report."""
+    from tests.netlab import Lab, wait_listening
+
+    why = Lab.available()
+    if why:
+        pytest.skip(why)
+    binary = stock("3.21")
+    with Lab(prefix="ic") as lab:
+        a, b = lab.host("a"), lab.host("b")
+        dev_a, dev_b = lab.link(a, f"{LAB_A}/24", b, f"{LAB_B}/24")
+        lab.shape(a, dev_a, 100, per_frame=True)
+        lab.shape(b, dev_b, 100, per_frame=True)
+        server = lab.start(b, [binary, "-s", "-1", "-J", "-p", "5201"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_listening(lab, b, 5201)
+        out = lab.run(a, [sys.executable, "-m", "netprobe", "run", LAB_B, "--iperf3",
+                          "-t", "3", "--json", *(["-R"] if reverse else [])], timeout=60)
+        try:
+            report, _ = server.communicate(timeout=SERVER_EXIT_S)
+        except subprocess.TimeoutExpired:
+            lab.stop(server)
+            raise AssertionError(f"the server did not end: {lab.qdisc_report()}") from None
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    direction = "server_to_client" if reverse else "client_to_server"
+    f = next(x for x in doc["summaries"] if x["direction"] == direction)
+    end = json.loads(report)["end"]
+    server_bytes = end["sum_sent" if reverse else "sum_received"]["bytes"]
+    ours = f["sender" if reverse else "receiver"]["bytes"]
+    assert within(ours, server_bytes), (ours, server_bytes)
+    mbit = f["receiver"]["bits_per_second"] / 1e6
+    assert 85 < mbit < 96, mbit  # the link's payload ceiling is 94.15
