@@ -57,6 +57,7 @@ DRAIN_S = 1.0  # how long a receiver reads on once the server said the test is o
 DRAIN_QUIET_S = 0.1
 POLL_S = 0.05
 RAW_RESULTS_CHARS = 65536  # the server's results kept in the Result, at most
+MIN_PEER_SECONDS = 0.001  # a stream time the server gives below this is not taken
 Key = tuple[int, str, str]  # stream id, direction, role (the native engine's keys)
 
 
@@ -127,6 +128,11 @@ class Iperf3Client:
         try:
             return self._run()
         except TestFailed:
+            raise
+        except KeyboardInterrupt:
+            if self.conn is not None:  # as a stock client says it was stopped
+                with contextlib.suppress(OSError):
+                    wire.send_state(self.conn, wire.CLIENT_TERMINATE)
             raise
         except (OSError, NetprobeError) as exc:
             raise TestFailed(f"{self.where}: {_one_line(exc)}") from None
@@ -501,15 +507,18 @@ def peer_report(theirs: dict, keys: list[Key], spec: TestSpec, *, udp: bool) -> 
     retransmits_known = theirs.get("sender_has_retransmits") == 1
     streams = []
     for row in theirs.get("streams", []):
-        if not isinstance(row, dict) or not isinstance(row.get("id"), int):
+        ident = row.get("id") if isinstance(row, dict) else None
+        if not isinstance(ident, int) or isinstance(ident, bool):
             continue
-        key = by_id.get(row["id"])
+        key = by_id.get(ident)
         count = _number(row.get("bytes"))
         if key is None or count is None:
             continue
         stream_id, direction, mine = key
         role = "receiver" if mine == "sender" else "sender"
-        seconds = _number(row.get("end_time"), 1e7) or spec.duration_s or 1.0
+        seconds = _number(row.get("end_time"), 1e7) or 0.0
+        if seconds < MIN_PEER_SECONDS:  # absent, or too short to divide by
+            seconds = spec.duration_s or 1.0
         side = SideSummary(role=role, start_s=spec.omit_s, end_s=spec.omit_s + seconds,
                            bytes=int(count), bits_per_second=count * 8 / seconds)
         side = _peer_figures(side, row, role, udp, retransmits_known)
