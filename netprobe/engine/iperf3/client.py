@@ -52,7 +52,7 @@ UDP_REPLY_S = 10.0  # the hello is not sent again: a stock server takes a second
 UDP_EARLY_DATAGRAMS = 1000  # -R: the server's data may come before its reply; skipped
 END_GRACE_S = 10.0  # past the planned end, how long the server may take to answer
 STALL_S = 30.0  # -n: no byte moved for this long ends the test as failed
-UDP_SETTLE_S = 0.05  # between the last datagram sent and TEST_END
+UDP_SETTLE_S = 0.01  # last datagram to TEST_END (the server counts this in its time)
 DRAIN_S = 1.0  # how long a receiver reads on once the server said the test is over
 DRAIN_QUIET_S = 0.1
 POLL_S = 0.05
@@ -230,10 +230,11 @@ class Iperf3Client:
                                      f"{_one_line(exc)}") from None
                 self.keys.append((stream_id, direction, role))
                 if udp:
-                    self.udp.append(UdpStream(sock, iperf3_id(index), role == "sender",
-                                              self.length,
-                                              int(self.spec.rate_bits_per_second or 0),
-                                              False))
+                    stream = UdpStream(sock, iperf3_id(index), role == "sender",
+                                       self.length, int(self.spec.rate_bits_per_second or 0),
+                                       False)
+                    stream.limit_bytes = self.spec.bytes_total
+                    self.udp.append(stream)
                 else:
                     self.tcp.append(LocalStream(stream_id, direction, role, sock))
 
