@@ -371,9 +371,9 @@ class FakeServer:
             sock.close()
 
 
-def _until_results(conn: socket.socket, fake: FakeServer) -> None:
-    """A well-behaved server up to the results exchange (a -R test, so that nothing has
-    to be read from the data connections)."""
+def _until_running(conn: socket.socket, fake: FakeServer) -> None:
+    """A well-behaved server until the test runs (a -R test, so that nothing has to be
+    read from the data connections)."""
     wire.send_state(conn, wire.PARAM_EXCHANGE)
     params = wire.read_json(conn, wire.MAX_PARAMS_BYTES)
     assert "reverse" in params and params["len"] > 0, params
@@ -381,6 +381,11 @@ def _until_results(conn: socket.socket, fake: FakeServer) -> None:
     fake.accept_data(int(params["parallel"]))
     wire.send_state(conn, wire.TEST_START)
     wire.send_state(conn, wire.TEST_RUNNING)
+
+
+def _until_results(conn: socket.socket, fake: FakeServer) -> None:
+    """A well-behaved server up to the results exchange."""
+    _until_running(conn, fake)
     assert wire.read_state(conn) == wire.TEST_END
     wire.send_state(conn, wire.EXCHANGE_RESULTS)
     wire.read_json(conn, wire.MAX_RESULTS_BYTES)
@@ -393,6 +398,13 @@ def _frame(body: bytes) -> bytes:
 def _results_then(payload: bytes) -> Callable[[socket.socket, FakeServer], None]:
     def script(conn: socket.socket, fake: FakeServer) -> None:
         _until_results(conn, fake)
+        conn.sendall(payload)
+    return script
+
+
+def _running_then(payload: bytes) -> Callable[[socket.socket, FakeServer], None]:
+    def script(conn: socket.socket, fake: FakeServer) -> None:
+        _until_running(conn, fake)
         conn.sendall(payload)
     return script
 
@@ -415,6 +427,10 @@ FAKES: dict[str, tuple[Callable[[socket.socket, FakeServer], None], str]] = {
     "short-error": (_states(b"\xfe\x00\x00"), "reported an error"),
     "unknown-state": (_states(b"\x63"), "broke iperf3's protocol"),
     "closed": (_states(b""), "closed the control connection"),
+    "error-in-test": (_running_then(wire.error_frame(wire.IESERVERTESTDURATIONEXPIRED)),
+                      "duration expired"),
+    "stopped-in-test": (_running_then(bytes([wire.SERVER_TERMINATE])), "server was stopped"),
+    "closed-in-test": (_running_then(b""), "closed the control connection"),
     "huge-length": (_results_then(b"\xff\xff\xff\xff"), "JSON message"),
     "zero-length": (_results_then(b"\x00\x00\x00\x00"), "JSON message"),
     "not-json": (_results_then(_frame(b"\x1b[31m{not json")), "bad JSON"),
@@ -434,10 +450,11 @@ def test_malformed_server_input_is_a_one_line_failure(case: str,
     try:
         started = time.monotonic()
         with pytest.raises(TestFailed) as caught:
-            run_iperf3(fake.port, direction="reverse", duration_s=0.2)
+            run_iperf3(fake.port, direction="reverse", duration_s=10.0 if "in-test" in case
+                       else 0.2)
         message = str(caught.value)
         assert words in message and "\n" not in message and "\x1b" not in message, message
-        assert time.monotonic() - started < 20
+        assert time.monotonic() - started < (8 if "in-test" in case else 20), case  # not its course
     finally:
         fake.close()
 
