@@ -8,6 +8,7 @@ import contextlib
 import json
 import math
 import os
+import random
 import shutil
 import socket
 import struct
@@ -457,6 +458,30 @@ def test_malformed_server_input_is_a_one_line_failure(case: str,
         assert time.monotonic() - started < (8 if "in-test" in case else 20), case  # not its course
     finally:
         fake.close()
+
+
+def test_random_server_bytes_are_a_one_line_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random state bytes, lengths and bodies (seeded, bounded): always TestFailed, one
+    line, soon; never another exception or a hang."""
+    monkeypatch.setattr(iperf3_client, "CONTROL_READ_S", 0.5)
+    monkeypatch.setattr(iperf3_client, "UDP_REPLY_S", 0.5)
+    rng = random.Random(37)
+    states = [wire.PARAM_EXCHANGE, wire.CREATE_STREAMS, wire.TEST_START, wire.TEST_RUNNING,
+              wire.EXCHANGE_RESULTS, wire.DISPLAY_RESULTS, 0xFE, 0xFF, 0x0B, 0x00, 0x7F]
+    for _ in range(40):
+        # A valid start of the sequence, as far as a random point, then random bytes.
+        prefix = bytes([9, 10, 1, 2, 13][:rng.randrange(0, 6)])
+        payload = prefix + bytes(rng.choice(states) if rng.random() < 0.7
+                                 else rng.randrange(256) for _ in range(rng.randrange(0, 24)))
+        fake = FakeServer(_states(payload))
+        try:
+            started = time.monotonic()
+            with pytest.raises(TestFailed) as caught:
+                run_iperf3(fake.port, direction="reverse", duration_s=0.2)
+            assert "\n" not in str(caught.value), (payload, caught.value)
+            assert time.monotonic() - started < 15, payload
+        finally:
+            fake.close()
 
 
 @pytest.mark.parametrize(("rows", "kept"), [
