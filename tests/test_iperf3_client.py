@@ -167,6 +167,10 @@ def check_udp(result: Result, end: dict, direction: str, dropped: int) -> None:
     assert lost == server["lost_packets"] and lost is not None and lost <= dropped, \
         (f, server, dropped)
     assert f.sender.packets == f.receiver.packets == server["packets"], (f, server)
+    mine = "sender" if direction == "client_to_server" else "receiver"
+    samples = [i for i in result.intervals if i.role == mine and i.stream_id is not None]
+    local = f.sender if mine == "sender" else f.receiver
+    assert samples and sum(i.bytes for i in samples) == local.bytes, (samples, local)
     if lost:
         return  # the bytes differ by what the kernel dropped
     assert f.receiver.bytes == f.sender.bytes, f

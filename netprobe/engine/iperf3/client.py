@@ -27,7 +27,7 @@ from netprobe.engine.iperf3 import wire
 from netprobe.engine.iperf3.udp import UdpStream
 from netprobe.engine.side import SENDER_DRAIN_S, LocalStream, Side, default_length
 from netprobe.engine.sockets import apply_options, family_for, resolve
-from netprobe.engine.summary import process_cpu
+from netprobe.engine.summary import process_cpu, sum_intervals
 from netprobe.errors import NetprobeError, TestFailed
 from netprobe.host import utc_now_iso
 from netprobe.plugin import Reporter
@@ -295,14 +295,17 @@ class Iperf3Client:
     # -- the test -----------------------------------------------------------------------
 
     def _wait_end(self, moved: Callable[[], tuple[int, int]], loops_done: Callable[[], bool],
-                  t0: float) -> None:
+                  t0: float, tick: Optional[Callable[[float], None]] = None) -> None:
         """Until the planned end, or (-n) until the senders are done and the receivers
-        have the count; the control connection watched throughout."""
+        have the count; the control connection watched throughout (``tick``: called at
+        every poll with the time)."""
         planned = self.spec.planned_s()
         count = (self.spec.bytes_total or 0) * self.spec.streams
         last, last_change = moved(), time.monotonic()
         while True:
             now = time.monotonic()
+            if tick is not None:
+                tick(now)
             if planned is not None:
                 if now >= t0 + planned:
                     return
@@ -415,12 +418,14 @@ class Iperf3Client:
         t0 = time.monotonic()
         for stream in self.udp:
             stream.start()
+        sampler = UdpIntervals(self.keys, self.udp, self.spec.interval_s, t0, self._interval)
         try:
-            self._wait_end(lambda: _udp_moved(self.udp), lambda: False, t0)
+            self._wait_end(lambda: _udp_moved(self.udp), lambda: False, t0, sampler.tick)
             ended = self._end(lambda: _udp_moved(self.udp)[1])
         finally:
             for stream in self.udp:
                 stream.finish()
+        sampler.tick(ended, final=True)
         after = core.rusage("process")
         wall = max(1e-6, ended - t0)
         cpu = Cpu(process=process_cpu(after.user_s - before.user_s,
@@ -448,7 +453,7 @@ class Iperf3Client:
                       spec=self.spec, start_time=self.start_time, local=self._local(),
                       remote=self._remote(), status="ok",
                       duration_s=max(ends) if ends else None, summaries=tuple(flows),
-                      streams=tuple(streams))
+                      streams=tuple(streams), intervals=tuple(self.kept.samples))
 
     # -- the Result ---------------------------------------------------------------------
 
@@ -466,6 +471,50 @@ class Iperf3Client:
     def _remote(self) -> Endpoint:
         return Endpoint(role="server", host=self.host, address=str(self.address[0]),
                         port=self.port)
+
+
+class UdpIntervals:
+    """Interval samples of the UDP streams (their Python loops have no sampler of their
+    own), taken at the control loop's polls: each stream's bytes, datagrams and (a
+    receiver's) loss since the last, and its jitter; sums where there are several."""
+
+    def __init__(self, keys: list[Key], streams: list[UdpStream], step: Optional[float],
+                 t0: float, emit: Callable[[Interval], None]) -> None:
+        self.keys = keys
+        self.streams = streams
+        self.step = step
+        self.t0 = t0
+        self.emit = emit
+        self.start_s = 0.0
+        self.last = [(0, 0, 0, 0)] * len(streams)
+
+    def tick(self, now: float, final: bool = False) -> None:
+        """Emit the interval ending ``now`` if one is due (``final``: the tail however
+        short, so that no byte goes missing, unless nothing moved in it)."""
+        end_s = now - self.t0
+        if self.step is None or end_s <= self.start_s:
+            return
+        if final and not any(
+                (s.bytes, s.packets) != self.last[n][:2] for n, s in enumerate(self.streams)):
+            return
+        if not final and end_s - self.start_s < self.step:
+            return
+        samples = []
+        for n, (key, stream) in enumerate(zip(self.keys, self.streams)):
+            counts = (stream.bytes, stream.packets, stream.errors, stream.out_of_order)
+            moved, packets, lost, disorder = (max(0, a - b)
+                                              for a, b in zip(counts, self.last[n]))
+            self.last[n] = counts
+            receiver = not stream.sending
+            samples.append(Interval(
+                direction=key[1], role=key[2], stream_id=key[0], start_s=self.start_s,
+                end_s=end_s, bytes=moved, bits_per_second=moved * 8 / (end_s - self.start_s),
+                packets=packets, lost_packets=lost if receiver else None,
+                out_of_order_packets=disorder if receiver else None,
+                jitter_ms=stream.jitter_s * 1e3 if receiver else None))
+        self.start_s = end_s
+        for sample in [*samples, *sum_intervals(samples)]:
+            self.emit(sample)
 
 
 # -- results objects ---------------------------------------------------------------------
