@@ -573,3 +573,26 @@ def test_across_a_100_mbit_link(reverse: bool) -> None:
     assert within(ours, server_bytes), (ours, server_bytes)
     mbit = f["receiver"]["bits_per_second"] / 1e6
     assert 85 < mbit < 96, mbit  # the link's payload ceiling is 94.15
+
+
+def test_unanswered_udp_hello_is_a_one_line_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(iperf3_client, "UDP_REPLY_S", 0.5)
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # takes the hello, says nothing
+
+    def script(conn: socket.socket, fake: FakeServer) -> None:
+        wire.send_state(conn, wire.PARAM_EXCHANGE)
+        params = wire.read_json(conn, wire.MAX_PARAMS_BYTES)
+        assert params.get("udp") is True and params["len"] == 1400, params
+        wire.send_state(conn, wire.CREATE_STREAMS)
+        time.sleep(1.5)
+
+    fake = FakeServer(script)
+    try:
+        udp.bind(("127.0.0.1", fake.port))
+        with pytest.raises(TestFailed, match="no answer to the UDP hello") as caught:
+            run_iperf3(fake.port, protocol="udp", rate_bits_per_second=1e6, length_bytes=1400)
+        assert "\n" not in str(caught.value)
+        assert udp.recv(16) == wire.UDP_HELLO
+    finally:
+        fake.close()
+        udp.close()

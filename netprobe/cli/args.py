@@ -312,7 +312,7 @@ MODE_FLAGS = {"receive": "--receive", "no_sync": "--no-sync", "iperf3": "--iperf
 
 def add_mode_options(parser: argparse.ArgumentParser) -> None:
     """Peers started by someone else (Windows NTttcp, say): --receive, --no-sync."""
-    group = parser.add_argument_group("a peer started elsewhere (e.g. Windows NTttcp)")
+    group = parser.add_argument_group("a peer started elsewhere (Windows NTttcp, iperf3 -s)")
     group.add_argument("--receive", action="store_true",
                        help="run only the receiving end, on this machine or with --from "
                             "AGENT on that agent's (HOST, if given, is the address to "

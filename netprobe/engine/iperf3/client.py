@@ -224,7 +224,7 @@ class Iperf3Client:
             for stream_id in range(1, self.spec.streams + 1):
                 index = len(self.keys)
                 try:
-                    sock = self._open_udp(role) if udp else self._open_tcp()
+                    sock = self._open_udp() if udp else self._open_tcp()
                 except OSError as exc:
                     raise TestFailed(f"cannot open data stream {stream_id} to {self.where}: "
                                      f"{_one_line(exc)}") from None
@@ -261,18 +261,19 @@ class Iperf3Client:
         sock.settimeout(None)
         return sock
 
-    def _open_udp(self, role: str) -> socket.socket:
+    def _open_udp(self) -> socket.socket:
         sock = self._data_socket(socket.SOCK_DGRAM)
         try:
             sock.connect(self.address)
             sock.send(wire.UDP_HELLO)
-            self._await_reply(sock, role)
+            self._await_reply(sock)
         except OSError:
             sock.close()
             raise
         return sock
 
-    def _await_reply(self, sock: socket.socket, role: str) -> None:
+    @staticmethod
+    def _await_reply(sock: socket.socket) -> None:
         # Any 4-byte datagram is the reply ("6789", or an older server's 987654321 in its
         # own byte order); in -R the server's data may come first and is skipped.
         deadline = time.monotonic() + UDP_REPLY_S
@@ -287,8 +288,6 @@ class Iperf3Client:
                 break
             if len(data) == 4:
                 return
-            if role != "receiver":
-                continue
         raise OSError(0, f"no answer to the UDP hello within {UDP_REPLY_S:g} s (is UDP "
                          "blocked?)")
 
