@@ -596,3 +596,28 @@ def test_unanswered_udp_hello_is_a_one_line_failure(monkeypatch: pytest.MonkeyPa
     finally:
         fake.close()
         udp.close()
+
+
+def test_a_reset_data_stream_fails_the_test_with_its_figures() -> None:
+    def script(conn: socket.socket, fake: FakeServer) -> None:
+        _until_running(conn, fake)
+        for sock in fake.data:  # a reset, not a close: the stream's end is an error
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+        assert wire.read_state(conn) == wire.TEST_END
+        wire.send_state(conn, wire.EXCHANGE_RESULTS)
+        wire.read_json(conn, wire.MAX_RESULTS_BYTES)
+        wire.send_json(conn, {**GOOD, "streams": [{**GOOD_ROW, "end_time": 0.3}]})
+        wire.send_state(conn, wire.DISPLAY_RESULTS)
+        wire.read_state(conn)
+
+    fake = FakeServer(script)
+    try:
+        with pytest.raises(TestFailed) as caught:
+            run_iperf3(fake.port, direction="reverse", duration_s=0.3)
+    finally:
+        fake.close()
+    partial = caught.value.partial
+    assert "stream 1" in str(caught.value), caught.value
+    assert isinstance(partial, Result) and partial.status == "failed", partial
+    assert flow(partial, "server_to_client").sender.bytes == GOOD_ROW["bytes"]

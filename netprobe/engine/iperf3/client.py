@@ -392,11 +392,15 @@ class Iperf3Client:
                 stream.ended_at = min(stream.ended_at, ended)
         theirs = self._swap_results(self._tcp_results(side))
         report = peer_report(theirs, self.keys, self.spec, udp=False)
-        result = build_result(spec=self.spec, start_time=self.start_time,
-                              local=self._local(), remote=self._remote(), side=side,
-                              outcome=Outcome(peer_report=report), local_kept=self.kept,
-                              status="ok", errors=side.errors(), data_path=core.DATA_PATH)
-        return _marked(result, theirs)
+        errors = side.errors()
+        result = _marked(build_result(
+            spec=self.spec, start_time=self.start_time, local=self._local(),
+            remote=self._remote(), side=side, outcome=Outcome(peer_report=report),
+            local_kept=self.kept, status="failed" if errors else "ok", errors=errors,
+            data_path=core.DATA_PATH), theirs)
+        if errors:  # as the native client: a stream's error fails the test, figures kept
+            raise TestFailed(errors[0], result)
+        return result
 
     def _tcp_results(self, side: Side) -> dict:
         summaries = {(s.stream_id, s.direction, s.role): summary
