@@ -306,13 +306,13 @@ def add_agent_port(group: Any) -> None:
                        help="port of the agents (default: {server:port})")
 
 
-MODE_FLAGS = {"receive": "--receive", "no_sync": "--no-sync"}
+MODE_FLAGS = {"receive": "--receive", "no_sync": "--no-sync", "iperf3": "--iperf3"}
 """Tool modes (:attr:`netprobe.plugin.Tool.modes`) and the flags that ask for them."""
 
 
 def add_mode_options(parser: argparse.ArgumentParser) -> None:
     """Peers started by someone else (Windows NTttcp, say): --receive, --no-sync."""
-    group = parser.add_argument_group("a peer started elsewhere (e.g. Windows NTttcp)")
+    group = parser.add_argument_group("a peer started elsewhere (Windows NTttcp, iperf3 -s)")
     group.add_argument("--receive", action="store_true",
                        help="run only the receiving end, on this machine or with --from "
                             "AGENT on that agent's (HOST, if given, is the address to "
@@ -322,6 +322,10 @@ def add_mode_options(parser: argparse.ArgumentParser) -> None:
                        help="no start handshake with the other end (ntttcp -N), for a peer "
                             "run without one: Windows ntttcp.exe -ns, or ntttcp -N. "
                             "--tool ntttcp")
+    group.add_argument("--iperf3", action="store_true",
+                       help="the far end is a stock `iperf3 -s` (no iperf3 binary needed "
+                            "here): speak iperf3's protocol to it; -p its port, default "
+                            "5201. --tool native")
 
 
 def mode_options(args: argparse.Namespace, tool_cls: Any) -> dict[str, Any]:

@@ -84,8 +84,8 @@ def build_result(
         warnings.append(not_kept)
     for key, info in peer_sockets.items():
         sockets.setdefault(key, info)
-    cpu_by_role = _cpu_by_role(spec, side.cpu(), peer_cpu)
-    streams, flows = _streams_and_flows(spec, summaries, sockets, cpu_by_role)
+    cpu_by_role = cpu_by_role_of(spec, side.cpu(), peer_cpu)
+    streams, flows = streams_and_flows(spec, summaries, sockets, cpu_by_role)
     intervals = sorted(
         _with_late_retransmits([*local_kept.samples, *outcome.peer_intervals], summaries),
         key=lambda i: (i.end_s, i.direction, i.role, i.stream_id or 1_000_000),
@@ -194,7 +194,7 @@ def _peer_warnings(report: dict[str, Any] | None) -> list[str]:
     return [f"server: {item}" for item in items if isinstance(item, str)]
 
 
-def _cpu_by_role(spec: TestSpec, local: Cpu | None, remote: Cpu | None) -> dict:
+def cpu_by_role_of(spec: TestSpec, local: Cpu | None, remote: Cpu | None) -> dict:
     """CPU of the sender and receiver of each direction (client is local)."""
     return {
         ("client_to_server", "sender"): local,
@@ -204,12 +204,14 @@ def _cpu_by_role(spec: TestSpec, local: Cpu | None, remote: Cpu | None) -> dict:
     }
 
 
-def _streams_and_flows(
+def streams_and_flows(
     spec: TestSpec,
     summaries: dict[Key, SideSummary],
     sockets: dict,
     cpu_by_role: dict,
 ) -> tuple[list[StreamResult], list[FlowSummary]]:
+    """Each stream's row and each direction's flow, from the summaries by (stream id,
+    direction, role); a flow's sums carry the CPU of its role's end."""
     streams: list[StreamResult] = []
     flows: list[FlowSummary] = []
     for direction in spec.flow_directions():

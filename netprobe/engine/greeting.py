@@ -100,7 +100,8 @@ def iperf3_message(host: str, port: int, state: str) -> str:
     busy = {"busy": " (busy with another test right now)",
             "error": " (it reported an error)"}.get(state, "")
     return (f"the service at {host}:{port} is an iperf3 server{busy}, not a netprobe server: "
-            f"run it with --tool iperf3 --no-agent -p {port}")
+            f"run it with --iperf3 -p {port} (netprobe speaks iperf3's protocol), or "
+            f"with --tool iperf3 --no-agent -p {port}")
 
 
 __all__ = ["FIRST_ANSWER_S", "connect_failure", "iperf3_message", "iperf3_there",

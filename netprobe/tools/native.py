@@ -24,6 +24,7 @@ class NativeTool(Tool):
     capabilities = NATIVE_CAPABILITIES
     udp_batched_send = True  # whole GSO messages by sendmmsg (docs/performance.md)
     overhead_s = 0.1  # the in-process server and the control handshake (loopback: 0.05-0.1)
+    modes = frozenset({"iperf3"})  # --iperf3: the far end is a stock `iperf3 -s`
 
     def probe(self) -> Availability:
         """Always available: the pure-Python data path stands in for the compiled one."""
@@ -40,7 +41,13 @@ class NativeTool(Tool):
 
     def refusals(self, spec: TestSpec) -> list[str]:
         """The engine's own refusals: the same the netprobe server applies to a request."""
-        return native_refusals(spec)
+        found = native_refusals(spec)
+        if self.options.get("iperf3"):
+            if not spec.host:
+                found.append("--iperf3 needs HOST: the stock iperf3 server to test against")
+            if spec.protocol == "udp" and spec.omit_s:
+                found.append("--iperf3: -O is not supported with UDP")
+        return found
 
     def run(self, spec: TestSpec, reporter: Reporter) -> Result:
         """Run against ``spec.host``'s netprobe server, or an embedded one on loopback.
@@ -62,6 +69,10 @@ class NativeTool(Tool):
         from netprobe.engine.auth import load_secret
         from netprobe.engine.client import run_test
 
+        if spec.host and self.options.get("iperf3"):
+            from netprobe.engine.iperf3.client import run_iperf3_test
+
+            return run_iperf3_test(spec, reporter, spec.host)
         if spec.host:
             # "secret": the secret itself, from whoever holds it (an agent's own, as the
             # client of a third-party test); else the file, else $NETPROBE_SECRET.

@@ -58,6 +58,9 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     prepare(tool, spec, from_host=args.from_host)  # refused (exit 2) before anything else
     if args.latency and (args.repeat is not None or args.from_host):
         raise UsageError("--latency cannot be combined with --repeat or --from")
+    if args.latency and modes.get("iperf3"):
+        # The probes need a netprobe server's echo; a stock iperf3 server has none.
+        raise UsageError("--latency needs a netprobe server: not with --iperf3")
     if args.repeat is not None:
         if args.format == "json-stream":
             raise UsageError("--format json-stream writes one test as it runs; with --repeat "

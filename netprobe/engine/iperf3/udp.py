@@ -74,6 +74,7 @@ class UdpStream(BaseStream):
         self.out_of_order = 0
         self.strays = 0  # jumps over MAX_GAP, not booked as loss
         self.jitter_s = 0.0
+        self.limit_bytes: int | None = None  # a sender stops at this many (-n)
         self._transit: float | None = None
 
     def finish(self) -> None:
@@ -120,6 +121,8 @@ class UdpStream(BaseStream):
         payload = bytearray(b"0123456789" * (self.length // 10 + 1))[: self.length]
         started = time.monotonic()
         while not self.stop.is_set():
+            if self.limit_bytes is not None and self.bytes >= self.limit_bytes:
+                return
             if self.rate_bps:
                 ahead = self.bytes * 8 / self.rate_bps - (time.monotonic() - started)
                 if ahead > 0:

@@ -5,6 +5,7 @@ them (presence means on, case-insensitive keys, omitted keys reset to defaults).
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 import struct
 from typing import Any
@@ -14,6 +15,8 @@ import attrs
 from netprobe.errors import NetprobeError
 
 COOKIE_BYTES = 37
+COOKIE_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
+"""The 32 characters a stock client draws its cookie's 36 from."""
 MAX_PARAMS_BYTES = 8192
 """The longest params object a stock server (3.18+) reads."""
 MAX_RESULTS_BYTES = 1 << 20
@@ -44,9 +47,29 @@ IETOTALRATE = 27
 IEMAXSERVERTESTDURATIONEXCEEDED = 37
 IERECVPARAMS = 114
 IEAUTHTEST = 142
+IENOMSG = 144
 IESERVERTESTDURATIONEXPIRED = 160
 
+ERROR_WORDS = {
+    IEDURATION: "test duration out of the server's range",
+    IENUMSTREAMS: "number of streams out of the server's range",
+    IEBLOCKSIZE: "block size (-l) out of the server's range",
+    IEBUFSIZE: "socket buffer size (-w) out of the server's range",
+    IEOMIT: "omit time (-O) out of the server's range",
+    15: "burst size out of the server's range",
+    IEUDPBLOCKSIZE: "UDP datagram length (-l) out of the server's range",
+    IETOTALRATE: "total rate over the server's bitrate limit",
+    IEMAXSERVERTESTDURATIONEXCEEDED: "test longer than the server's maximum duration",
+    IERECVPARAMS: "the server could not read the test's parameters",
+    IEAUTHTEST: "test authorization failed",
+    IENOMSG: "the server received no data for too long",
+    IESERVERTESTDURATIONEXPIRED: "the server's test duration expired",
+}
+"""What the iperf3 error codes a server relays mean (others are shown by number)."""
+
 DEFAULT_TCP_LEN = 131072
+UDP_HELLO = b"9876"
+"""What a 3.12+ client sends on each UDP stream (a stock server takes any 4 bytes)."""
 UDP_HELLO_REPLY = b"6789"
 
 
@@ -78,6 +101,23 @@ def read_state(sock: socket.socket) -> int:
 def error_frame(code: int, os_errno: int = 0) -> bytes:
     """SERVER_ERROR, then iperf3's error code and errno (int32 big-endian each)."""
     return struct.pack(">bii", SERVER_ERROR, code, os_errno)
+
+
+def make_cookie() -> bytes:
+    """A new test's cookie: 36 random characters of :data:`COOKIE_ALPHABET`, then a NUL."""
+    chars = "".join(secrets.choice(COOKIE_ALPHABET) for _ in range(COOKIE_BYTES - 1))
+    return chars.encode() + b"\0"
+
+
+def read_error(sock: socket.socket) -> tuple[int, int]:
+    """The iperf3 error code and errno that follow a SERVER_ERROR state byte."""
+    code, os_errno = struct.unpack(">ii", recv_exact(sock, 8))
+    return int(code), int(os_errno)
+
+
+def error_words(code: int) -> str:
+    """A relayed iperf3 error code in words (unknown ones by number)."""
+    return ERROR_WORDS.get(code, f"iperf3 error {code}")
 
 
 def send_json(sock: socket.socket, value: dict) -> None:
