@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -64,6 +66,26 @@ BUILT_BIN = Path(
     os.environ.get("NETPROBE_PEERS_BIN")
     or Path.home() / ".cache" / "netprobe-peers" / "bin"
 )
+
+# Every stock iperf3 the wire-protocol tests meet: Debian's on PATH (3.12) and those
+# build.sh builds beside 3.21 for the protocol's changes from 3.9 on.
+STOCK_IPERF3 = {"3.9": BUILT_BIN / "iperf3-3.9",
+                "3.12": Path(shutil.which("iperf3") or "/nonexistent"),
+                "3.16": BUILT_BIN / "iperf3-3.16", "3.17.1": BUILT_BIN / "iperf3-3.17.1",
+                "3.21": BUILT_BIN / "iperf3"}
+
+
+def stock_iperf3(version: str) -> str:
+    """The stock iperf3 binary of ``version`` (the test skips, saying why, without it)."""
+    path = STOCK_IPERF3[version]
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.skip(f"iperf3 {version} not found at {path} (peers/build.sh builds it)")
+    out = subprocess.run([str(path), "--version"], capture_output=True, text=True,
+                         timeout=10).stdout
+    if f"iperf {version}" not in out:
+        pytest.skip(f"{path} is not iperf3 {version}: {out.splitlines()[:1]}")
+    return str(path)
+
 
 # netprobe tool -> (binary on PATH, binary built by build.sh, environment variable)
 _TOOLS = {

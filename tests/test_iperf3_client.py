@@ -7,9 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import random
-import shutil
 import socket
 import struct
 import subprocess
@@ -29,26 +27,14 @@ from netprobe.errors import TestFailed
 from netprobe.reporting import NullReporter
 from netprobe.schema import FlowSummary, Result, TestSpec
 from netprobe.tools.native import NativeTool
+from tests.peers import STOCK_IPERF3, stock_iperf3
 
-PEERS = Path(os.environ.get("NETPROBE_PEERS_BIN",
-                            Path.home() / ".cache" / "netprobe-peers" / "bin"))
-SERVERS = {"3.9": PEERS / "iperf3-3.9", "3.12": Path(shutil.which("iperf3") or "/nonexistent"),
-           "3.16": PEERS / "iperf3-3.16", "3.17.1": PEERS / "iperf3-3.17.1",
-           "3.21": PEERS / "iperf3"}
+SERVERS = STOCK_IPERF3
 SERVER_EXIT_S = 20.0
 CLI_TIMEOUT_S = 60.0
 
 
-def stock(version: str) -> str:
-    """The stock iperf3 binary of ``version`` (the test skips, saying why, without it)."""
-    path = SERVERS[version]
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.skip(f"iperf3 {version} not found at {path} (peers/build.sh builds it)")
-    out = subprocess.run([str(path), "--version"], capture_output=True, text=True,
-                         timeout=10).stdout
-    if f"iperf {version}" not in out:
-        pytest.skip(f"{path} is not iperf3 {version}: {out.splitlines()[:1]}")
-    return str(path)
+stock = stock_iperf3
 
 
 def listening(port: int) -> bool:

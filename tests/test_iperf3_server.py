@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import re
 import shutil
@@ -28,25 +27,13 @@ from netprobe.engine.iperf3.service import Iperf3Service
 from netprobe.engine.server import Server
 from netprobe.results.saved import load_texts
 from netprobe.schema import Result
+from tests.peers import STOCK_IPERF3, stock_iperf3
 
-PEERS = Path(os.environ.get("NETPROBE_PEERS_BIN",
-                            Path.home() / ".cache" / "netprobe-peers" / "bin"))
-CLIENTS = {"3.9": PEERS / "iperf3-3.9", "3.12": Path(shutil.which("iperf3") or "/nonexistent"),
-           "3.16": PEERS / "iperf3-3.16", "3.17.1": PEERS / "iperf3-3.17.1",
-           "3.21": PEERS / "iperf3"}
+CLIENTS = STOCK_IPERF3
 CLIENT_TIMEOUT_S = 30
 
 
-def stock(version: str) -> str:
-    """The stock iperf3 binary of ``version`` (the test skips, saying why, without it)."""
-    path = CLIENTS[version]
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.skip(f"iperf3 {version} not found at {path} (peers/build.sh builds it)")
-    out = subprocess.run([str(path), "--version"], capture_output=True, text=True,
-                         timeout=10).stdout
-    if f"iperf {version}" not in out:
-        pytest.skip(f"{path} is not iperf3 {version}: {out.splitlines()[:1]}")
-    return str(path)
+stock = stock_iperf3
 
 
 class Running:

@@ -141,7 +141,7 @@ class Iperf3Client:
                 with contextlib.suppress(OSError):
                     sock.close()
             if self.conn is not None:
-                _sync_close(self.conn)
+                wire.sync_close(self.conn)
 
     def _run(self) -> Result:
         self._connect()
@@ -645,19 +645,6 @@ def _udp_moved(streams: list[UdpStream]) -> tuple[int, int]:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300] or type(exc).__name__
-
-
-def _sync_close(sock: socket.socket) -> None:
-    # As 3.21 closes: stop writing, read to the end (bounded), close, so that the server's
-    # last byte is not lost to a reset.
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_WR)
-        sock.settimeout(0.5)
-        for _ in range(16):
-            if not sock.recv(65536):
-                break
-    with contextlib.suppress(OSError):
-        sock.close()
 
 
 def run_iperf3_test(spec: TestSpec, reporter: Reporter, host: str) -> Result:

@@ -14,7 +14,7 @@ import threading
 from typing import Any, Callable
 
 from netprobe.engine.iperf3 import wire
-from netprobe.engine.iperf3.session import Iperf3Test, _sync_close
+from netprobe.engine.iperf3.session import Iperf3Test
 from netprobe.engine.log import client, escape
 from netprobe.schema import Result
 
@@ -171,7 +171,7 @@ class Iperf3Service:
                                     client=client(peer), reason="acl")
             with contextlib.suppress(OSError):
                 conn.sendall(wire.error_frame(wire.IEAUTHTEST))
-            _sync_close(conn)
+            wire.sync_close(conn)
             return
         self.server.log(f"{client(peer)}: iperf3 control connection", event="accepted",
                         client=client(peer))

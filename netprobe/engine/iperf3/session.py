@@ -102,7 +102,7 @@ class Iperf3Test:
             for sock in [*extra, *(s.sock for s in self.streams)]:
                 with contextlib.suppress(OSError):
                     sock.close()
-            _sync_close(self.conn)
+            wire.sync_close(self.conn)
             if took:
                 self.server.admission.release(key)
 
@@ -307,19 +307,6 @@ def _apply_options(sock: socket.socket, p: wire.Params) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if p.mss:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, p.mss)
-
-
-def _sync_close(sock: socket.socket) -> None:
-    # As 3.21 does: shut down our side, read to the peer's end (bounded), then close, so
-    # a last state byte is not lost to a reset.
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_WR)
-        sock.settimeout(1.0)
-        for _ in range(64):
-            if not sock.recv(4096):
-                break
-    with contextlib.suppress(OSError):
-        sock.close()
 
 
 def _words(p: wire.Params) -> str:

@@ -4,6 +4,7 @@ them (presence means on, case-insensitive keys, omitted keys reset to defaults).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import socket
@@ -224,3 +225,17 @@ def results_ok(results: dict) -> bool:
     """Whether a client's results object has what a stock server requires of it."""
     needed = ("cpu_util_total", "cpu_util_user", "cpu_util_system", "sender_has_retransmits")
     return all(key in results for key in needed) and isinstance(results.get("streams"), list)
+
+
+def sync_close(sock: socket.socket) -> None:
+    """Close a control connection as iperf3 3.21 does: shut our side down, read to the
+    peer's end (bounded: 16 reads, 1 s each), then close, so that the last state byte
+    sent is not lost to a reset."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(1.0)
+        for _ in range(16):
+            if not sock.recv(65536):
+                break
+    with contextlib.suppress(OSError):
+        sock.close()
