@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 
 def _fraction() -> float:
     text = os.environ.get("NETPROBE_TEST_BUDGET", "1")
@@ -29,3 +31,12 @@ FRACTION = _fraction()
 def scaled(count: int, floor: int = 10) -> int:
     """``count`` scaled by the budget, but never below ``floor`` (nor above ``count``)."""
     return max(min(count, floor), round(count * FRACTION))
+
+
+def full_budget_only(why: str) -> pytest.MarkDecorator:
+    """Skip a test under a reduced budget. For the few whose point is their size (plans of
+    10,000 agents, a list of 499,500 pairs: pure Python, the same on every architecture,
+    tested natively), where a fraction of the size would test nothing and the whole size
+    would take minutes of the emulated suite; ``why`` says what it costs."""
+    return pytest.mark.skipif(FRACTION < 1, reason=f"test budget {FRACTION:g} (the "
+                              f"emulated ARM suites): {why}; runs at the full budget")

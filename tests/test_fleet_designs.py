@@ -24,6 +24,7 @@ import pytest
 from netprobe.archives import open_archive
 from netprobe.fleet import config, schedule
 from netprobe.fleet.runner import FleetRunner
+from tests.budget import full_budget_only
 
 from .servers import NETPROBE, netprobe_server
 
@@ -256,6 +257,7 @@ def _peak_kib(command: list[str], timeout: float = 60) -> tuple[int, subprocess.
     return int(run.stdout.strip().splitlines()[-1]), run
 
 
+@full_budget_only("a 10,000-agent plan")
 def test_a_10000_agent_mesh_plans_in_bounded_memory_cli(tmp_path: Path) -> None:
     path = tmp_path / "fleet.toml"
     path.write_text(_agents(10_000) + '[groups.mesh]\ntype = "mesh"\n'
@@ -267,6 +269,7 @@ def test_a_10000_agent_mesh_plans_in_bounded_memory_cli(tmp_path: Path) -> None:
     print(f"fleet plan, 10,000-agent mesh: peak RSS {peak / 1024:.0f} MiB")
 
 
+@full_budget_only("a 10,000-agent plan")
 def test_a_10000_agent_mesh_plans_in_bounded_memory_api() -> None:
     text = _agents(10_000) + '[groups.mesh]\ntype = "mesh"\nspec = { duration = "10s" }\n'
     tracemalloc.start()
@@ -284,6 +287,7 @@ def test_a_10000_agent_mesh_plans_in_bounded_memory_api() -> None:
     print(f"plan API, 10,000-agent mesh: peak {peak >> 20} MiB traced")
 
 
+@full_budget_only("a 10,000-agent plan")
 def test_a_random_group_of_10000_with_every_peer_plans_in_bounded_memory() -> None:
     """peers may be n-1: a run is then the whole mesh, worked out a round at a time."""
     text = _agents(10_000) + '[groups.r]\ntype = "random"\npeers = 9999\nseed = 2\n'
@@ -300,6 +304,7 @@ def test_a_random_group_of_10000_with_every_peer_plans_in_bounded_memory() -> No
     assert peak < PEAK_BYTES, f"peak {peak >> 20} MiB"
 
 
+@full_budget_only("499,500 pairs, 12 s natively")
 def test_a_list_of_every_pair_of_1000_agents_packs_without_a_scan_per_pair(
         tmp_path: Path) -> None:
     """499,500 pairs (a 15 MB file): first-fit scanned every round's hosts for each pair
