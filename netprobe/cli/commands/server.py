@@ -35,8 +35,9 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
     _add_server_limits(parser)
     group = parser.add_argument_group("iperf3 clients (see docs/iperf3.md)")
     group.add_argument("--iperf3", action="store_true",
-                       help="also serve stock iperf3 clients (TCP), several at once within "
-                            "--max-tests and the same limits (off by default)")
+                       help="also serve stock iperf3 clients (TCP and UDP tests, 3.9 to "
+                            "3.21), several at once within --max-tests and the same limits "
+                            "(off by default)")
     group.add_argument("--iperf3-port", type=opts.LISTEN_PORT, metavar="PORT", default=5201,
                        help="TCP port for iperf3 clients (default: %(default)s)")
     group.add_argument("--iperf3-results", metavar="FILE",
