@@ -122,3 +122,22 @@ def test_status_without_iperf3_or_agent(tmp_path: Path) -> None:
     assert "netprobe_agent_status_failed_info" in gone
     assert other == 403, refused
     assert bad == 400 and "port" in unknown
+
+
+def test_foreign_counts_in_a_status_reply_are_left_out() -> None:
+    """The agent's reply is foreign data: a count that is not a non-negative integer (text,
+    a boolean, negative, a float) is absent from the page, never exported as a number."""
+    from netprobe.exporter_status import Watched, status_metrics
+
+    watched = Watched("default", "lon", "192.0.2.1", 5301, None)
+    reply = {"state": "idle", "running": [], "slots": True,
+             "iperf3": {"served": 3, "refused": "lots", "busy": -1, "running": 1.5}}
+    page = status_metrics(watched, reply, None).decode()
+    assert _values(page, "netprobe_iperf3_tests_total") == {"served": 3}
+    assert "netprobe_iperf3_tests_running" not in page
+    assert "netprobe_agent_slots" not in page
+    assert _values(page, "netprobe_agent_tests_running") == {"": 0}
+    down = status_metrics(watched, None, 'no agent\n"answers" here').decode()
+    assert _values(down, "netprobe_agent_up") == {"": 0}
+    (failed,) = _samples(down)["netprobe_agent_status_failed_info"]
+    assert failed.labels["reason"] == 'no agent "answers" here'
