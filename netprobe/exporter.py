@@ -6,6 +6,8 @@ that test's figures, as blackbox_exporter does, but only within the exporter's
 configuration (:mod:`netprobe.exporter_config`): a module names the tool, the targets,
 the caps, the agents' port and secret; without a configuration ``/probe`` refuses (403).
 The test runs in a child process that is killed the moment its scraper hangs up.
+``/status?target=HOST&module=M`` asks such a target's agent for its counters (the iperf3
+listener's served, refused and busy: :mod:`netprobe.exporter_status`), running no test.
 ``/metrics`` serves the newest figures of a fleet archive (:mod:`netprobe.exporter_fleet`):
 per host, per reference host and the fleet's health by default, per pair only when the
 configuration asks, capped. A probe that failed still gives ``netprobe_up 0``, never a gap.
@@ -194,6 +196,18 @@ class Exporter:
                     ).encode() + body
         return body
 
+    def status(self, query: Mapping[str, list[str]], scrape_timeout_s: float | None) -> bytes:
+        """The /status page: a watched agent's counters (its iperf3 listener's among them);
+        no test, so no probe slot (see :mod:`netprobe.exporter_status`)."""
+        from netprobe.exporter_status import ask, resolve_status, status_metrics
+
+        watched = resolve_status(self.config, query)
+        timeout = None if scrape_timeout_s is None else max(scrape_timeout_s - 0.5, 0.5)
+        reply, error = ask(watched, timeout)
+        if error is not None:
+            self.log(f"status of {watched.target} (module {watched.module}) failed: {error}")
+        return status_metrics(watched, reply, error)
+
     def _wait_turn(self, client: socket.socket | None, deadline: float) -> None:
         """Take the probe slot; ScraperGone if the scraper leaves first, ProbeRefused
         (503) if the deadline passes first."""
@@ -283,7 +297,8 @@ def _listen_family(address: str, port: int) -> int:
 LANDING = (b"<html><head><title>netprobe exporter</title></head><body>"
            b"<h1>netprobe exporter</h1><p><a href='/metrics'>/metrics</a>: the fleet "
            b"archive's latest figures.</p><p>/probe?target=HOST&amp;module=NAME: one test, "
-           b"to a target the exporter's configuration names.</p></body></html>\n")
+           b"to a target the exporter's configuration names.</p><p>/status?target=HOST&amp;"
+           b"module=NAME: that agent's counters (its iperf3 listener's).</p></body></html>\n")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -328,6 +343,9 @@ class _Handler(BaseHTTPRequestHandler):
             elif parts.path == "/probe":
                 body = self.owner.probe(parse_qs(parts.query, keep_blank_values=True),
                                         _timeout(self.headers), self.connection)
+            elif parts.path == "/status":
+                body = self.owner.status(parse_qs(parts.query, keep_blank_values=True),
+                                         _timeout(self.headers))
             elif parts.path == "/":
                 self._reply(200, LANDING, "text/html; charset=utf-8")
                 return
@@ -340,7 +358,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         except ProbeRefused as exc:
-            self.owner.log(f"/probe refused ({exc.status}): {exc}")
+            self.owner.log(f"{parts.path} refused ({exc.status}): {exc}")
             self._reply(exc.status, f"{exc}\n".encode(), "text/plain")
             return
         except SpecError as exc:

@@ -217,24 +217,33 @@ def test_install_serve_remove_purge(rootfs: Path) -> None:
     version = _in_root(rootfs, "netprobe", "--version").stdout
     assert re.fullmatch(r"netprobe \S+ \(data path: c, Python 3\.\d+\.\d+\)\n", version), version
 
-    # The server from the unit, on a free port set where an operator sets it.
-    port = free_port()
+    # The server from the unit, on a free port set where an operator sets it, and the
+    # iperf3 listener (off as shipped) asked for there too.
+    port, iperf3_port = free_port(), free_port()
     default = rootfs / "etc/default/netprobe"
+    shipped = [x for x in default.read_text().splitlines() if x.startswith("NETPROBE_")]
+    assert shipped == ['NETPROBE_SERVER_ARGS="--secret-file /etc/netprobe/secret"']
     default.write_text(default.read_text().replace(
-        'NETPROBE_SERVER_ARGS="', f'NETPROBE_SERVER_ARGS="-p {port} '))
+        'NETPROBE_SERVER_ARGS="',
+        f'NETPROBE_SERVER_ARGS="-p {port} --iperf3 --iperf3-port {iperf3_port} '))
     argv, settings = _unit_command(rootfs)
-    assert argv == ["/opt/netprobe/bin/netprobe", "server", "-p", str(port),
-                    "--secret-file", "/etc/netprobe/secret"]
+    assert argv == ["/opt/netprobe/bin/netprobe", "server", "-p", str(port), "--iperf3",
+                    "--iperf3-port", str(iperf3_port), "--secret-file", "/etc/netprobe/secret"]
     assert (settings["User"], settings["Group"]) == ("netprobe", "netprobe")
     as_user = ["setpriv", f"--reuid={settings['User']}", f"--regid={settings['Group']}",
                "--init-groups", "--"]
+    iperf3 = shutil.which("iperf3")
     server = subprocess.Popen(_chroot_argv(rootfs, *as_user, *argv), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     try:
         _wait_serving(server, port)
+        _wait_serving(server, iperf3_port)
         refused = _client("127.0.0.1", "-p", str(port), "-t", "1", "-J")
         served = _client("127.0.0.1", "-p", str(port), "-t", "1", "-J",
                          "--secret-file", str(secret))
+        stock = (subprocess.run([iperf3, "-c", "127.0.0.1", "-p", str(iperf3_port), "-t",
+                                 "1", "-J"], capture_output=True, text=True, timeout=60)
+                 if iperf3 else None)
     finally:
         server.send_signal(signal.SIGTERM)
         log, _ = server.communicate(timeout=20)
@@ -243,6 +252,9 @@ def test_install_serve_remove_purge(rootfs: Path) -> None:
     assert result["status"] == "ok"
     assert result["summaries"][0]["receiver"]["bytes"] > 0
     assert refused.returncode != 0 and "secret" in refused.stderr.lower(), refused.stderr
+    if stock is not None:  # a stock iperf3 client, served by the packaged server
+        assert stock.returncode == 0, stock.stdout[-800:] + log
+        assert json.loads(stock.stdout)["end"]["sum_received"]["bytes"] > 0
     assert server.returncode == 0, log
     # the secret the package made is in force: the server said so, and refused the other
     assert "shared secret: required" in log

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -278,3 +279,130 @@ def test_the_deployed_agent_runs_with_the_roles_options(tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(10)
+
+
+# --- stock iperf3 clients (netprobe server --iperf3): off unless asked, working when asked --
+
+
+def _stock_iperf3() -> str:
+    found = shutil.which("iperf3")
+    if found is None:
+        pytest.skip("no stock iperf3 client (apt install iperf3)")
+    return found
+
+
+def _iperf3_client(port: int) -> subprocess.CompletedProcess:
+    return subprocess.run([_stock_iperf3(), "-c", "127.0.0.1", "-p", str(port), "-t", "1",
+                           "-J"], capture_output=True, text=True, timeout=60)
+
+
+def _closed(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        sock.settimeout(5)
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _served(argv: list[str], iperf3_port: int) -> tuple[subprocess.CompletedProcess | None,
+                                                        bool]:
+    """Start ``argv`` (a deploy file's server command line) on loopback; with its iperf3
+    listener on ``iperf3_port`` a stock client's run (else None) and whether the port was
+    closed."""
+    port = free_port()
+    server = subprocess.Popen([*argv, "-B", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_listening(port)
+        if "--iperf3" not in argv:
+            return None, _closed(iperf3_port)
+        wait_listening(iperf3_port)
+        return _iperf3_client(iperf3_port), False
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def _json_patch(document: dict, operations: list[dict]) -> dict:
+    """``operations`` (RFC 6902 "add", as kubectl patch --type json applies them) on a copy."""
+    patched = copy.deepcopy(document)
+    for operation in operations:
+        assert operation["op"] == "add"
+        *parents, last = operation["path"].lstrip("/").split("/")
+        node: Any = patched
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        if isinstance(node, list):
+            node.insert(len(node) if last == "-" else int(last), operation["value"])
+        else:
+            node[last] = operation["value"]
+    return patched
+
+
+def test_kubernetes_agents_serve_iperf3_clients_only_when_patched_to(tmp_path: Path) -> None:
+    # The DaemonSet as shipped starts no iperf3 listener; deploy/kubernetes/iperf3-patch.json
+    # (what the README has `kubectl patch` apply) turns it on, and the patched DaemonSet
+    # passes the API schemas and serves a stock client.
+    documents = _documents("agents.yaml")
+    daemonset = next(d for d in documents if d["kind"] == "DaemonSet")
+    patch = json.loads((DEPLOY / "kubernetes" / "iperf3-patch.json").read_text())
+    patched = _json_patch(daemonset, patch)
+    _validate(patched)
+    mount, _ = _secret_mount(documents, "DaemonSet")
+    secret_dir = tmp_path / "secret-volume"
+    secret_dir.mkdir()
+    (secret_dir / "secret").write_text("a fleet's secret\n")
+    for document in documents:
+        if document["kind"] == "ConfigMap":
+            document["data"]["allow"] = "127.0.0.0/8"
+    netprobe = shutil.which("netprobe", path=str(Path(sys.executable).parent))
+    assert netprobe is not None
+    (declared,) = [p["containerPort"] for p in patched["spec"]["template"]["spec"]
+                   ["containers"][0]["ports"] if p["name"] == "iperf3"]
+    assert declared == 5201  # the server's default port, which the patch does not move
+    iperf3_port = free_port()  # 5201 itself may be taken on a shared test host
+    for manifest, on in ((daemonset, False), (patched, True)):
+        argv = _container_argv([*(d for d in documents if d["kind"] != "DaemonSet"), manifest],
+                               "DaemonSet", {mount: str(secret_dir)})
+        assert ("--iperf3" in argv) is on
+        argv[0] = netprobe
+        run, closed = _served([*argv, "--iperf3-port", str(iperf3_port)] if on else argv,
+                              iperf3_port)
+        if not on:
+            assert closed
+            continue
+        assert run is not None and run.returncode == 0, run and run.stdout[-800:]
+        assert json.loads(run.stdout)["end"]["sum_received"]["bytes"] > 0
+
+
+def _ansible_line(tmp_path: Path, **extra: object) -> list[str]:
+    """The drop-in's ExecStart in check mode (its diff), as argv with %d a scratch
+    credentials directory holding a secret, the binary this venv's netprobe."""
+    run = _play(tmp_path, "--check", "--diff", netprobe_allow_extra=["127.0.0.1"], **extra)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    (line,) = [x for x in run.stdout.splitlines()
+               if x.startswith("+ExecStart=/usr/bin/netprobe server -")]
+    credentials = tmp_path / "credentials"
+    credentials.mkdir(exist_ok=True)
+    (credentials / "secret").write_text("fleet-secret\n")
+    argv = line.split("=", 1)[1].replace("%d", str(credentials)).split()
+    netprobe = shutil.which("netprobe", path=str(Path(sys.executable).parent))
+    assert netprobe is not None
+    return [netprobe, *argv[1:]]
+
+
+@pytest.mark.slow
+@needs_ansible
+def test_ansible_agents_serve_iperf3_clients_only_when_asked(tmp_path: Path) -> None:
+    _stock_iperf3()
+    iperf3_port = free_port()
+    off = _ansible_line(tmp_path, netprobe_iperf3_port=iperf3_port)  # a port, no switch
+    assert "--iperf3" not in off
+    assert _served(off, iperf3_port) == (None, True)
+    on = _ansible_line(tmp_path, netprobe_iperf3=True, netprobe_iperf3_port=iperf3_port)
+    assert on[on.index("--iperf3-port") + 1] == str(iperf3_port)
+    run, _ = _served(on, iperf3_port)
+    assert run is not None and run.returncode == 0, run and run.stdout[-800:]
+    assert json.loads(run.stdout)["end"]["sum_received"]["bytes"] > 0
+    bad = _play(tmp_path, "--check", netprobe_iperf3=True, netprobe_iperf3_port="http")
+    assert bad.returncode != 0 and "netprobe_iperf3_port must be a TCP port" in bad.stdout

@@ -9,6 +9,7 @@ The unit's filter used to deny @resources with systemd's default action, SIGSYS:
 from __future__ import annotations
 
 import ctypes.util
+import json
 import os
 import shutil
 import subprocess
@@ -95,3 +96,32 @@ def test_the_agent_starts_far_ends_under_the_units_filter() -> None:
                         "-t", "1")
             assert server.proc.poll() is None, f"{tool}: the server died: {server.log()[-800:]}"
             assert done.returncode == 0, f"{tool}: {done.stderr[-800:]}"
+
+
+STOCK_IPERF3 = [
+    ["-t", "1"],
+    ["-t", "1", "-R", "-P", MANY],
+    ["-t", "1", "--bidir"],
+    ["-t", "1", "-u", "-b", "20M"],
+    ["-t", "1", "-u", "-b", "20M", "-R", "-P", "3"],
+]
+
+
+@pytest.mark.skipif(not shutil.which("iperf3"), reason="no stock iperf3 client")
+def test_the_iperf3_listener_serves_stock_clients_under_the_units_filter() -> None:
+    # `--iperf3` in NETPROBE_SERVER_ARGS (the unit's options): the listener's threads, its
+    # second port and its UDP streams run inside the same filter as the native tests.
+    from tests.servers import free_port, wait_listening
+
+    iperf3_port = free_port()
+    with netprobe_server("--iperf3", "--iperf3-port", str(iperf3_port),
+                         preexec=_filtered(UNIT.read_text())) as server:
+        wait_listening(iperf3_port)
+        for args in STOCK_IPERF3:
+            done = subprocess.run([str(shutil.which("iperf3")), "-c", "127.0.0.1", "-p",
+                                   str(iperf3_port), *args, "-J"], capture_output=True,
+                                  text=True, timeout=60)
+            assert server.proc.poll() is None, (
+                f"{args}: the server died ({server.proc.returncode}): {server.log()[-800:]}")
+            assert done.returncode == 0, f"{args}: {done.stdout[-800:]}"
+            assert json.loads(done.stdout)["end"]["sum_received"]["bytes"] > 0, args

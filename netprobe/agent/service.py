@@ -65,11 +65,15 @@ def _status(control: ControlConnection) -> None:
     # fleet lives in its runner, not here.
     server = control.server
     running = server.admission.activity()
+    # Listeners beside the port (iperf3's) report their own counters under their kind,
+    # for an exporter to show (netprobe_iperf3_tests_total).
+    services = {service.kind: service.status() for service in getattr(server, "services", ())
+                if callable(getattr(service, "status", None)) and hasattr(service, "kind")}
     control.channel.send({"type": "status", "state": "busy" if running else "idle",
                           "running": running, "slots": server.config.max_tests,
                           "served": server.admission.served,
                           "third_party": server.config.allow_third_party,
-                          "far_end_limits": limits_note()})
+                          "far_end_limits": limits_note(), **services})
 
 
 @functools.lru_cache(maxsize=1)

@@ -52,7 +52,7 @@ COMMANDS = {
     "fleet": "tests among many agents on a conflict-free schedule, archived",
     "bufferbloat": "latency under load: idle, download, upload, both; grade and culprit",
     "rrul": "latency under load as Flent's RRUL: 4 streams each way at once, 60 s",
-    "exporter": "serve netprobe's figures to Prometheus (/probe, /metrics)",
+    "exporter": "serve netprobe's figures to Prometheus (/probe, /status, /metrics)",
 }
 """Each command and its summary; its module is ``netprobe.cli.commands.<name>``."""
 

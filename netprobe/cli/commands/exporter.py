@@ -26,8 +26,8 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                         help="fleet archive whose latest figures /metrics serves")
     parser.add_argument("--config", metavar="FILE",
                         help="the exporter's configuration (TOML): the modules that say what "
-                             "/probe may test, caps, authentication (without it /probe "
-                             "refuses every request)")
+                             "/probe may test and /status may ask, caps, authentication "
+                             "(without it /probe and /status refuse every request)")
 
 
 def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
@@ -45,8 +45,9 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
     port = DEFAULT_PORT if args.port is None else args.port
     exporter = Exporter(args.listen, port, args.archive, config, log=print_warning)
     bound = exporter.start()
-    probes = (f"/probe?target=HOST, modules: {', '.join(config.modules)}" if config.modules
-              else "/probe off: no --config")
+    probes = (f"/probe?target=HOST and /status?target=HOST, modules: "
+              f"{', '.join(config.modules)}" if config.modules
+              else "/probe and /status off: no --config")
     print_note(f"netprobe exporter listening on {args.listen} port {bound} "
                f"({probes}; /metrics)")
     assert exporter.server is not None

@@ -24,6 +24,9 @@ DEFAULT_PORT = 5201
 class Iperf3Service:
     """A second listener kind for a Server: iperf3's protocol on its own TCP port."""
 
+    kind = "iperf3"
+    """The key of :meth:`status` in the agent's ``status`` reply."""
+
     def __init__(self, port: int = DEFAULT_PORT,
                  on_result: Callable[[Result], None] | None = None) -> None:
         self.port = port
@@ -90,6 +93,12 @@ class Iperf3Service:
         """One more served, refused or busy."""
         with self._lock:
             self.counters[what] += 1
+
+    def status(self) -> dict[str, int]:
+        """The counters since start (served, refused, busy), the tests running now and the
+        port: the agent's ``status`` reply carries it, so an exporter can show it."""
+        with self._lock:
+            return {**self.counters, "running": len(self._tests), "port": self.port}
 
     def record(self, result: Result) -> None:
         """The server's Result of a test: to ``on_result`` if any (errors logged)."""
