@@ -86,16 +86,9 @@ def resolve(config: ExporterConfig, query: Mapping[str, list[str]],
                                     "configuration (the module or the fleet file), not a scrape")
         if key not in _NUMBERS and key not in _WORDS and key not in ("target", "from",
                                                                      "module", "debug"):
-            raise ProbeRefused(400, f"unknown /probe parameter {key!r} (known: target, module, "
-                                    f"from, debug, {', '.join([*_WORDS, *_NUMBERS])})")
-    name = asked.get("module", DEFAULT_MODULE)
-    module = config.modules.get(name)
-    if module is None:
-        raise ProbeRefused(400, f"/probe parameter module: no module {name!r} (known: "
-                                f"{', '.join(config.modules)})")
-    target = asked.get("target", "").strip()
-    if not target:
-        raise ProbeRefused(400, "/probe needs a target: /probe?target=HOST")
+            raise ProbeRefused(400, f"unknown /probe parameter {key[:80]!r} (known: target, "
+                                    f"module, from, debug, {', '.join([*_WORDS, *_NUMBERS])})")
+    name, module, target = module_and_target(config, asked, "/probe")
     fields = _fields(module, asked, scrape_timeout_s)
     host, port, secret, agent_port, far_end = _target(config, module, target)
     source = asked.get("from")
@@ -113,6 +106,22 @@ def resolve(config: ExporterConfig, query: Mapping[str, list[str]],
     except (SpecError, TypeError, ValueError) as exc:
         raise ProbeRefused(400, f"/probe: {exc}") from None
     return Probe(name, spec, source, secret, agent_port, target_agent_port, far_end)
+
+
+def module_and_target(config: ExporterConfig, asked: Mapping[str, str],
+                      page: str) -> tuple[str, Module, str]:
+    """The module's name, the module and the target a scrape of ``page`` (``/probe``,
+    ``/status``) names (ProbeRefused if it names no module of the configuration, or no
+    target). The scrape's words are quoted cut short: they are anyone's."""
+    name = asked.get("module", DEFAULT_MODULE)
+    module = config.modules.get(name)
+    if module is None:
+        raise ProbeRefused(400, f"{page} parameter module: no module {name[:80]!r} (known: "
+                                f"{', '.join(config.modules)})")
+    target = asked.get("target", "").strip()
+    if not target:
+        raise ProbeRefused(400, f"{page} needs a target: {page}?target=HOST")
+    return name, module, target
 
 
 def _fields(module: Module, asked: Mapping[str, str], scrape_timeout_s: float | None

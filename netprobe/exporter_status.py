@@ -25,8 +25,8 @@ from typing import Any
 import attrs
 
 from netprobe.engine.protocol import DEFAULT_PORT as AGENT_PORT
-from netprobe.exporter_config import DEFAULT_MODULE, ExporterConfig
-from netprobe.exporter_probe import ProbeRefused, _target
+from netprobe.exporter_config import ExporterConfig
+from netprobe.exporter_probe import ProbeRefused, _target, module_and_target
 
 STATUS_TIMEOUT_S = 5.0
 """Longest a status request waits for the agent (without a scrape timeout to go by)."""
@@ -57,14 +57,7 @@ def resolve_status(config: ExporterConfig, query: Mapping[str, list[str]]) -> Wa
         if key not in ("target", "module"):
             raise ProbeRefused(400, f"unknown /status parameter {key[:80]!r} (known: target, "
                                     "module)")
-    name = asked.get("module", DEFAULT_MODULE)
-    module = config.modules.get(name)
-    if module is None:
-        raise ProbeRefused(400, f"/status parameter module: no module {name[:80]!r} (known: "
-                                f"{', '.join(config.modules)})")
-    target = asked.get("target", "").strip()
-    if not target:
-        raise ProbeRefused(400, "/status needs a target: /status?target=HOST")
+    name, module, target = module_and_target(config, asked, "/status")
     host, _port, secret_file, agent_port, far_end = _target(config, module, target)
     if not far_end:
         raise ProbeRefused(403, f"/status: module {name}'s targets run no netprobe agent "
