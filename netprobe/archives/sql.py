@@ -139,6 +139,12 @@ class SqlArchive(Archive):
 
     def add(self, record: PairRecord) -> None:
         """One test's record, committed before this returns."""
+        self._write(*self.insert_of(record))
+
+    def insert_of(self, record: PairRecord) -> tuple[str, tuple[Any, ...]]:
+        """The INSERT of one record and its parameters (``?`` marks, text made fit for
+        the database), for a caller that writes it inside a transaction of its own (the
+        shared schedule archives a result and frees its hosts in one)."""
         data = convert.unstructure(record.result) if record.result is not None else None
         values = (record.run_id, record.group, record.round, record.source, record.target,
                   self.time_in(record.time), record.outcome, record.error,
@@ -146,7 +152,8 @@ class SqlArchive(Archive):
                   None if data is None else self.encode_json(data))
         columns = (*_RECORD_COLUMNS, *FIGURES, "result")
         marks = ", ".join("?" * len(columns))
-        self._write(f"INSERT INTO results ({', '.join(columns)}) VALUES ({marks})", values)
+        values = tuple(self.text_in(v) if isinstance(v, str) else v for v in values)
+        return f"INSERT INTO results ({', '.join(columns)}) VALUES ({marks})", values
 
     def finish_run(self, run_id: str, finished: str, status: str) -> None:
         """Record how and when a run ended."""
