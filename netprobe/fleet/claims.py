@@ -37,12 +37,17 @@ trip back (the fleet's round margin)."""
 
 EXCLUSION_VIOLATION = "23P01"
 """SQLSTATE of a row an exclusion constraint refused."""
+DEADLOCK = "40P01"
+"""SQLSTATE of a transaction PostgreSQL rolled back to break a deadlock."""
+
+
+class _Retry(Exception):
+    """A claim to give up (rolled back) and try again."""
 
 _DDL_LOCK = 0x6E6574_70726F62
 """The advisory lock key under which the first runner creates the tables."""
 
 _TABLES = [
-    "CREATE EXTENSION IF NOT EXISTS btree_gist",
     "CREATE TABLE IF NOT EXISTS fleet_pairs (id BIGSERIAL PRIMARY KEY, "
     "run_id TEXT NOT NULL REFERENCES runs(run_id), grp TEXT NOT NULL, "
     "round BIGINT NOT NULL, source TEXT NOT NULL, target TEXT NOT NULL, "
@@ -127,16 +132,35 @@ class ClaimStore:
         """This runner's name, kept with each pair it claims."""
         self.grace_s = grace_s
         self.refused = 0
-        """Claims the exclusion constraint refused (a host taken by a claimer whose commit
-        this one's snapshot had not seen): each is retried, none is an error."""
+        """Claims the database refused (the exclusion constraint, or a deadlock it broke)
+        and that were retried: none is an error."""
+        self.rechecked = 0
+        """Claims given up before writing a slot, a host found held on the second look."""
         with self._transaction() as cursor:
             # DDL, even IF NOT EXISTS, locks the tables it names: run it only when a table
             # is missing, one runner at a time, so that a runner joining a busy fleet does
             # not deadlock with the claims in flight
             if cursor.execute("SELECT to_regclass('fleet_slots')").fetchone()[0] is None:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+                self._btree_gist(cursor)
                 for statement in _TABLES:
                     cursor.execute(statement)
+
+    def _btree_gist(self, cursor: Any) -> None:
+        """Make sure of btree_gist, which the exclusion constraint needs for its ``host
+        WITH =`` part; ArchiveError saying what to do when this role cannot add it."""
+        errors = self.archive.errors()
+        cursor.execute("SAVEPOINT btree_gist")
+        try:
+            cursor.execute("CREATE EXTENSION IF NOT EXISTS btree_gist")
+        except errors as exc:
+            cursor.execute("ROLLBACK TO SAVEPOINT btree_gist")
+            why = " ".join(str(exc).split())
+            raise ArchiveError(
+                f"archive {self.archive.url}: the shared schedule needs the btree_gist "
+                f"extension (PostgreSQL's contrib) and this role cannot add it ({why}): "
+                "run `CREATE EXTENSION btree_gist` in this database as its owner or a "
+                "superuser, once") from None
 
     # -- the queue ------------------------------------------------------------------------
 
@@ -149,8 +173,8 @@ class ClaimStore:
         with self._transaction() as cursor:
             start = cursor.execute("SELECT COALESCE(MAX(seq), 0) FROM fleet_pairs "
                                    "WHERE run_id = %s", (run_id,)).fetchone()[0]
-            cursor.executemany("INSERT INTO fleet_hosts (host) VALUES (%s) "
-                               "ON CONFLICT DO NOTHING", [(h,) for h in hosts])
+            cursor.execute("INSERT INTO fleet_hosts (host) SELECT unnest(%s::text[]) "
+                           "ON CONFLICT DO NOTHING", (hosts,))
             added = 0
             for i, p in enumerate(rows, start=start + 1):
                 cursor.execute(
@@ -165,11 +189,13 @@ class ClaimStore:
         hosts' slots until now + its length + the grace; None when no pair can be taken
         now (all done, held by others, or every free pair's host busy)."""
         self.expire()
-        for _ in range(8):  # a refusal means another claimer won a host: look again
+        for _ in range(8):  # another claimer won a host: look again
             try:
                 return self._claim_once(run_id)
+            except _Retry:
+                continue
             except ArchiveError as exc:
-                if getattr(exc, "sqlstate", None) != EXCLUSION_VIOLATION:
+                if getattr(exc, "sqlstate", None) not in (EXCLUSION_VIOLATION, DEADLOCK):
                     raise
                 self.refused += 1
         return None
@@ -192,13 +218,21 @@ class ClaimStore:
             if row is None:
                 return None
             pair_id, grp, rnd, source, target, duration_s, attempts, notes = row
+            # the test above read a snapshot from before the host rows were locked: a claim
+            # committed in between holds a host still. Look again (a new statement, a new
+            # snapshot); inserting blind would have the constraint refuse it, or wait on
+            # a completion in flight and deadlock with it
+            if cursor.execute("SELECT 1 FROM fleet_slots WHERE host IN (%s, %s) "
+                              "AND released IS NULL LIMIT 1", (source, target)).fetchone():
+                self.rechecked += 1
+                raise _Retry
             # the slots: the exclusion constraint refuses them if a host is still held
             # (a claim committed after this statement's snapshot was taken)
-            cursor.executemany(
-                "INSERT INTO fleet_slots (host, pair_id, lease, during) VALUES "
-                "(%s, %s, %s, tstzrange(clock_timestamp(), clock_timestamp() "
-                "+ make_interval(secs => %s)))",
-                [(host, pair_id, lease, duration_s + self.grace_s) for host in (source, target)])
+            cursor.execute(
+                "INSERT INTO fleet_slots (host, pair_id, lease, during) "
+                "SELECT host, %s, %s, tstzrange(clock_timestamp(), clock_timestamp() "
+                "+ make_interval(secs => %s)) FROM unnest(ARRAY[%s, %s]) AS host",
+                (pair_id, lease, duration_s + self.grace_s, source, target))
             cursor.execute("UPDATE fleet_pairs SET state = 'claimed', lease = %s, claimer = %s, "
                            "attempts = attempts + 1 WHERE id = %s",
                            (lease, self.claimer, pair_id))
@@ -224,7 +258,11 @@ class ClaimStore:
         (the pair is re-queued and another runner's to run)."""
         statement, values = self.archive.insert_of(record)
         with self._transaction() as cursor:
-            # slots before the pair, the order expire() locks them in (no deadlock)
+            # the hosts first, as a claim takes them (so no claim writes a slot of these
+            # hosts while their release is in flight), then the slots and the pair in the
+            # order expire() locks them (no deadlock)
+            cursor.execute("SELECT host FROM fleet_hosts WHERE host IN (%s, %s) ORDER BY host "
+                           "FOR UPDATE", (claim.source, claim.target))
             held = len(cursor.execute(
                 "SELECT id FROM fleet_slots WHERE lease = %s AND released IS NULL "
                 "AND upper(during) > clock_timestamp() FOR UPDATE", (claim.lease,)).fetchall())
