@@ -313,3 +313,25 @@ def test_a_role_that_cannot_add_btree_gist_is_told_what_to_do(postgres_url: str)
         admin.execute("CREATE EXTENSION btree_gist")
     with open_archive(plain_url) as archive:
         assert claim_store(archive).remaining("none") == 0
+
+
+def test_runners_joining_at_once_queue_a_run_once(postgres_url: str) -> None:
+    pairs = _mesh("j", 12, 1.0)
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    with open_archive(postgres_url) as archive:
+        archive.start_run(Run(run_id, "fleet.toml", utc_now_iso(), 1, len(pairs)))
+    added: list[int] = []
+
+    def join() -> None:
+        with open_archive(postgres_url) as archive:
+            added.append(claim_store(archive).enqueue(run_id, iter(pairs)))
+
+    threads = [threading.Thread(target=join) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(added) == [0, 0, 0, len(pairs)]
+    with open_archive(postgres_url) as archive:
+        listed = claim_store(archive).pairs(run_id)
+    assert [(p["source"], p["target"]) for p in listed] == [(p.source, p.target) for p in pairs]

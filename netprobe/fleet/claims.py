@@ -23,6 +23,7 @@ attempt counted and a note, by whichever runner claims next.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -34,6 +35,9 @@ from netprobe.archives import Archive, ArchiveError, PairRecord
 GRACE_S = 30.0
 """Past a test's length, how long its lease lasts: the agents' start-up and the result's
 trip back (the fleet's round margin)."""
+
+ENQUEUE_BATCH = 5_000
+"""Pairs queued per statement."""
 
 EXCLUSION_VIOLATION = "23P01"
 """SQLSTATE of a row an exclusion constraint refused."""
@@ -165,22 +169,30 @@ class ClaimStore:
     # -- the queue ------------------------------------------------------------------------
 
     def enqueue(self, run_id: str, pairs: Iterable[QueuedPair]) -> int:
-        """Queue ``pairs`` for ``run_id`` (a run the archive has), in order; a pair queued
-        already (a second runner joining the run) is left as it is. Returns how many were
-        new."""
-        rows = list(pairs)
-        hosts = sorted({h for p in rows for h in (p.source, p.target)})
+        """Queue ``pairs`` for ``run_id`` (a run the archive has), in order, in one
+        transaction; a pair queued already (a second runner joining the run) is left as it
+        is. ``pairs`` is read in batches, never held whole. Returns how many were new."""
+        added = 0
         with self._transaction() as cursor:
-            start = cursor.execute("SELECT COALESCE(MAX(seq), 0) FROM fleet_pairs "
-                                   "WHERE run_id = %s", (run_id,)).fetchone()[0]
-            cursor.execute("INSERT INTO fleet_hosts (host) SELECT unnest(%s::text[]) "
-                           "ON CONFLICT DO NOTHING", (hosts,))
-            added = 0
-            for i, p in enumerate(rows, start=start + 1):
+            # one enqueuer a run at a time: runners started together queue it once
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,))
+            seq = cursor.execute("SELECT COALESCE(MAX(seq), 0) FROM fleet_pairs "
+                                 "WHERE run_id = %s", (run_id,)).fetchone()[0]
+            batches = iter(pairs)
+            while batch := list(itertools.islice(batches, ENQUEUE_BATCH)):
+                cursor.execute("INSERT INTO fleet_hosts (host) SELECT DISTINCT "
+                               "unnest(%s::text[]) ON CONFLICT DO NOTHING",
+                               ([h for p in batch for h in (p.source, p.target)],))
                 cursor.execute(
                     "INSERT INTO fleet_pairs (run_id, grp, round, source, target, seq, "
-                    "duration_s) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    (run_id, p.group, p.round, p.source, p.target, i, p.duration_s))
+                    "duration_s) SELECT %s, * FROM unnest(%s::text[], %s::bigint[], "
+                    "%s::text[], %s::text[], %s::bigint[], %s::float8[]) "
+                    "ON CONFLICT DO NOTHING",
+                    (run_id, [p.group for p in batch], [p.round for p in batch],
+                     [p.source for p in batch], [p.target for p in batch],
+                     list(range(seq + 1, seq + 1 + len(batch))),
+                     [p.duration_s for p in batch]))
+                seq += len(batch)
                 added += cursor.rowcount
         return added
 
