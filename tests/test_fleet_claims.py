@@ -335,3 +335,31 @@ def test_runners_joining_at_once_queue_a_run_once(postgres_url: str) -> None:
     with open_archive(postgres_url) as archive:
         listed = claim_store(archive).pairs(run_id)
     assert [(p["source"], p["target"]) for p in listed] == [(p.source, p.target) for p in pairs]
+
+
+def test_runners_opening_a_fresh_archive_at_once_all_get_it(postgres_url: str) -> None:
+    """Runners started together on a new database: CREATE TABLE IF NOT EXISTS alone races
+    (two find no table, both create it, one fails on the catalogue's unique key)."""
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS np_fresh")
+        admin.execute("CREATE DATABASE np_fresh")
+    fresh = postgres_url.replace("/postgres?", "/np_fresh?")
+    failures: list[str] = []
+    gate = threading.Barrier(6)
+
+    def open_one() -> None:
+        gate.wait(timeout=30)
+        try:
+            with open_archive(fresh) as archive:
+                claim_store(archive)
+        except ArchiveError as exc:
+            failures.append(str(exc))
+
+    threads = [threading.Thread(target=open_one) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert failures == []

@@ -82,6 +82,7 @@ class SqlArchive(Archive):
         try:
             if self.read_only is None:
                 with self._lock:
+                    self.before_create()
                     for statement in create_statements(self.dialect):
                         self._execute(statement)
                     self._commit()
@@ -94,6 +95,10 @@ class SqlArchive(Archive):
     def connect(self, url: str) -> Any:
         """A DB-API connection for ``url`` (ArchiveError if it cannot be had)."""
         raise NotImplementedError
+
+    def before_create(self) -> None:
+        """Run before the tables are created, in the same transaction (a database where
+        several runners may create them at once serialises them here)."""
 
     def shown(self, url: str) -> str:
         """``url`` fit for messages: its password, if any, replaced by ``***``."""
