@@ -30,7 +30,7 @@ from typing import Any
 
 import attrs
 
-from netprobe.archives import Archive, ArchiveError, PairRecord
+from netprobe.archives import Archive, ArchiveError, PairRecord, Run
 
 GRACE_S = 30.0
 """Past a test's length, how long its lease lasts: the agents' start-up and the result's
@@ -195,6 +195,17 @@ class ClaimStore:
                 seq += len(batch)
                 added += cursor.rowcount
         return added
+
+    def join_run(self, run: Run) -> bool:
+        """Record ``run`` in the archive's runs unless a runner did already; whether this
+        one did."""
+        with self._transaction() as cursor:
+            cursor.execute("INSERT INTO runs (run_id, fleet, started, finished, rounds, pairs, "
+                           "status) VALUES (%s, %s, %s, NULL, %s, %s, %s) "
+                           "ON CONFLICT DO NOTHING",
+                           (run.run_id, run.fleet, self.archive.time_in(run.started),
+                            run.rounds, run.pairs, run.status))
+            return bool(cursor.rowcount)
 
     def claim(self, run_id: str) -> Claim | None:
         """The next queued pair of ``run_id`` whose two hosts are free, taken with both
