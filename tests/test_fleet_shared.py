@@ -4,7 +4,10 @@ pair is tested and archived exactly once, by one runner or another, no host's sl
 intervals overlap; with SQLite a shared run is refused."""
 from __future__ import annotations
 
+import signal
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -17,7 +20,7 @@ from netprobe.fleet.runner import FleetRunner, QuietProgress, RunSummary
 from netprobe.fleet.shared import run_shared
 
 from . import pgserver
-from .servers import netprobe_server
+from .servers import NETPROBE, netprobe_server
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +91,70 @@ def test_a_shared_run_needs_postgresql(agents: dict[str, int], tmp_path: Path) -
     with open_archive(str(tmp_path / "f.db")) as archive, \
             pytest.raises(ArchiveError, match="only through a PostgreSQL archive"):
         run_shared(FleetRunner(_fleet(agents), archive, QuietProgress()), run=1)
+
+
+def test_a_runner_killed_mid_run_leaves_its_pairs_to_the_others(
+        postgres_url: str, agents: dict[str, int], tmp_path: Path) -> None:
+    """Three ``fleet run --shared`` processes; one is killed with SIGKILL while it holds a
+    pair. Its pairs are re-run by the two others once its lease (the round limit, 4 s)
+    ends: each pair archived once, none on a host that was in another test."""
+    import psycopg
+
+    fleet = tmp_path / "killed.toml"
+    fleet.write_text(f'[fleet]\narchive = "{postgres_url}"\n' + "".join(
+        f'[agents.{n}]\naddress = "127.0.0.1"\nport = {p}\n' for n, p in agents.items())
+        + '[groups.mesh]\ntype = "mesh"\nround_timeout = "4s"\n'
+        + 'spec = { duration = 1 }\n')
+    runners = [subprocess.Popen([*NETPROBE, "fleet", "run", str(fleet), "--shared", "-q"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(3)]
+    victim = runners[0]
+    try:
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            deadline = time.monotonic() + 60
+            held = None
+            while held is None and time.monotonic() < deadline:
+                held = db.execute("SELECT run_id, source, target FROM fleet_pairs "
+                                  "WHERE state = 'claimed' AND claimer LIKE %s LIMIT 1",
+                                  (f"%:{victim.pid}:%",)).fetchone()
+                time.sleep(0.05)
+            assert held is not None, "the runner to be killed never held a pair"
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(timeout=10)
+            for runner in runners[1:]:
+                _, err = runner.communicate(timeout=120)
+                assert runner.returncode == 0, err
+            run_id = held[0]
+            pairs = db.execute("SELECT source, target, state, attempts, requeues, notes "
+                               "FROM fleet_pairs WHERE run_id = %s", (run_id,)).fetchall()
+            overlaps = db.execute(
+                "SELECT a.host FROM fleet_slots a JOIN fleet_slots b ON a.host = b.host "
+                "AND a.id < b.id AND a.during && b.during").fetchall()
+            status = db.execute("SELECT status FROM runs WHERE run_id = %s",
+                                (run_id,)).fetchone()
+    finally:
+        for runner in runners:
+            if runner.poll() is None:
+                runner.kill()
+                runner.wait(timeout=10)
+    with open_archive(postgres_url) as archive:
+        records = archive.records(run_id)
+    assert sorted((r.source, r.target) for r in records) == sorted(
+        (s, t) for s in agents for t in agents if s != t)  # each pair once
+    assert all(r.outcome == "ok" for r in records), [r.error for r in records]
+    assert {p[2] for p in pairs} == {"done"} and overlaps == [] and status == ("done",)
+    killed = next(p for p in pairs if (p[0], p[1]) == (held[1], held[2]))
+    assert killed[3:5] == (2, 1) and f":{victim.pid}:" in killed[5][0]
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    (["--forever"], "--shared runs once"),
+    ([], "only through a PostgreSQL archive")])
+def test_shared_cli_refusals_are_one_line(tmp_path: Path, extra: list[str], says: str) -> None:
+    fleet = tmp_path / "f.toml"
+    fleet.write_text('[agents.a]\naddress = "127.0.0.1"\n[agents.b]\naddress = "127.0.0.1"\n'
+                     '[groups.m]\ntype = "mesh"\n')
+    run = subprocess.run([*NETPROBE, "fleet", "run", str(fleet), "--shared", "-q", *extra],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and says in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr

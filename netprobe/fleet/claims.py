@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import socket
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -132,8 +134,9 @@ class ClaimStore:
     def __init__(self, archive: Any, claimer: str | None = None,
                  grace_s: float = GRACE_S) -> None:
         self.archive = archive
-        self.claimer = claimer or f"runner-{uuid.uuid4().hex[:12]}"
-        """This runner's name, kept with each pair it claims."""
+        self.claimer = claimer or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        """This runner's name, kept with each pair it claims (default: host, process id
+        and a random tag, so that an operator can tell which runner held a pair)."""
         self.grace_s = grace_s
         self.refused = 0
         """Claims the database refused (the exclusion constraint, or a deadlock it broke)

@@ -20,7 +20,6 @@ import attrs
 
 from netprobe.archives import ArchiveError, PairRecord, Run
 from netprobe.fleet.claims import ClaimStore, LeaseLost, QueuedPair, claim_store
-from netprobe.fleet.config import ROUND_MARGIN_S
 from netprobe.fleet.runner import FleetRunner, RunSummary, _tally, check_groups
 from netprobe.fleet.schedule import plan, run_number
 from netprobe.host import utc_now_iso
@@ -97,9 +96,11 @@ def run_shared(runner: FleetRunner, groups: Sequence[str] | None = None,
     numbers = [run if run is not None else run_number(g) for g in chosen]
     rounds = plan(runner.fleet, [g.name for g in chosen], run)
     run_id = shared_run_id(runner.fleet.path, [g.name for g in chosen], numbers)
-    store = claim_store(runner.archive, claimer, ROUND_MARGIN_S)
+    # a pair's lease is its group's round limit (the test's length + ROUND_MARGIN_S, or
+    # round_timeout): what a round of the single runner would wait for it
+    store = claim_store(runner.archive, claimer, grace_s=0.0)
     store.join_run(Run(run_id, runner.fleet.path, utc_now_iso(), len(rounds), rounds.tests))
-    limits = {g.name: g.round_limit_s() - ROUND_MARGIN_S for g in chosen}
+    limits = {g.name: g.round_limit_s() for g in chosen}
     queued = store.enqueue(run_id, (QueuedPair(r.group, r.index, s, t, limits[r.group])
                                     for r in rounds for s, t in r.pairs))
     runner.progress.note(f"shared run {run_id}: {queued:,} pairs queued here, "
