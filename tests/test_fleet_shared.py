@@ -20,7 +20,7 @@ from netprobe.fleet.runner import FleetRunner, QuietProgress, RunSummary
 from netprobe.fleet.shared import run_shared
 
 from . import pgserver
-from .servers import NETPROBE, netprobe_server
+from .servers import NETPROBE, free_port, netprobe_server
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +158,18 @@ def test_shared_cli_refusals_are_one_line(tmp_path: Path, extra: list[str], says
                          capture_output=True, text=True, timeout=60)
     assert run.returncode != 0 and says in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+
+
+def test_an_absent_agent_is_unreachable_in_a_shared_run(postgres_url: str,
+                                                         agents: dict[str, int]) -> None:
+    ports = {"a": agents["a"], "b": agents["b"], "gone": free_port()}
+    with open_archive(postgres_url) as archive:
+        summary = run_shared(FleetRunner(_fleet(ports), archive, QuietProgress()), run=2,
+                             poll_s=0.05)
+        records = archive.records(summary.run_id)
+    gone = [r for r in records if "gone" in (r.source, r.target)]
+    rest = [r for r in records if "gone" not in (r.source, r.target)]
+    assert len(gone) == 4 and {r.outcome for r in gone} == {"unreachable"}
+    assert all("agent gone (127.0.0.1) is unreachable" in str(r.error) for r in gone)
+    assert len(rest) == 2 and {r.outcome for r in rest} == {"ok"}
+    assert summary.status == "done" and summary.count("unreachable") == 4

@@ -19,10 +19,12 @@ from collections.abc import Sequence
 import attrs
 
 from netprobe.archives import ArchiveError, PairRecord, Run
+from netprobe.errors import NetprobeError
 from netprobe.fleet.claims import ClaimStore, LeaseLost, QueuedPair, claim_store
 from netprobe.fleet.runner import FleetRunner, RunSummary, _tally, check_groups
 from netprobe.fleet.schedule import plan, run_number
 from netprobe.host import utc_now_iso
+from netprobe.schema import Result
 
 POLL_S = 0.5
 """How long a worker that found no free pair waits before it looks again."""
@@ -61,9 +63,12 @@ class SharedRun:
                         return
                     self.stop.wait(self.poll_s)
                     continue
-                group = self.runner.group(claim.group)
-                started, outcome, error, result = self.runner.test_pair(
-                    group, claim.source, claim.target)
+                down = self.unreachable(claim.source, claim.target)
+                tested: tuple[str, str, str | None, Result | None] = (
+                    (utc_now_iso(), "unreachable", down, None) if down is not None
+                    else self.runner.test_pair(self.runner.group(claim.group), claim.source,
+                                               claim.target))
+                started, outcome, error, result = tested
                 if result is not None:
                     result = attrs.evolve(result, run_id=self.run_id)
                 record = PairRecord(self.run_id, claim.group, claim.round, claim.source,
@@ -80,6 +85,20 @@ class SharedRun:
             with self._lock:
                 self.failure = self.failure or exc
             self.stop.set()
+
+
+    def unreachable(self, *hosts: str) -> str | None:
+        """Why the first of ``hosts`` whose agent does not answer the status request is
+        unreachable (None: all answer), as a round says it."""
+        for host in hosts:
+            agent = self.runner.agent(host)
+            try:
+                self.runner.status(agent)
+            except (NetprobeError, OSError) as exc:
+                why = f"agent {host} ({agent.address}) is unreachable: {exc}"
+                self.runner.progress.note(why)
+                return why
+        return None
 
 
 def run_shared(runner: FleetRunner, groups: Sequence[str] | None = None,
