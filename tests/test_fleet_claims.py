@@ -363,3 +363,23 @@ def test_runners_opening_a_fresh_archive_at_once_all_get_it(postgres_url: str) -
     for t in threads:
         t.join(timeout=60)
     assert failures == []
+
+
+def test_a_pair_that_keeps_losing_its_lease_is_given_up_as_a_timeout(postgres_url: str) -> None:
+    pairs = _mesh("g", 2, 0.05)[:1]
+    run_id = _new_run(postgres_url, pairs)
+    with open_archive(postgres_url) as archive:
+        store = claim_store(archive, "stuck", 0.05, max_attempts=2)
+        for attempt in (1, 2):
+            claim = store.claim(run_id)
+            assert claim is not None and claim.attempt == attempt
+            time.sleep(0.2)  # the lease (0.1 s) ends with no result
+        assert store.expire() == 1
+        assert store.claim(run_id) is None and store.remaining(run_id) == 0
+        (pair,) = store.pairs(run_id)
+        (record,) = archive.records(run_id)
+    assert (pair["state"], pair["attempts"], pair["requeues"]) == ("done", 2, 1)
+    assert pair["notes"][1].endswith("given up") and pair["result_id"] is not None
+    assert (record.source, record.target, record.outcome) == ("g0", "g1", "timeout")
+    assert "no result after 2 attempts" in str(record.error) and "attempt 2 by stuck" in str(
+        record.error)

@@ -23,6 +23,7 @@ attempt counted and a note, by whichever runner claims next.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import itertools
 import os
 import socket
@@ -37,6 +38,11 @@ from netprobe.archives import Archive, ArchiveError, PairRecord, Run
 GRACE_S = 30.0
 """Past a test's length, how long its lease lasts: the agents' start-up and the result's
 trip back (the fleet's round margin)."""
+
+MAX_ATTEMPTS = 3
+"""How many leases a pair may lose (its runner dead, or its test outrunning the lease)
+before it is given up: a pair that kills its runner, or never ends in time, is not
+retried forever."""
 
 ENQUEUE_BATCH = 5_000
 """Pairs queued per statement."""
@@ -114,7 +120,7 @@ class Claim:
 
 
 def claim_store(archive: Archive, claimer: str | None = None,
-                grace_s: float = GRACE_S) -> ClaimStore:
+                grace_s: float = GRACE_S, max_attempts: int | None = None) -> ClaimStore:
     """The shared schedule in ``archive``; ArchiveError for an archive that cannot hold it
     (SQLite keeps one runner per file: its runner schedules alone)."""
     from netprobe.archives.postgres import PostgresArchive
@@ -123,7 +129,8 @@ def claim_store(archive: Archive, claimer: str | None = None,
         raise ArchiveError(f"archive {archive.url}: several runners share a fleet only through a "
                            "PostgreSQL archive (postgresql://...); this one keeps the schedule "
                            "in one runner")
-    return ClaimStore(archive, claimer, grace_s)
+    return ClaimStore(archive, claimer, grace_s,
+                      MAX_ATTEMPTS if max_attempts is None else max_attempts)
 
 
 class ClaimStore:
@@ -132,8 +139,10 @@ class ClaimStore:
     parallel with others opens an archive of its own."""
 
     def __init__(self, archive: Any, claimer: str | None = None,
-                 grace_s: float = GRACE_S) -> None:
+                 grace_s: float = GRACE_S, max_attempts: int = MAX_ATTEMPTS) -> None:
         self.archive = archive
+        self.max_attempts = max_attempts
+        """How many leases a pair may lose before it is given up (archived as a timeout)."""
         self.claimer = claimer or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         """This runner's name, kept with each pair it claims (default: host, process id
         and a random tag, so that an operator can tell which runner held a pair)."""
@@ -308,20 +317,39 @@ class ClaimStore:
 
     def expire(self) -> int:
         """Release every lease past its end (its slots keep their range, to the lease's
-        end) and re-queue its pair, counting the re-queue and noting it; how many pairs."""
+        end) and re-queue its pair, counting the re-queue and noting it; a pair whose
+        ``max_attempts``-th lease ended so is given up instead, archived as a ``timeout``
+        whose error gives every attempt. How many pairs."""
         with self._transaction() as cursor:
-            cursor.execute(
+            rows = cursor.execute(
                 "WITH gone AS (UPDATE fleet_slots SET released = upper(during), how = 'expired' "
                 "WHERE released IS NULL AND upper(during) <= clock_timestamp() "
-                "RETURNING pair_id, lease, upper(during) AS ended) "
-                "UPDATE fleet_pairs p SET state = 'queued', lease = NULL, "
-                "requeues = requeues + 1, notes = notes || ARRAY["
-                "format('attempt %s by %s: lease ended %s without a result; re-queued', "
-                "p.attempts, p.claimer, to_char(g.ended AT TIME ZONE 'UTC', "
-                "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))] "
-                "FROM (SELECT DISTINCT pair_id, lease, ended FROM gone) g "
-                "WHERE p.id = g.pair_id AND p.state = 'claimed' AND p.lease = g.lease")
-            return int(cursor.rowcount)
+                "RETURNING pair_id, lease, upper(during) AS ended), "
+                "g AS (SELECT DISTINCT pair_id, lease, ended FROM gone) "
+                "UPDATE fleet_pairs p SET lease = NULL, "
+                "state = CASE WHEN p.attempts >= %(max)s THEN 'done' ELSE 'queued' END, "
+                "requeues = requeues + CASE WHEN p.attempts >= %(max)s THEN 0 ELSE 1 END, "
+                "notes = notes || ARRAY[format('attempt %%s by %%s: lease ended %%s without a "
+                "result; %%s', p.attempts, p.claimer, to_char(g.ended AT TIME ZONE 'UTC', "
+                "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), CASE WHEN p.attempts >= %(max)s "
+                "THEN 'given up' ELSE 're-queued' END)] "
+                "FROM g WHERE p.id = g.pair_id AND p.state = 'claimed' AND p.lease = g.lease "
+                "RETURNING p.id, p.run_id, p.grp, p.round, p.source, p.target, p.state, "
+                "p.notes, g.ended", {"max": self.max_attempts}).fetchall()
+            for pair_id, run_id, grp, rnd, source, target, state, notes, ended in rows:
+                if state != "done":
+                    continue
+                ended_at = ended.astimezone(datetime.timezone.utc).isoformat(
+                    timespec="milliseconds")
+                record = PairRecord(run_id, grp, int(rnd), source, target, ended_at, "timeout",
+                                    f"no result after {len(notes)} attempts: "
+                                    + "; ".join(notes))
+                statement, values = self.archive.insert_of(record)
+                result_id = cursor.execute(statement.replace("?", "%s") + " RETURNING id",
+                                           values).fetchone()[0]
+                cursor.execute("UPDATE fleet_pairs SET result_id = %s WHERE id = %s",
+                               (result_id, pair_id))
+            return len(rows)
 
     def remaining(self, run_id: str) -> int:
         """The pairs of ``run_id`` not done yet (queued or claimed)."""
