@@ -4,6 +4,7 @@ pair is tested and archived exactly once, by one runner or another, no host's sl
 intervals overlap; with SQLite a shared run is refused."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import threading
@@ -105,20 +106,26 @@ def test_a_runner_killed_mid_run_leaves_its_pairs_to_the_others(
         f'[agents.{n}]\naddress = "127.0.0.1"\nport = {p}\n' for n, p in agents.items())
         + '[groups.mesh]\ntype = "mesh"\nround_timeout = "4s"\n'
         + 'spec = { duration = 1 }\n')
-    runners = [subprocess.Popen([*NETPROBE, "fleet", "run", str(fleet), "--shared", "-q"],
+    def start() -> subprocess.Popen[str]:
+        return subprocess.Popen([*NETPROBE, "fleet", "run", str(fleet), "--shared", "-q"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for _ in range(3)]
+
+    # the one to be killed first, so that it holds a pair however slowly the others start
+    runners = [start()]
     victim = runners[0]
     try:
         with psycopg.connect(postgres_url, autocommit=True) as db:
             deadline = time.monotonic() + 60
             held = None
-            while held is None and time.monotonic() < deadline:
-                held = db.execute("SELECT run_id, source, target FROM fleet_pairs "
-                                  "WHERE state = 'claimed' AND claimer LIKE %s LIMIT 1",
-                                  (f"%:{victim.pid}:%",)).fetchone()
+            while held is None and time.monotonic() < deadline and victim.poll() is None:
+                # UndefinedTable: the runner has not made the tables yet
+                with contextlib.suppress(psycopg.errors.UndefinedTable):
+                    held = db.execute("SELECT run_id, source, target FROM fleet_pairs "
+                                      "WHERE state = 'claimed' AND claimer LIKE %s LIMIT 1",
+                                      (f"%:{victim.pid}:%",)).fetchone()
                 time.sleep(0.05)
             assert held is not None, "the runner to be killed never held a pair"
+            runners += [start(), start()]
             victim.send_signal(signal.SIGKILL)
             victim.wait(timeout=10)
             for runner in runners[1:]:

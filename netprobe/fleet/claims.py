@@ -18,7 +18,8 @@ host rows in one ``SELECT ... FOR UPDATE SKIP LOCKED`` and inserts the two slots
 ending at now + the test's length + the grace. Completing archives the result and cuts
 both slots to now in one transaction; renewing moves a live lease's end; a lease past its
 end is released (its slots keep the range they had) and its pair re-queued, with the
-attempt counted and a note, by whichever runner claims next.
+attempt counted and a note, by whichever runner claims next; after ``MAX_ATTEMPTS`` such
+ends the pair is given up, archived as a ``timeout``.
 """
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ DEADLOCK = "40P01"
 
 class _Retry(Exception):
     """A claim to give up (rolled back) and try again."""
+
 
 _DDL_LOCK = 0x6E6574_70726F62
 """The advisory lock key under which the first runner creates the tables."""
