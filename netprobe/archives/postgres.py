@@ -25,6 +25,9 @@ def _psycopg() -> Any:
     return psycopg
 
 
+CREATE_LOCK = 0x6E65_7470_726F_6265
+"""The advisory lock key under which a PostgreSQL archive's tables are created."""
+
 NUL_REPLACEMENT = "\ufffd"
 """What a NUL character in text becomes in PostgreSQL, which refuses NUL in text and
 jsonb alike."""
@@ -62,6 +65,13 @@ class PostgresArchive(SqlArchive):
             message = redact(" ".join(str(exc).split()), url)
             raise ArchiveError(f"archive {redact(url)}: {message}") from None
         return connection
+
+    def before_create(self) -> None:
+        """One creator at a time: runners started together on a new database would each
+        find no table and create it, and all but one fail on the catalogue's unique key
+        (CREATE TABLE IF NOT EXISTS does not lock against that). The lock ends with the
+        transaction that creates the tables."""
+        self._execute("SELECT pg_advisory_xact_lock(?)", (CREATE_LOCK,))
 
     def errors(self) -> tuple[type[BaseException], ...]:
         """psycopg's errors."""

@@ -82,6 +82,7 @@ class SqlArchive(Archive):
         try:
             if self.read_only is None:
                 with self._lock:
+                    self.before_create()
                     for statement in create_statements(self.dialect):
                         self._execute(statement)
                     self._commit()
@@ -94,6 +95,10 @@ class SqlArchive(Archive):
     def connect(self, url: str) -> Any:
         """A DB-API connection for ``url`` (ArchiveError if it cannot be had)."""
         raise NotImplementedError
+
+    def before_create(self) -> None:
+        """Run before the tables are created, in the same transaction (a database where
+        several runners may create them at once serialises them here)."""
 
     def shown(self, url: str) -> str:
         """``url`` fit for messages: its password, if any, replaced by ``***``."""
@@ -139,6 +144,12 @@ class SqlArchive(Archive):
 
     def add(self, record: PairRecord) -> None:
         """One test's record, committed before this returns."""
+        self._write(*self.insert_of(record))
+
+    def insert_of(self, record: PairRecord) -> tuple[str, tuple[Any, ...]]:
+        """The INSERT of one record and its parameters (``?`` marks, text made fit for
+        the database), for a caller that writes it inside a transaction of its own (the
+        shared schedule archives a result and frees its hosts in one)."""
         data = convert.unstructure(record.result) if record.result is not None else None
         values = (record.run_id, record.group, record.round, record.source, record.target,
                   self.time_in(record.time), record.outcome, record.error,
@@ -146,7 +157,8 @@ class SqlArchive(Archive):
                   None if data is None else self.encode_json(data))
         columns = (*_RECORD_COLUMNS, *FIGURES, "result")
         marks = ", ".join("?" * len(columns))
-        self._write(f"INSERT INTO results ({', '.join(columns)}) VALUES ({marks})", values)
+        values = tuple(self.text_in(v) if isinstance(v, str) else v for v in values)
+        return f"INSERT INTO results ({', '.join(columns)}) VALUES ({marks})", values
 
     def finish_run(self, run_id: str, finished: str, status: str) -> None:
         """Record how and when a run ended."""

@@ -228,6 +228,29 @@ class FleetRunner:
             number[name] += max(1, round((following - slot[name]) / group.every_s))
             slot[name] = following
 
+    def test_pair(self, group: Group, source: str, target: str
+                  ) -> tuple[str, str, str | None, Result | None]:
+        """Run one pair's test through the source's agent: when it started, its outcome
+        (ok or failed), why not ok, and its result (partial, or None, when it failed)."""
+        started = utc_now_iso()
+        spec = pair_spec(group, self.agent(target))
+        try:
+            result: Result | None = (
+                agent_third_party(self.agent(source), spec, self.agent(target))
+                if self.third_party is None else self.third_party(self.agent(source), spec))
+            outcome, error = "ok", None
+            if result is not None and result.status != "ok":
+                outcome = "failed"
+                error = result.errors[0] if result.errors else f"test {result.status}"
+        except TestFailed as exc:
+            result = exc.partial if isinstance(exc.partial, Result) else None
+            outcome, error = "failed", str(exc)
+        except (NetprobeError, OSError) as exc:
+            result, outcome, error = None, "failed", str(exc) or type(exc).__name__
+        except Exception as exc:  # a plugin's own bug fails its pair, not the whole round
+            result, outcome, error = None, "failed", f"internal error: {exc!r}"
+        return started, outcome, error, result
+
     def agent(self, name: str) -> Agent:
         """The fleet's agent called ``name``."""
         return self.fleet.agents[name]
@@ -321,24 +344,7 @@ class RoundRun:
         answers[host] = status
 
     def _pair(self, source: str, target: str) -> None:
-        started = utc_now_iso()
-        spec = pair_spec(self.group, self.runner.agent(target))
-        ask = self.runner.third_party
-        try:
-            result: Result | None = (
-                agent_third_party(self.runner.agent(source), spec, self.runner.agent(target))
-                if ask is None else ask(self.runner.agent(source), spec))
-            outcome, error = "ok", None
-            if result is not None and result.status != "ok":
-                outcome = "failed"
-                error = result.errors[0] if result.errors else f"test {result.status}"
-        except TestFailed as exc:
-            result = exc.partial if isinstance(exc.partial, Result) else None
-            outcome, error = "failed", str(exc)
-        except (NetprobeError, OSError) as exc:
-            result, outcome, error = None, "failed", str(exc) or type(exc).__name__
-        except Exception as exc:  # a plugin's own bug fails its pair, not the whole round
-            result, outcome, error = None, "failed", f"internal error: {exc!r}"
+        started, outcome, error, result = self.runner.test_pair(self.group, source, target)
         try:
             self._keep(source, target, started, outcome, error, result)
         except ArchiveError as exc:  # raised in the round's own thread once all have ended

@@ -38,6 +38,11 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                      help="keep each group's schedule (every, slip) until Ctrl-C or SIGTERM")
     run.add_argument("--group", action="append", metavar="NAME",
                      help="run only this group (repeatable)")
+    run.add_argument("--shared", action="store_true",
+                     help="share the run with the other `fleet run --shared` of the same file "
+                          "on the same PostgreSQL archive: the database keeps each host in "
+                          "one test at a time, and a runner that dies leaves its pairs to the "
+                          "others when their leases (the round limit) end")
     _archive_option(run)
     _secret_option(run)
     run.add_argument("-q", "--quiet", action="store_true",
@@ -142,6 +147,9 @@ def handle_run(args: argparse.Namespace, _load_registry: RegistryLoader) -> int:
     unknown = sorted(set(args.group or ()) - known)
     if unknown:
         raise UsageError(f"no such group in {fleet.path}: {', '.join(unknown)}")
+    if args.shared and args.forever:
+        raise UsageError("--shared runs once: keep the schedule with one --shared run a "
+                         "period (cron, a systemd timer), not --forever")
     with open_archive(archive_url(args, fleet)) as archive:
         quiet = args.quiet or args.json
         bar = None if quiet else FleetBar()
@@ -150,7 +158,12 @@ def handle_run(args: argparse.Namespace, _load_registry: RegistryLoader) -> int:
             if args.forever:
                 runner.run_forever(threading.Event())  # ends with Ctrl-C or SIGTERM
                 return ExitCode.OK
-            summary = runner.run_once(args.group)
+            if args.shared:
+                from netprobe.fleet.shared import run_shared
+
+                summary = run_shared(runner, args.group)
+            else:
+                summary = runner.run_once(args.group)
         finally:
             if bar is not None:
                 bar.stop()

@@ -1,0 +1,146 @@
+"""A fleet run shared by several runners through the PostgreSQL schedule
+(:mod:`netprobe.fleet.claims`): each runner queues the run (once, whoever comes first),
+then its workers claim pairs whose two hosts are free, run each pair's test and complete
+it (the record archived, the hosts freed) until the run has nothing left. The rule "no
+host in two tests at once" is the database's; a runner that dies leaves its pairs to the
+others once their leases end.
+
+Every runner of one run must name the same run: the fleet file's name, the groups chosen
+and each group's run number make its id, so runners started from one file in the same
+period of the groups' ``every`` grid join one run.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Sequence
+
+import attrs
+
+from netprobe.archives import ArchiveError, PairRecord, Run
+from netprobe.errors import NetprobeError
+from netprobe.fleet.claims import ClaimStore, LeaseLost, QueuedPair, claim_store
+from netprobe.fleet.runner import FleetRunner, RunSummary, _tally, check_groups
+from netprobe.fleet.schedule import plan, run_number
+from netprobe.host import utc_now_iso
+from netprobe.schema import Result
+
+POLL_S = 0.5
+"""How long a worker that found no free pair waits before it looks again."""
+MAX_WORKERS = 64
+"""The most tests one runner runs at once (the hosts bound it first: n/2 pairs)."""
+
+
+def shared_run_id(fleet_path: str, groups: Sequence[str], numbers: Sequence[int]) -> str:
+    """The id every runner of one shared run computes alike."""
+    key = f"{os.path.basename(fleet_path)}|{','.join(groups)}|{','.join(map(str, numbers))}"
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"netprobe-fleet:{key}").hex
+
+
+@attrs.define
+class SharedRun:
+    """One runner's share of a shared run."""
+
+    runner: FleetRunner
+    store: ClaimStore
+    run_id: str
+    stop: threading.Event = attrs.field(factory=threading.Event)
+    poll_s: float = POLL_S
+    records: list[PairRecord] = attrs.field(factory=list)
+    counts: dict[str, int] = attrs.field(factory=dict)
+    failure: BaseException | None = None
+    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+    def work(self) -> None:
+        """Claim, test and complete pairs until none is left or ``stop`` is set; the
+        first archive failure stops every worker of this runner."""
+        try:
+            while not self.stop.is_set():
+                claim = self.store.claim(self.run_id)
+                if claim is None:
+                    if self.store.remaining(self.run_id) == 0:
+                        return
+                    self.stop.wait(self.poll_s)
+                    continue
+                down = self.unreachable(claim.source, claim.target)
+                tested: tuple[str, str, str | None, Result | None] = (
+                    (utc_now_iso(), "unreachable", down, None) if down is not None
+                    else self.runner.test_pair(self.runner.group(claim.group), claim.source,
+                                               claim.target))
+                started, outcome, error, result = tested
+                if result is not None:
+                    result = attrs.evolve(result, run_id=self.run_id)
+                record = PairRecord(self.run_id, claim.group, claim.round, claim.source,
+                                    claim.target, started, outcome, error, result)
+                try:
+                    self.store.complete(claim, record)
+                except LeaseLost as exc:
+                    self.runner.progress.note(str(exc))
+                    continue
+                with self._lock:
+                    _tally(record, self.records, self.counts)
+                self.runner.progress.pair_done(record)
+        except BaseException as exc:  # an archive failure: this runner stops
+            with self._lock:
+                self.failure = self.failure or exc
+            self.stop.set()
+
+
+    def unreachable(self, *hosts: str) -> str | None:
+        """Why the first of ``hosts`` whose agent does not answer the status request is
+        unreachable (None: all answer), as a round says it."""
+        for host in hosts:
+            agent = self.runner.agent(host)
+            try:
+                self.runner.status(agent)
+            except (NetprobeError, OSError) as exc:
+                why = f"agent {host} ({agent.address}) is unreachable: {exc}"
+                self.runner.progress.note(why)
+                return why
+        return None
+
+
+def run_shared(runner: FleetRunner, groups: Sequence[str] | None = None,
+               run: int | None = None, *, workers: int | None = None,
+               claimer: str | None = None, stop: threading.Event | None = None,
+               poll_s: float = POLL_S) -> RunSummary:
+    """Join (or start) the shared run of ``groups`` (default: all) and work on it until
+    nothing is left; the summary holds this runner's records. The runner's archive must
+    be PostgreSQL (ArchiveError otherwise)."""
+    if runner.archive is None:
+        raise ArchiveError("a shared run needs a PostgreSQL archive")
+    chosen = [g for g in runner.fleet.groups if groups is None or g.name in groups]
+    check_groups(chosen)
+    numbers = [run if run is not None else run_number(g) for g in chosen]
+    rounds = plan(runner.fleet, [g.name for g in chosen], run)
+    run_id = shared_run_id(runner.fleet.path, [g.name for g in chosen], numbers)
+    # a pair's lease is its group's round limit (the test's length + ROUND_MARGIN_S, or
+    # round_timeout): what a round of the single runner would wait for it
+    store = claim_store(runner.archive, claimer, grace_s=0.0)
+    store.join_run(Run(run_id, runner.fleet.path, utc_now_iso(), len(rounds), rounds.tests))
+    limits = {g.name: g.round_limit_s() for g in chosen}
+    queued = store.enqueue(run_id, (QueuedPair(r.group, r.index, s, t, limits[r.group])
+                                    for r in rounds for s, t in r.pairs))
+    runner.progress.note(f"shared run {run_id}: {queued:,} pairs queued here, "
+                         f"{store.remaining(run_id):,} to do")
+    count = workers or max(1, min(MAX_WORKERS, len(runner.fleet.agents) // 2))
+    share = SharedRun(runner, store, run_id, stop or threading.Event(), poll_s)
+    threads = [threading.Thread(target=share.work, daemon=True, name=f"np-shared-{i}")
+               for i in range(count)]
+    for thread in threads:
+        thread.start()
+    status = "interrupted"
+    try:
+        for thread in threads:
+            thread.join()
+        if share.failure is not None:
+            status = "failed"
+            raise share.failure
+        if store.remaining(run_id) == 0:
+            status = "done"
+            runner.archive.finish_run(run_id, utc_now_iso(), "done")
+    finally:
+        share.stop.set()
+    return RunSummary(run_id, tuple(share.records), status, dict(share.counts))
+

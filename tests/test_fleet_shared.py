@@ -1,0 +1,182 @@
+"""Several runners share one fleet run through the PostgreSQL schedule, on loopback: real
+agents (``netprobe server --allow-third-party``), each runner on its own connection; every
+pair is tested and archived exactly once, by one runner or another, no host's slot
+intervals overlap; with SQLite a shared run is refused."""
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from netprobe.archives import ArchiveError, open_archive
+from netprobe.fleet import config
+from netprobe.fleet.runner import FleetRunner, QuietProgress, RunSummary
+from netprobe.fleet.shared import run_shared
+
+from . import pgserver
+from .servers import NETPROBE, free_port, netprobe_server
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    reason = pgserver.why_not()
+    if reason:
+        pytest.skip(reason)
+    with pgserver.postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def agents() -> Iterator[dict[str, int]]:
+    with ExitStack() as stack:
+        yield {name: stack.enter_context(netprobe_server("--allow-third-party",
+                                                         "--max-tests", "4")).port
+               for name in ("a", "b", "c", "d")}
+
+
+def _fleet(ports: dict[str, int]) -> config.Fleet:
+    agents = "".join(f'[agents.{n}]\naddress = "127.0.0.1"\nport = {p}\n'
+                     for n, p in ports.items())
+    text = f'{agents}[groups.mesh]\ntype = "mesh"\nspec = {{ duration = 0.3 }}\n'
+    return config.parse(config.tomllib.loads(text), "shared.toml")
+
+
+def test_two_runners_share_a_mesh_each_pair_once(postgres_url: str,
+                                                 agents: dict[str, int]) -> None:
+    fleet = _fleet(agents)
+    summaries: dict[str, RunSummary] = {}
+    failures: list[BaseException] = []
+
+    def runner(name: str) -> None:
+        try:
+            with open_archive(postgres_url) as archive:
+                summaries[name] = run_shared(FleetRunner(fleet, archive, QuietProgress()),
+                                             run=1, claimer=name, poll_s=0.05)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=runner, args=(n,)) for n in ("r1", "r2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not failures and len(summaries) == 2
+    (run_id,) = {s.run_id for s in summaries.values()}  # both joined one run
+    assert sum(s.total for s in summaries.values()) == 12
+    assert {s.status for s in summaries.values()} == {"done"}
+    with open_archive(postgres_url) as archive:
+        records = archive.records(run_id)
+        (run,) = [r for r in archive.runs() if r.run_id == run_id]
+        overlaps = archive._read(  # type: ignore[attr-defined]
+            "SELECT a.host FROM fleet_slots a JOIN fleet_slots b ON a.host = b.host "
+            "AND a.id < b.id AND a.during && b.during")
+    assert run.status == "done" and run.pairs == 12
+    assert sorted((r.source, r.target) for r in records) == sorted(
+        (s, t) for s in agents for t in agents if s != t)
+    assert all(r.outcome == "ok" for r in records), [r.error for r in records]
+    for record in records:
+        assert record.result is not None and record.result.run_id == run_id
+        flow = record.result.summary()
+        assert flow is not None and flow.receiver is not None and flow.receiver.bytes > 0
+    assert overlaps == []
+
+
+def test_a_shared_run_needs_postgresql(agents: dict[str, int], tmp_path: Path) -> None:
+    with open_archive(str(tmp_path / "f.db")) as archive, \
+            pytest.raises(ArchiveError, match="only through a PostgreSQL archive"):
+        run_shared(FleetRunner(_fleet(agents), archive, QuietProgress()), run=1)
+
+
+def test_a_runner_killed_mid_run_leaves_its_pairs_to_the_others(
+        postgres_url: str, agents: dict[str, int], tmp_path: Path) -> None:
+    """Three ``fleet run --shared`` processes; one is killed with SIGKILL while it holds a
+    pair. Its pairs are re-run by the two others once its lease (the round limit, 4 s)
+    ends: each pair archived once, none on a host that was in another test."""
+    import psycopg
+
+    fleet = tmp_path / "killed.toml"
+    fleet.write_text(f'[fleet]\narchive = "{postgres_url}"\n' + "".join(
+        f'[agents.{n}]\naddress = "127.0.0.1"\nport = {p}\n' for n, p in agents.items())
+        + '[groups.mesh]\ntype = "mesh"\nround_timeout = "4s"\n'
+        + 'spec = { duration = 1 }\n')
+    def start() -> subprocess.Popen[str]:
+        return subprocess.Popen([*NETPROBE, "fleet", "run", str(fleet), "--shared", "-q"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    # the one to be killed first, so that it holds a pair however slowly the others start
+    runners = [start()]
+    victim = runners[0]
+    try:
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            deadline = time.monotonic() + 60
+            held = None
+            while held is None and time.monotonic() < deadline and victim.poll() is None:
+                # UndefinedTable: the runner has not made the tables yet
+                with contextlib.suppress(psycopg.errors.UndefinedTable):
+                    held = db.execute("SELECT run_id, source, target FROM fleet_pairs "
+                                      "WHERE state = 'claimed' AND claimer LIKE %s LIMIT 1",
+                                      (f"%:{victim.pid}:%",)).fetchone()
+                time.sleep(0.05)
+            assert held is not None, "the runner to be killed never held a pair"
+            runners += [start(), start()]
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(timeout=10)
+            for runner in runners[1:]:
+                _, err = runner.communicate(timeout=120)
+                assert runner.returncode == 0, err
+            run_id = held[0]
+            pairs = db.execute("SELECT source, target, state, attempts, requeues, notes "
+                               "FROM fleet_pairs WHERE run_id = %s", (run_id,)).fetchall()
+            overlaps = db.execute(
+                "SELECT a.host FROM fleet_slots a JOIN fleet_slots b ON a.host = b.host "
+                "AND a.id < b.id AND a.during && b.during").fetchall()
+            status = db.execute("SELECT status FROM runs WHERE run_id = %s",
+                                (run_id,)).fetchone()
+    finally:
+        for runner in runners:
+            if runner.poll() is None:
+                runner.kill()
+                runner.wait(timeout=10)
+    with open_archive(postgres_url) as archive:
+        records = archive.records(run_id)
+    assert sorted((r.source, r.target) for r in records) == sorted(
+        (s, t) for s in agents for t in agents if s != t)  # each pair once
+    assert all(r.outcome == "ok" for r in records), [r.error for r in records]
+    assert {p[2] for p in pairs} == {"done"} and overlaps == [] and status == ("done",)
+    killed = next(p for p in pairs if (p[0], p[1]) == (held[1], held[2]))
+    assert killed[3:5] == (2, 1) and f":{victim.pid}:" in killed[5][0]
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    (["--forever"], "--shared runs once"),
+    ([], "only through a PostgreSQL archive")])
+def test_shared_cli_refusals_are_one_line(tmp_path: Path, extra: list[str], says: str) -> None:
+    fleet = tmp_path / "f.toml"
+    fleet.write_text('[agents.a]\naddress = "127.0.0.1"\n[agents.b]\naddress = "127.0.0.1"\n'
+                     '[groups.m]\ntype = "mesh"\n')
+    run = subprocess.run([*NETPROBE, "fleet", "run", str(fleet), "--shared", "-q", *extra],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and says in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+
+
+def test_an_absent_agent_is_unreachable_in_a_shared_run(postgres_url: str,
+                                                         agents: dict[str, int]) -> None:
+    ports = {"a": agents["a"], "b": agents["b"], "gone": free_port()}
+    with open_archive(postgres_url) as archive:
+        summary = run_shared(FleetRunner(_fleet(ports), archive, QuietProgress()), run=2,
+                             poll_s=0.05)
+        records = archive.records(summary.run_id)
+    gone = [r for r in records if "gone" in (r.source, r.target)]
+    rest = [r for r in records if "gone" not in (r.source, r.target)]
+    assert len(gone) == 4 and {r.outcome for r in gone} == {"unreachable"}
+    assert all("agent gone (127.0.0.1) is unreachable" in str(r.error) for r in gone)
+    assert len(rest) == 2 and {r.outcome for r in rest} == {"ok"}
+    assert summary.status == "done" and summary.count("unreachable") == 4
