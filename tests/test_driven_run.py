@@ -49,6 +49,12 @@ def _counting_client(run: DrivenRun, lines: int) -> None:
     assert run.wait_exit(client, 10.0) == 0
 
 
+def _own(warnings: list[str]) -> list[str]:
+    """The run's warnings but a starvation one: whether the demo client waited for a CPU
+    is the host's doing (the emulated ARM suite on a loaded host flags its start-up)."""
+    return [w for w in warnings if "CPU-starved" not in w]
+
+
 def test_intervals_reach_the_reporter_on_the_thread_that_runs() -> None:
     reporter = Recorder()
     with DrivenRun(reporter, tool="demo") as run:
@@ -56,7 +62,7 @@ def test_intervals_reach_the_reporter_on_the_thread_that_runs() -> None:
     assert reporter.threads == [threading.get_ident()] * 5
     assert [s.start_s for s in run.collected()] == [0.0, 1.0, 2.0, 3.0, 4.0]
     assert any("demo client started (pid" in note for note in reporter.notes)
-    assert run.warnings == [] and not run.interrupted and not run.timed_out
+    assert _own(run.warnings) == [] and not run.interrupted and not run.timed_out
 
 
 def test_a_failing_reporter_is_a_warning_and_nothing_is_lost() -> None:
@@ -65,7 +71,8 @@ def test_a_failing_reporter_is_a_warning_and_nothing_is_lost() -> None:
         _counting_client(run, 5)
     assert len(reporter.threads) == 2  # not called again after it failed
     assert len(run.collected()) == 5
-    assert len(run.warnings) == 1 and "RuntimeError: the screen went away" in run.warnings[0]
+    warnings = _own(run.warnings)
+    assert len(warnings) == 1 and "RuntimeError: the screen went away" in warnings[0]
 
 
 def test_server_ready_by_port_then_everything_stopped() -> None:
