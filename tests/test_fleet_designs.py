@@ -400,6 +400,7 @@ def test_reference_and_random_groups_run_through_real_agents(tmp_path: Path) -> 
     assert all(r.outcome == "ok" for r in records), [r.error for r in records]
 
 
+@full_budget_only("6,320 simulated tests past the 5,000-record cap: 57 s emulated")
 def test_a_run_summary_holds_a_bounded_number_of_records() -> None:
     """A run's summary held every record it made (a 1,000-agent mesh: 999,000, each with
     its Result) though the archive has them all: it keeps the first 5,000, then only those
