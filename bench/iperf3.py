@@ -35,11 +35,22 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Optional
 
 from compare import proc_cpu_s
-from engine import (NATIVE_ENV, NEUTRAL_CWD, PEERS, Where, free_port_pair, load, machine_line,
-                    netprobe_line, reap_or_stop, stop, wait_listening, warm_bytecode)
+from engine import (
+    NATIVE_ENV,
+    NEUTRAL_CWD,
+    PEERS,
+    Where,
+    free_port_pair,
+    load,
+    machine_line,
+    netprobe_line,
+    reap_or_stop,
+    stop,
+    wait_listening,
+    warm_bytecode,
+)
 
 STOCK = {"3.21": os.path.join(PEERS, "iperf3"), "3.12": "/usr/bin/iperf3"}
 LOOPBACK = "127.0.0.1"
