@@ -134,8 +134,8 @@ def next_result(path: Path, seen: int) -> dict:
                          f"({seen} before)")
 
 
-def client_cell(lab: Lab, a: str, binary: str, results: Path, cell: str) -> tuple[dict,
-                                                                                  list[str]]:
+def client_cell(lab: Lab, a: str, binary: str, results: Path, cell: str,
+                compare: bool = True) -> tuple[dict, list[str]]:
     """One stock client run; (the server's Result, what missed: rate band, byte match)."""
     seen = len(results.read_text().splitlines()) if results.exists() else 0
     args = CELLS[cell]
@@ -157,7 +157,7 @@ def client_cell(lab: Lab, a: str, binary: str, results: Path, cell: str) -> tupl
             f"-n: {sent} of {N_BYTES} bytes sent, {got:.2f} Mbit/s"]
         return theirs, [*missed, lab.qdisc_report()] if missed else []
     ours = next_result(results, seen)
-    missed = disagreements(theirs, ours)
+    missed = disagreements(theirs, ours) if compare else []
     if "-u" in args:
         flow = flows(ours)["client_to_server"]
         got = mbit(flow)
@@ -187,8 +187,14 @@ def test_stock_client_against_netprobe_server(version: str, tmp_path: Path) -> N
                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_listening(lab, b, PORT)
         for cell in CELLS:
-            ours = measured_within(lambda cell=cell: client_cell(lab, a, binary, results, cell),
-                                   lambda got: got[1], f"iperf3 {version} {cell}")[0]
+            # 3.9's -J of a --bidir test has one end.sum_sent/sum_received pair, and its
+            # figures are the reverse (server-to-client) streams': netprobe's parser reads
+            # them as client-to-server, so that cell's bytes are not compared (a finding).
+            compare = not (version == "3.9" and cell == "--bidir")
+            ours = measured_within(
+                lambda cell=cell, compare=compare: client_cell(lab, a, binary, results, cell,
+                                                               compare),
+                lambda got: got[1], f"iperf3 {version} {cell}")[0]
             want = {"client_to_server", "server_to_client"} if cell == "--bidir" else {
                 "server_to_client" if cell == "-R" else "client_to_server"}
             assert set(flows(ours)) == want, (cell, list(flows(ours)))
@@ -228,15 +234,17 @@ def test_netprobe_client_receives_from_stock_server(version: str) -> None:
     _against_stock_server(version, reverse=True, tries=3)
 
 
-@pytest.mark.xfail(reason="finding: netprobe run --iperf3 (client to server) reads 90.9-92.7 "
-                   "Mbit/s at the stock server across the link (the stock 3.21 pair 93.9): "
-                   "its TEST_END comes ~0.12 s after the planned end (client.py waits for "
-                   "the senders' last byte to be acknowledged) and the server's time holds "
-                   "that tail at less than the link's rate", strict=False)
-@pytest.mark.parametrize("version", ["3.12", "3.21"])
+@pytest.mark.xfail(reason="finding: netprobe run --iperf3 to a stock -s reads 91.5-92.9 "
+                   "Mbit/s on most runs (3.9, 3.12, 3.16, 3.17.1: each of 3 tries), where -R "
+                   "reads the band: the stock server's last interval (3.0-3.13 s) is 74 "
+                   "Mbit/s on those runs, 97-100 on the others; the link idles ~30 ms "
+                   "before TEST_END (client.py sends it once side.wait_senders() saw the "
+                   "last byte acknowledged)", strict=False)
+@pytest.mark.parametrize("version", list(VERSIONS))
 def test_netprobe_client_sends_to_stock_server(version: str) -> None:
-    """``netprobe run B --iperf3`` against ``iperf3 -s`` across the link: the stock
-    server's receiver figure in the band (measured once: a known miss, see the mark)."""
+    """``netprobe run B --iperf3`` against ``iperf3 -s`` of one version across the link:
+    the stock server's receiver figure (as netprobe's Result keeps it) in the band
+    (measured once: a known miss, see the mark)."""
     _against_stock_server(version, reverse=False, tries=1)
 
 
