@@ -143,6 +143,26 @@ def test_stock_client_matrix(version: str, args: tuple, tmp_path: Path) -> None:
 
 
 @pytest.mark.peers
+@pytest.mark.parametrize(("args", "per_stream"), [(("-n", "8M"), 8 << 20),
+                                                  (("-n", "8M", "-P", "2"), 4 << 20),
+                                                  (("-k", "64", "-l", "64K"), 4 << 20)])
+def test_a_byte_count_test_leaves_a_result(args: tuple, per_stream: int) -> None:
+    # -n and -k send no duration (time 0): the record's spec had neither, was refused by
+    # the schema, and the test left no Result while the client exited content.
+    binary = stock("3.21")
+    with Running() as srv:
+        out = run_client(binary, srv.port, *args, "-J")
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr
+        assert srv.wait_idle()
+    assert len(srv.results) == 1, srv.log
+    spec = srv.results[0].spec
+    assert (spec.duration_s, spec.bytes_total) == (None, per_stream)
+    flow = srv.results[0].summary("client_to_server")
+    assert flow is not None and flow.receiver is not None
+    assert 0 < flow.receiver.bytes <= per_stream * spec.streams
+
+
+@pytest.mark.peers
 def test_length_window_omit_reach_the_server(tmp_path: Path) -> None:
     """-l, -w and -O are read from the params (and -O's seconds left out of the counts)."""
     binary = stock("3.21")

@@ -55,6 +55,7 @@ def server_result(p: wire.Params, peer: tuple, conn: socket.socket, streams: lis
     spec = TestSpec(tool="iperf3", host=peer[0], protocol="udp" if p.udp else "tcp",
                     direction=direction,
                     streams=p.parallel, duration_s=float(p.time) if p.time else None,
+                    bytes_total=_bytes_per_stream(p),
                     omit_s=float(p.omit), length_bytes=p.length,
                     window_bytes=p.window or None,
                     rate_bits_per_second=float(p.bandwidth) if p.bandwidth else None)
@@ -67,6 +68,15 @@ def server_result(p: wire.Params, peer: tuple, conn: socket.socket, streams: lis
         status="failed" if error else "ok", duration_s=duration,
         summaries=tuple(flows), streams=tuple(rows),
         errors=(error,) if error else ())
+
+
+def _bytes_per_stream(p: wire.Params) -> int | None:
+    """The byte count of a -n (num) or -k (blockcount) test, per stream as netprobe's spec
+    counts it (iperf3's is the whole test's); None for a timed test."""
+    total = p.num or p.blockcount * p.length
+    if p.time or total <= 0:
+        return None
+    return max(1, -(-total // max(1, p.parallel)))
 
 
 def _side(role: str, count: int, duration: float) -> SideSummary:
