@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from netprobe import core
 from netprobe.core import pure
 from netprobe.core.contract import DataPath
+from tests import pgserver
 from tests.peers import PEER_FIXTURES, PeerBinary, check_absent_peer, default_peer
 
 CORE_NAMES = (
@@ -100,3 +102,14 @@ def full_tcp_info() -> None:
     with socket.socket() as sock:
         if len(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)) <= 4:
             pytest.skip("TCP_INFO is truncated to 4 bytes here (qemu-user emulation)")
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL server's URL for the module's tests (tests/pgserver.py), skipped
+    with the reason where PostgreSQL is not installed."""
+    reason = pgserver.why_not()
+    if reason:
+        pytest.skip(reason)
+    with pgserver.postgres_server() as url:
+        yield url

@@ -23,7 +23,6 @@ from netprobe.fleet import config
 from netprobe.fleet.runner import FleetRunner
 from netprobe.schema import Result
 
-from . import pgserver
 from .servers import NETPROBE
 
 
@@ -262,15 +261,6 @@ def test_a_wal_archive_on_a_read_only_mount_is_read(tmp_path: Path, result: Resu
                 with pytest.raises(ArchiveError, match="read-only"), \
                         open_archive(str(ro / "f.db")) as archive:
                     archive.start_run(Run("run-2", "x", "2026-12-01T10:00:00Z", 1, 1))
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    reason = pgserver.why_not()
-    if reason:
-        pytest.skip(reason)
-    with pgserver.postgres_server() as url:
-        yield url
 
 
 def test_postgres_takes_text_with_nul(postgres_url: str, result: Result) -> None:

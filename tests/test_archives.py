@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -30,7 +29,6 @@ from netprobe.archives.sqlite import SqliteArchive, path_of
 from netprobe.errors import SpecError
 from netprobe.schema import Result
 
-from . import pgserver
 from .servers import NETPROBE
 
 
@@ -44,15 +42,6 @@ def results() -> list[Result]:
         assert run.returncode == 0, run.stderr
         out.append(convert.from_json(run.stdout))
     return out
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    reason = pgserver.why_not()
-    if reason:
-        pytest.skip(reason)
-    with pgserver.postgres_server() as url:
-        yield url
 
 
 def _fill(archive: Archive, results: list[Result]) -> None:

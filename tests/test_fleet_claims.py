@@ -15,7 +15,6 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,17 +25,7 @@ from netprobe.fleet.claims import Claim, LeaseLost, QueuedPair, claim_store
 from netprobe.host import utc_now_iso
 from netprobe.schema import Result
 
-from . import pgserver
 from .servers import NETPROBE
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    reason = pgserver.why_not()
-    if reason:
-        pytest.skip(reason)
-    with pgserver.postgres_server() as url:
-        yield url
 
 
 @pytest.fixture(scope="module")

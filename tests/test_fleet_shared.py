@@ -20,17 +20,7 @@ from netprobe.fleet import config
 from netprobe.fleet.runner import FleetRunner, QuietProgress, RunSummary
 from netprobe.fleet.shared import run_shared
 
-from . import pgserver
 from .servers import NETPROBE, free_port, netprobe_server
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
-    reason = pgserver.why_not()
-    if reason:
-        pytest.skip(reason)
-    with pgserver.postgres_server() as url:
-        yield url
 
 
 @pytest.fixture(scope="module")

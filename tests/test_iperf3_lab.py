@@ -24,8 +24,6 @@ direction's sender and receiver bytes.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -35,6 +33,7 @@ import pytest
 
 from netprobe.convert import to_json
 from netprobe.tools.iperf3.parse_saved import parse_sources
+from tests.peers import STOCK_IPERF3, stock_iperf3
 
 from .netlab import Lab, measured_within, wait_listening
 
@@ -43,11 +42,7 @@ why_not = Lab.available()
 if why_not:
     pytestmark.append(pytest.mark.skip(reason=why_not))
 
-PEERS = Path(os.environ.get("NETPROBE_PEERS_BIN",
-                            Path.home() / ".cache" / "netprobe-peers" / "bin"))
-VERSIONS = {"3.9": PEERS / "iperf3-3.9", "3.12": Path(shutil.which("iperf3") or "/nonexistent"),
-            "3.16": PEERS / "iperf3-3.16", "3.17.1": PEERS / "iperf3-3.17.1",
-            "3.21": PEERS / "iperf3"}
+VERSIONS = STOCK_IPERF3
 NETPROBE = [sys.executable, "-m", "netprobe"]
 A_ADDR, B_ADDR = "10.76.1.1", "10.76.1.2"
 PORT = 5201
@@ -70,16 +65,7 @@ CELLS = {
 }
 
 
-def stock(version: str) -> str:
-    """The stock iperf3 binary of ``version`` (the test skips, saying why, without it)."""
-    path = VERSIONS[version]
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.skip(f"iperf3 {version} not found at {path} (peers/build.sh builds it)")
-    out = subprocess.run([str(path), "--version"], capture_output=True, text=True,
-                         timeout=10).stdout
-    if f"iperf {version}" not in out:
-        pytest.skip(f"{path} is not iperf3 {version}: {out.splitlines()[:1]}")
-    return str(path)
+stock = stock_iperf3
 
 
 def shaped_lab(lab: Lab) -> tuple[str, str]:
