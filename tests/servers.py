@@ -77,6 +77,21 @@ class ServerProcess:
 
 
 @contextlib.contextmanager
+def exporter_process(*args: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A real ``netprobe exporter`` on a free loopback port with ``args``: its base URL and
+    its process (stderr a text pipe), terminated by PID afterwards."""
+    port = free_port()
+    proc = subprocess.Popen([*NETPROBE, "exporter", "--port", str(port), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_listening(port)
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@contextlib.contextmanager
 def netprobe_server(
     *args: str, host: str = "127.0.0.1", env: dict | None = None,
     preexec: Callable[[], None] | None = None,

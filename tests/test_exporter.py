@@ -20,7 +20,7 @@ import pytest
 from netprobe import convert
 from netprobe.archives import PairRecord, Run, open_archive
 
-from .servers import NETPROBE, free_port, netprobe_server, wait_listening
+from .servers import NETPROBE, exporter_process, free_port, netprobe_server
 
 prometheus_client = pytest.importorskip("prometheus_client",
                                         reason="pip install 'netprobe-meter[exporter]'")
@@ -33,15 +33,8 @@ FIGURES = ["netprobe_receiver_bits_per_second", "netprobe_sender_bits_per_second
 
 @contextlib.contextmanager
 def exporter(*args: str) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([*NETPROBE, "exporter", "--port", str(port), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_listening(port)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with exporter_process(*args) as (base, _):
+        yield base
 
 
 def _samples(text: str) -> dict[str, list]:

@@ -28,7 +28,7 @@ from netprobe.exporter_fleet import HOST_SERIES_MAX, FleetCollector
 from netprobe.schema import Result
 from tests.budget import scaled
 
-from .servers import NETPROBE, free_port, wait_listening
+from .servers import NETPROBE, exporter_process
 
 pytest.importorskip("prometheus_client", reason="pip install 'netprobe-meter[exporter]'")
 from prometheus_client.parser import text_string_to_metric_families
@@ -122,15 +122,8 @@ def exporter(archive: Path, config: str | None = None, folder: Path | None = Non
         assert folder is not None
         (folder / "exporter.toml").write_text(config)
         args += ["--config", str(folder / "exporter.toml")]
-    port = free_port()
-    proc = subprocess.Popen([*NETPROBE, "exporter", "--port", str(port), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_listening(port)
-        yield f"http://127.0.0.1:{port}", proc
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with exporter_process(*args) as found:
+        yield found
 
 
 def scrape(base: str) -> tuple[dict[str, list[Any]], float]:

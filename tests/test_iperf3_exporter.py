@@ -15,7 +15,7 @@ import pytest
 
 from netprobe.farend import agent_status
 
-from .servers import NETPROBE, free_port, netprobe_server, wait_listening
+from .servers import exporter_process, free_port, netprobe_server, wait_listening
 from .test_exporter import _get, _samples
 
 IPERF3 = shutil.which("iperf3") or "/usr/bin/iperf3"
@@ -35,15 +35,8 @@ def _client(port: int, *args: str) -> subprocess.CompletedProcess:
 
 @contextlib.contextmanager
 def _exporter(config: Path) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([*NETPROBE, "exporter", "--port", str(port), "--config",
-                             str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_listening(port)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with exporter_process("--config", str(config)) as (base, _):
+        yield base
 
 
 def _values(text: str, name: str) -> dict[str, float]:

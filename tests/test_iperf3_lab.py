@@ -68,6 +68,15 @@ CELLS = {
 stock = stock_iperf3
 
 
+def serve_iperf3(lab: Lab, ns: str, results: Path) -> None:
+    """``netprobe server --iperf3`` in ``ns`` on PORT, each test's Result into ``results``;
+    returns once it listens (the lab stops it)."""
+    lab.start(ns, [*NETPROBE, "server", "-B", B_ADDR, "-p", str(PORT + 100), "--iperf3",
+                   "--iperf3-port", str(PORT), "--iperf3-results", str(results)],
+              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_listening(lab, ns, PORT)
+
+
 def shaped_lab(lab: Lab) -> tuple[str, str]:
     """Namespaces a and b of ``lab`` joined by a 100 Mbit/s link shaped per frame."""
     a, b = lab.host("a"), lab.host("b")
@@ -168,10 +177,7 @@ def test_stock_client_against_netprobe_server(version: str, tmp_path: Path) -> N
     results = tmp_path / "iperf3.jsonl"
     with Lab(prefix="ib") as lab:
         a, b = shaped_lab(lab)
-        lab.start(b, [*NETPROBE, "server", "-B", B_ADDR, "-p", str(PORT + 100), "--iperf3",
-                      "--iperf3-port", str(PORT), "--iperf3-results", str(results)],
-                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_listening(lab, b, PORT)
+        serve_iperf3(lab, b, results)
         for cell in CELLS:
             # 3.9's -J of a --bidir test has one end.sum_sent/sum_received pair, and its
             # figures are the reverse (server-to-client) streams': netprobe's parser reads
@@ -241,10 +247,7 @@ def test_bytes_mode_result(tmp_path: Path) -> None:
     results = tmp_path / "iperf3.jsonl"
     with Lab(prefix="ib") as lab:
         a, b = shaped_lab(lab)
-        lab.start(b, [*NETPROBE, "server", "-B", B_ADDR, "-p", str(PORT + 100), "--iperf3",
-                      "--iperf3-port", str(PORT), "--iperf3-results", str(results)],
-                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_listening(lab, b, PORT)
+        serve_iperf3(lab, b, results)
         out = lab.run(a, [binary, "-c", B_ADDR, "-p", str(PORT), "-J", "-n", "10M"],
                       timeout=CLIENT_TIMEOUT_S)
         assert out.returncode == 0, out.stdout[-1500:]
