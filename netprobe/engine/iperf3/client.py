@@ -526,19 +526,18 @@ class UdpIntervals:
 def _row(stream_id: int, count: int, retransmits: int, seconds: float,
          udp: UdpStream | None = None) -> dict:
     receiving = udp is not None and not udp.sending
-    return {"id": stream_id, "bytes": int(count), "retransmits": retransmits,
-            "jitter": udp.jitter_s if receiving and udp else 0,
-            "errors": udp.errors if receiving and udp else 0,
-            "packets": udp.packets if udp else 0, "omitted_errors": 0, "omitted_packets": 0,
-            "start_time": 0, "end_time": seconds}
+    return wire.stream_row(stream_id, count, retransmits, seconds,
+                           jitter_s=udp.jitter_s if receiving and udp else 0,
+                           errors=udp.errors if receiving and udp else 0,
+                           packets=udp.packets if udp else 0)
 
 
 def _results(cpu: Cpu | None, has_retransmits: int, rows: list[dict]) -> dict:
     process = cpu.process if cpu is not None else None
-    return {"cpu_util_total": (process.total_percent if process else None) or 0.0,
-            "cpu_util_user": (process.user_percent if process else None) or 0.0,
-            "cpu_util_system": (process.system_percent if process else None) or 0.0,
-            "sender_has_retransmits": has_retransmits, "streams": rows}
+    return wire.results_message((process.total_percent if process else None) or 0.0,
+                                (process.user_percent if process else None) or 0.0,
+                                (process.system_percent if process else None) or 0.0,
+                                has_retransmits, rows)
 
 
 def _number(value: Any, most: float = 2.0**63) -> float | None:

@@ -272,16 +272,12 @@ class Iperf3Test:
 
     def _results(self, p: wire.Params, duration: float, cpu: float) -> dict:
         sending = any(s.sending for s in self.streams) and not p.udp
-        results: dict = {
-            "cpu_util_total": cpu, "cpu_util_user": cpu, "cpu_util_system": 0.0,
-            "sender_has_retransmits": 1 if sending else -1,
-            "streams": [{
-                "id": s.stream_id, "bytes": s.counted,
-                "retransmits": (s.retransmits or 0) if sending else -1,
-                "jitter": getattr(s, "jitter_s", 0), "errors": getattr(s, "errors", 0),
-                "packets": getattr(s, "packets", 0), "omitted_errors": 0,
-                "omitted_packets": 0, "start_time": 0, "end_time": duration,
-            } for s in self.streams]}
+        rows = [wire.stream_row(s.stream_id, s.counted,
+                                (s.retransmits or 0) if sending else -1, duration,
+                                jitter_s=getattr(s, "jitter_s", 0),
+                                errors=getattr(s, "errors", 0),
+                                packets=getattr(s, "packets", 0)) for s in self.streams]
+        results = wire.results_message(cpu, cpu, 0.0, 1 if sending else -1, rows)
         if p.get_server_output:
             total = sum(s.counted for s in self.streams)
             results["server_output_text"] = (f"netprobe server: {total} bytes in "

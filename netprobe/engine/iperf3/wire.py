@@ -221,6 +221,23 @@ def check_params(p: Params) -> tuple[int, str] | None:
     return None
 
 
+def stream_row(stream_id: int, count: int, retransmits: int, seconds: float, *,
+               jitter_s: float = 0.0, errors: int = 0, packets: int = 0) -> dict:
+    """One stream's row of the results each end sends in EXCHANGE_RESULTS."""
+    return {"id": stream_id, "bytes": int(count), "retransmits": retransmits,
+            "jitter": jitter_s, "errors": errors, "packets": packets,
+            "omitted_errors": 0, "omitted_packets": 0, "start_time": 0, "end_time": seconds}
+
+
+def results_message(cpu_total: float, cpu_user: float, cpu_system: float,
+                    has_retransmits: int, rows: list[dict]) -> dict:
+    """The results object each end sends in EXCHANGE_RESULTS (CPU in percent;
+    ``has_retransmits`` 1, 0 or -1 as iperf3 puts it)."""
+    return {"cpu_util_total": cpu_total, "cpu_util_user": cpu_user,
+            "cpu_util_system": cpu_system, "sender_has_retransmits": has_retransmits,
+            "streams": rows}
+
+
 def results_ok(results: dict) -> bool:
     """Whether a client's results object has what a stock server requires of it."""
     needed = ("cpu_util_total", "cpu_util_user", "cpu_util_system", "sender_has_retransmits")
