@@ -16,6 +16,7 @@ import pytest
 from netprobe.cli.main import main
 from netprobe.limits import LONGEST_S
 from netprobe.schema import Result, TestSpec
+from tests.peers import PEER_FIXTURES
 
 from .budget import scaled
 from .servers import NETPROBE
@@ -203,9 +204,7 @@ def test_a_reader_still_reads_an_archive_that_is_there(tmp_path: Path) -> None:
 
 # --- a tool's output with figures that are not numbers ---------------------------------------
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "peers"
-if not FIXTURES.is_dir():  # a worktree sits two levels further down
-    FIXTURES = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "peers"
+FIXTURES = PEER_FIXTURES  # shared/ found beside any folder above the checkout
 needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="no shared/fixtures/peers")
 IPERF3_JSON = "iperf3-3.12-tcp-J-client.txt"
 
