@@ -6,7 +6,8 @@ Events (the ``event`` name, with the fields a line carries):
 ``listening``   address, port
 ``accepted``    client (``address:port``): a control connection passed the allow-list
 ``refused``     client, reason (``acl``, ``per-address limit``, ``handshakes``, ``busy``,
-                ``auth``, ``limit``, ``spec``, ...): said to the client too where it can be
+                ``auth``, ``limit``, ``spec``, ``threads``, ...): said to the client too
+                where it can be
 ``reopened``    the log file, reopened on SIGHUP (after logrotate moved it)
 ``test``        client, tool, spec (in short): a test was accepted and starts
 ``test-end``    client, status (``ok`` / ``failed``), what this end measured
@@ -15,6 +16,8 @@ Events (the ``event`` name, with the fields a line carries):
                 closed before its hello (a port scan, a connect-and-close), at most
                 10 lines a second
 ``session``     client: a session that ended on an error
+``error``       reason (``internal``): a fault of the server's own that cost one
+                connection (the accept loop goes on), at most 10 lines a second
 ``note``        anything else
 ==============  =========================================================================
 

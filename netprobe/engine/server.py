@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hmac
+import importlib
 import os
 import selectors
 import socket
@@ -44,6 +45,12 @@ from netprobe.errors import NetprobeError, SpecError, listen_error
 __all__ = ["ALLOCATOR_ARENAS", "Server", "ServerConfig", "describe", "serve"]
 
 OUT_OF_FILES_PAUSE_S = 0.1  # accepting stops this long at the open-files limit
+LOADED_BEFORE_SERVING = ("datetime", "hashlib", "hmac", "secrets")
+"""Modules the serving code imports only where first used (a client's start-up need not
+load them): a server loads them before it listens, because at the open-files limit an
+import cannot open its file and would fail in the middle of serving (it killed the accept
+loop once: the log's clock imported datetime at the limit). tests/test_server_faults.py
+checks that this names every late import of the code a server runs."""
 CLOSED_LINES_PER_S = 10
 """Lines a second of each event a client can cause at will (a connection refused, closed
 in its hello, told busy): past it a flood of connects cannot fill the disk; the next line
@@ -82,12 +89,14 @@ class Server:
         self._selector = selectors.DefaultSelector()  # the accept loop's (see _accept_loop)
         self._spare: int | None = os.open(os.devnull, os.O_RDONLY)  # see _out_of_files
         self._limited = {event: Throttle(CLOSED_LINES_PER_S)
-                         for event in ("refused", "closed", "busy")}
+                         for event in ("refused", "closed", "busy", "error")}
 
     # -- listening --------------------------------------------------------------------
 
     def start(self) -> int:
         """Bind the TCP and UDP sockets and start accepting; returns the port."""
+        for name in LOADED_BEFORE_SERVING:
+            importlib.import_module(name)
         for family, address in _bind_addresses(self.config.bind_address):
             self._listen(family, address)
         if not self._listeners:
@@ -133,20 +142,40 @@ class Server:
                 selector.register(sock, selectors.EVENT_READ)
             while not self._closed.is_set():
                 for key, _ in selector.select(timeout=self._next_timeout()):
-                    if isinstance(key.data, _Hello):
-                        self._hello_bytes(key.data)
-                        continue
-                    listener = key.fileobj
-                    assert isinstance(listener, socket.socket)
-                    if listener is self._wake_r:
-                        continue  # close() wants the loop to look at _closed now
-                    if listener.type == socket.SOCK_STREAM:
-                        self._accept(listener)
-                    else:
-                        self._udp_hello(listener)
-                self._expire_hellos()
+                    self._guarded(self._event, key)
+                self._guarded(self._expire_hellos)
             for hello in list(self._hellos.values()):
-                self._drop_hello(hello)
+                self._guarded(self._drop_hello, hello)
+
+    def _event(self, key: selectors.SelectorKey) -> None:
+        if isinstance(key.data, _Hello):
+            self._hello_bytes(key.data)
+            return
+        listener = key.fileobj
+        assert isinstance(listener, socket.socket)
+        if listener is self._wake_r:
+            return  # close() wants the loop to look at _closed now
+        if listener.type == socket.SOCK_STREAM:
+            self._accept(listener)
+        else:
+            self._udp_hello(listener)
+
+    def _guarded(self, step: Callable[..., None], *args: object) -> None:
+        # This one thread accepts every connection: if it died, the port would stay open
+        # and answer no one (a black hole that systemd does not restart). A step that
+        # fails for any reason (a thread that cannot start at the tasks limit, a log sink
+        # that raises, a bug) loses that connection, never the loop; the pause keeps a
+        # failure that repeats from spinning.
+        try:
+            step(*args)
+        except Exception as exc:  # any failure of one step: see above
+            if isinstance(args[0] if args else None, _Hello):
+                with contextlib.suppress(Exception):
+                    self._drop_hello(args[0])  # type: ignore[arg-type]
+            with contextlib.suppress(Exception):
+                self.log_limited(f"internal error while accepting: {escape(repr(exc))}",
+                                 event="error", reason="internal")
+            self._closed.wait(OUT_OF_FILES_PAUSE_S)
 
     def _next_timeout(self) -> float:
         soonest = min((h.deadline for h in self._hellos.values()), default=None)
@@ -233,8 +262,18 @@ class Server:
 
     def _start_control(self, hello: _Hello) -> None:
         self._forget_hello(hello)
-        threading.Thread(target=self._control, args=(hello.conn, hello.peer),
-                         name="np-conn", daemon=True).start()
+        try:
+            threading.Thread(target=self._control, args=(hello.conn, hello.peer),
+                             name="np-conn", daemon=True).start()
+        except RuntimeError:
+            # At the tasks limit (systemd's TasksMax, a cgroup's pids.max) no thread
+            # starts: this connection is closed unserved, and the next may find one.
+            close_quietly(hello.conn)
+            self.admission.count_out(hello.peer[0])
+            self.admission.handshakes.release()
+            self.log_limited(f"{client(hello.peer)}: no thread to serve it (the tasks "
+                             "limit): closed", event="refused", client=client(hello.peer),
+                             reason="threads")
 
     def _expire_hellos(self) -> None:
         now = time.monotonic()

@@ -122,8 +122,30 @@ class Iperf3Service:
                 continue
             # The limits come before a thread: a flood past them costs an accept and a
             # close each, not a thread each.
-            if self._admitted(conn, peer):
-                _spawn(self._connection, conn, peer)
+            try:
+                if self._admitted(conn, peer):
+                    self._start(conn, peer)
+            except Exception as exc:  # this loop must outlive any one step
+                # Were this thread to die, the port would stay open and answer no one.
+                conn.close()
+                with contextlib.suppress(Exception):
+                    self.server.log_limited(f"iperf3: internal error while accepting: "
+                                            f"{escape(repr(exc))}", event="error",
+                                            reason="internal")
+                self._closed.wait(0.1)
+
+    def _start(self, conn: socket.socket, peer: tuple) -> None:
+        """Serve an admitted connection on a thread of its own; at the tasks limit
+        (TasksMax, pids.max) none starts: closed unserved, its holds given back."""
+        try:
+            _spawn(self._connection, conn, peer)
+        except RuntimeError:
+            conn.close()
+            self.server.admission.count_out(peer[0])
+            self.server.admission.handshakes.release()
+            self.server.log_limited(f"{client(peer)}: no thread to serve it (the tasks "
+                                    "limit): closed", event="refused", client=client(peer),
+                                    reason="threads")
 
     def _admitted(self, conn: socket.socket, peer: tuple) -> bool:
         """Whether ``conn`` is within the per-address and handshake limits (it then holds
