@@ -92,7 +92,91 @@ def _is_bidir(doc: dict[str, Any]) -> bool:
     end = _obj(doc.get("end"))
     if any(key.endswith("_bidir_reverse") for key in end):
         return True
-    return any("sum_bidir_reverse" in _obj(b) for b in _list(doc.get("intervals")))
+    if any("sum_bidir_reverse" in _obj(b) for b in _list(doc.get("intervals"))):
+        return True
+    return len(_writer_flags(_end_stream_blocks(end))) == 2
+
+
+def _end_stream_blocks(end: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each ``end.streams`` element's own block (its ``udp``, else its ``sender``)."""
+    blocks = []
+    for item in _list(end.get("streams")):
+        item = _obj(item)
+        blocks.append(_obj(item.get("udp") or item.get("sender") or item.get("receiver")))
+    return blocks
+
+
+def _writer_flags(blocks: list[dict[str, Any]]) -> set[bool]:
+    return {b["sender"] for b in blocks if isinstance(b.get("sender"), bool)}
+
+
+def with_bidir_sums(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with a --bidir test's sums rebuilt from its streams where iperf3 wrote one
+    direction's only.
+
+    iperf3 3.9 has no ``*_bidir_reverse`` keys: its ``sum``/``sum_sent``/``sum_received``
+    (at the end and in each interval) hold whichever direction it summed last, so a
+    client's c->s flow read as the s->c stream's bytes and the s->c flow had none. Its
+    streams are right (each flagged with whether the writer sent it): the sums of each
+    direction are made from them, in the keys later versions write."""
+    end = _obj(doc.get("end"))
+    if any(key.endswith("_bidir_reverse") for key in end) or \
+            len(_writer_flags(_end_stream_blocks(end))) != 2:
+        return doc
+    udp = any(isinstance(_obj(item).get("udp"), dict) for item in _list(end.get("streams")))
+    new_end = {k: v for k, v in end.items() if not k.startswith("sum")}
+    for flag, suffix in ((True, ""), (False, "_bidir_reverse")):
+        items = [_obj(i) for i in _list(end.get("streams"))]
+        if udp:
+            # A stream the writer sent: its count, and the far receiver's loss and jitter
+            # (3.9 merges them in); one it received: its own receiver's figures. The far
+            # end's own count is not in the document: unknown.
+            mine = [_obj(i.get("udp")) for i in items if _obj(i.get("udp")).get("sender") is flag]
+            if flag:
+                new_end["sum_sent"] = _summed(mine, flag, udp=False)
+                new_end["sum"] = _summed(mine, flag, udp=True)
+            else:
+                new_end["sum_received" + suffix] = _summed(mine, flag, udp=True)
+        else:
+            senders = [_obj(i.get("sender")) for i in items
+                       if _obj(i.get("sender")).get("sender") is flag]
+            receivers = [_obj(i.get("receiver")) for i in items
+                         if _obj(i.get("receiver")).get("sender") is flag]
+            new_end["sum_sent" + suffix] = _summed(senders, flag, udp=False)
+            new_end["sum_received" + suffix] = _summed(receivers, flag, udp=False)
+    intervals = []
+    for block in _list(doc.get("intervals")):
+        block = _obj(block)
+        streams = [_obj(s) for s in _list(block.get("streams"))]
+        intervals.append({**{k: v for k, v in block.items() if not k.startswith("sum")},
+                          "sum": _summed([s for s in streams if s.get("sender") is True],
+                                         True, udp=udp),
+                          "sum_bidir_reverse": _summed(
+                              [s for s in streams if s.get("sender") is False], False,
+                              udp=udp)})
+    return {**doc, "end": new_end, "intervals": intervals}
+
+
+def _summed(blocks: list[dict[str, Any]], flag: bool, udp: bool) -> dict[str, Any]:
+    """One direction's sum of stream ``blocks``, as iperf3 writes a sum: span, bytes and
+    the counters every block has (jitter only of one stream: a mean of several would be
+    made up)."""
+    spans = [_span(b) for b in blocks]
+    start = min((s[0] for s in spans), default=0.0)
+    end = max((s[1] for s in spans), default=0.0)
+    total: dict[str, Any] = {"start": start, "end": end, "seconds": end - start,
+                             "bytes": sum(s[2] for s in spans), "sender": flag}
+    if any("omitted" in b for b in blocks):
+        total["omitted"] = any(b.get("omitted") for b in blocks)
+    for key in ("packets", "lost_packets", "out_of_order") if udp else ("retransmits", "packets"):
+        counts = [_count(b, key) for b in blocks]
+        if counts and None not in counts:
+            total[key] = sum(c for c in counts if c is not None)
+    if udp and len(blocks) == 1 and _num(blocks[0], "jitter_ms") is not None:
+        total["jitter_ms"] = blocks[0]["jitter_ms"]
+    if udp and total.get("packets"):
+        total["lost_percent"] = 100.0 * total.get("lost_packets", 0) / total["packets"]
+    return total
 
 
 # --- small value helpers ----------------------------------------------------------------
@@ -467,6 +551,7 @@ def _attach_cpu(
 
 def parse_document(doc: dict[str, Any], source: str = "<input>") -> Figures:
     """Everything an iperf3 ``-J`` document holds, as result parts."""
+    doc = with_bidir_sums(doc)
     start = _obj(doc.get("start"))
     ctx = context_from_start(start, bidir=_is_bidir(doc))
     numbers = StreamNumbers()
