@@ -731,3 +731,17 @@ def test_a_server_that_does_not_come_up_is_reported() -> None:
     with pytest.raises(TestFailed, match="server did not get ready: bind failed"):
         session.run()
     assert session.client is None  # the client never ran
+
+
+def test_a_one_stream_bidir_log_draws_each_interval_once_per_direction() -> None:
+    # iperf3 stamps the reverse sum with the forward sum's end (1.000475 s where the one
+    # reverse stream ended at 1.000481): the stream and its identical sum were both drawn.
+    from netprobe.cli.render import IntervalFilter
+
+    result = parse("iperf3-3.12-bidir-J-client.txt")
+    shown = IntervalFilter(streams=1)
+    lines = [(round(i.start_s), i.direction, i.role) for i in result.intervals
+             if shown.wants(i)]
+    assert sorted(lines) == sorted(set(lines))
+    assert {(d, r) for _, d, r in lines} == {(C2S, "sender"), (S2C, "receiver")}
+    assert len(lines) == 2 * 5  # 5 one-second intervals each way
