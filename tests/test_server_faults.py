@@ -78,13 +78,19 @@ def _late_imports(module: str) -> set[str]:
     return names
 
 
-def test_the_server_loads_what_its_serving_code_imports_late_before_it_listens(
-    tmp_path: Path,
-) -> None:
-    out = tmp_path / "modules.json"
+@pytest.fixture(scope="module")
+def loaded_at_listen(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    """The modules `netprobe server --iperf3` has loaded when it first listens."""
+    out = tmp_path_factory.mktemp("listen") / "modules.json"
     subprocess.run([sys.executable, "-c", _LOADED_AT_LISTEN, str(free_port()),
                     str(free_port()), str(out)], timeout=60, capture_output=True, check=False)
-    loaded = set(json.loads(out.read_text()))
+    return set(json.loads(out.read_text()))
+
+
+def test_the_server_loads_what_its_serving_code_imports_late_before_it_listens(
+    loaded_at_listen: set[str],
+) -> None:
+    loaded = loaded_at_listen
     serving = sorted(m for m in loaded
                      if m.startswith(("netprobe.engine", "netprobe.agent"))
                      and m != "netprobe.engine.iperf3.client")
@@ -96,6 +102,16 @@ def test_the_server_loads_what_its_serving_code_imports_late_before_it_listens(
     # named here; the standard library's must be, or an import at the open-files limit
     # fails in the middle of serving.
     assert not missing, (missing, LOADED_BEFORE_SERVING)
+
+
+def test_a_routers_server_loads_no_terminal_or_plugin_machinery(
+    loaded_at_listen: set[str],
+) -> None:
+    # What a router pays in memory: the server draws nothing (rich), finds no plugins
+    # (stevedore, importlib.metadata's entry points) and converts no saved results (cattrs).
+    heavy = sorted(m for m in loaded_at_listen
+                   if m.split(".")[0] in ("rich", "stevedore", "cattrs", "pygments"))
+    assert not heavy, heavy
 
 
 def test_a_log_sink_that_raises_costs_a_line_not_the_port() -> None:
