@@ -191,7 +191,16 @@ def test_stock_client_against_netprobe_server(version: str, tmp_path: Path) -> N
                 assert len(ours["streams"]) == 4
 
 
-def server_cell(lab: Lab, a: str, reverse: bool) -> tuple[float, list[str]]:
+def stock_pair_mbit(lab: Lab, a: str, binary: str) -> float:
+    """What the stock client of ``binary`` reads against the same stock server (its -J's
+    receiver figure, Mbit/s)."""
+    out = lab.run(a, [binary, "-c", B_ADDR, "-p", str(PORT), "-t", SECONDS, "-J"],
+                  timeout=CLIENT_TIMEOUT_S)
+    assert out.returncode == 0, out.stdout[-1500:]
+    return float(json.loads(out.stdout)["end"]["sum_received"]["bits_per_second"]) / 1e6
+
+
+def server_cell(lab: Lab, a: str, reverse: bool, binary: str) -> tuple[float, list[str]]:
     """``netprobe run B --iperf3`` once; (its receiver's Mbit/s, what missed)."""
     out = lab.run(a, [*NETPROBE, "run", B_ADDR, "--iperf3", "-p", str(PORT), "-t", SECONDS,
                       "-i", "0", "--json", *(["-R"] if reverse else [])],
@@ -202,6 +211,20 @@ def server_cell(lab: Lab, a: str, reverse: bool) -> tuple[float, list[str]]:
     assert set(flows(doc)) == {direction}, list(flows(doc))
     got = mbit(flows(doc)[direction])
     missed = off_band("-R" if reverse else "normal", direction, got)
+    if missed and not reverse and got < BAND_MBIT[0]:
+        # A version's server whose own client cannot reach the band either: 3.9 starts
+        # its time before the data flows (its first second 90.3 Mbit/s with its own
+        # client as with ours; the pair reads 92.9). No lower than its own pair, then.
+        theirs = stock_pair_mbit(lab, a, binary)
+        if got >= theirs - 0.3:
+            missed = []
+        else:
+            missed.append(f"(iperf3's own client: {theirs:.2f} Mbit/s)")
+    if not reverse:
+        # Ours is the sending end: its own figure is bounded by the wire as well (it read
+        # 96.59 once the server closed at TEST_END with our last bytes unacknowledged).
+        sent = flows(doc)[direction]["sender"]["bits_per_second"] / 1e6
+        missed += off_band("normal, netprobe's sender", direction, sent)
     return got, [*missed, lab.qdisc_report()] if missed else []
 
 
@@ -212,7 +235,7 @@ def _against_stock_server(version: str, reverse: bool, tries: int) -> None:
         lab.start(b, [binary, "-s", "-B", B_ADDR, "-p", str(PORT)],
                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_listening(lab, b, PORT)
-        measured_within(lambda: server_cell(lab, a, reverse), lambda got: got[1],
+        measured_within(lambda: server_cell(lab, a, reverse, binary), lambda got: got[1],
                         f"netprobe -> iperf3 {version} -s{' -R' if reverse else ''}", tries)
 
 
@@ -223,18 +246,14 @@ def test_netprobe_client_receives_from_stock_server(version: str) -> None:
     _against_stock_server(version, reverse=True, tries=3)
 
 
-@pytest.mark.xfail(reason="finding: netprobe run --iperf3 to a stock -s reads 91.5-92.9 "
-                   "Mbit/s on most runs (3.9, 3.12, 3.16, 3.17.1: each of 3 tries), where -R "
-                   "reads the band: the stock server's last interval (3.0-3.13 s) is 74 "
-                   "Mbit/s on those runs, 97-100 on the others; the link idles ~30 ms "
-                   "before TEST_END (client.py sends it once side.wait_senders() saw the "
-                   "last byte acknowledged)", strict=False)
 @pytest.mark.parametrize("version", list(VERSIONS))
 def test_netprobe_client_sends_to_stock_server(version: str) -> None:
     """``netprobe run B --iperf3`` against ``iperf3 -s`` of one version across the link:
-    the stock server's receiver figure (as netprobe's Result keeps it) in the band
-    (measured once: a known miss, see the mark)."""
-    _against_stock_server(version, reverse=False, tries=1)
+    the stock server's receiver figure (as netprobe's Result keeps it) and netprobe's
+    sender in the band. (It read 91.5-92.9 on 7 of 10 tries while TEST_END waited for
+    the last byte's acknowledgement, the link idle meanwhile; sent once every byte is on
+    its way, 94.02-94.18 on 8 of 8.)"""
+    _against_stock_server(version, reverse=False, tries=2)
 
 
 def test_bytes_mode_result(tmp_path: Path) -> None:

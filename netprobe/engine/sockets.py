@@ -161,6 +161,19 @@ def unsent_bytes(sock: socket.socket) -> int | None:
     return max(0, struct.unpack("=i", queued)[0])
 
 
+SIOCOUTQNSD = 0x894B  # linux/sockios.h: a TCP socket's bytes not yet sent (since 2.6.39)
+
+
+def untransmitted_bytes(sock: socket.socket) -> int | None:
+    """The bytes a TCP socket holds that it has not yet handed to the network (its FIN
+    counts one); None where it cannot be asked (an emulator, another system)."""
+    try:
+        queued = fcntl.ioctl(sock.fileno(), SIOCOUTQNSD, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return None
+    return max(0, struct.unpack("=i", queued)[0])
+
+
 def _tcp_info(sock: socket.socket) -> core.TcpInfo | None:
     try:
         return core.tcp_info(sock.fileno())

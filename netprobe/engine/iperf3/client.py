@@ -26,7 +26,12 @@ from netprobe.engine.conduct import Outcome
 from netprobe.engine.iperf3 import wire
 from netprobe.engine.iperf3.udp import UdpStream
 from netprobe.engine.side import SENDER_DRAIN_S, LocalStream, Side, default_length
-from netprobe.engine.sockets import apply_options, family_for, resolve
+from netprobe.engine.sockets import (
+    apply_options,
+    family_for,
+    resolve,
+    untransmitted_bytes,
+)
 from netprobe.engine.summary import process_cpu, sum_intervals
 from netprobe.errors import NetprobeError, TestFailed
 from netprobe.host import utc_now_iso
@@ -56,6 +61,7 @@ UDP_SETTLE_S = 0.01  # last datagram to TEST_END (the server counts this in its 
 DRAIN_S = 1.0  # how long a receiver reads on once the server said the test is over
 DRAIN_QUIET_S = 0.1
 POLL_S = 0.05
+TRANSMIT_POLL_S = 0.001  # how often the senders' untransmitted bytes are asked, at the end
 RAW_RESULTS_CHARS = 65536  # the server's results kept in the Result, at most
 MIN_PEER_SECONDS = 0.001  # a stream time the server gives below this is not taken
 Key = tuple[int, str, str]  # stream id, direction, role (the native engine's keys)
@@ -92,6 +98,16 @@ def client_params(spec: TestSpec, length: int) -> dict:
         p["congestion"] = spec.congestion
     p["client_version"] = f"netprobe {__version__}"
     return p
+
+
+def _untransmitted(stream: LocalStream) -> int | None:
+    """A TCP sender's bytes not yet handed to the network: -1 while its loop still writes,
+    0 for a loop that ended without finishing (nothing more will go), None if unknown."""
+    if stream.error is not None or (stream.ended_at is not None and stream.wrote_until is None):
+        return 0
+    if stream.wrote_until is None:
+        return -1
+    return untransmitted_bytes(stream.sock)
 
 
 def iperf3_id(index: int) -> int:
@@ -374,13 +390,20 @@ class Iperf3Client:
         t0 = time.monotonic()
         try:
             self._wait_end(lambda: _moved(self.tcp), lambda: side.done, t0)
-            # TEST_END once the server has what was written (each sender's loop returns
-            # when its peer acknowledged the last byte, or after SENDER_DRAIN_S): the
-            # server stops reading at TEST_END, and a sender's figure over the bytes
-            # its socket still held read above the wire (96.79 Mbit/s over a 100 Mbit/s
-            # tbf whose payload ceiling is 94.15, the server receiving 93.53).
-            side.wait_senders(SENDER_DRAIN_S + 1.0)
+            # TEST_END once every byte written is on its way, behind the data in the
+            # path's queues: the server stops reading at TEST_END, so sent earlier its
+            # figure missed the data still queued here. Not once every byte was
+            # acknowledged, as at first: the link then idled for the last
+            # acknowledgement's trip (~30 ms over a 100 Mbit/s tbf), which the server
+            # counted in its time (its last interval 74 Mbit/s, the test 91.5-92.9 where
+            # the wire carries 94.1). Where the kernel cannot say what it has not sent,
+            # the acknowledgement it is.
+            if not self._transmitted(SENDER_DRAIN_S + 1.0):
+                side.wait_senders(SENDER_DRAIN_S + 1.0)
             ended = self._end(lambda: _moved(self.tcp)[1])
+            # This end's own figure: each sender's loop returns when its peer
+            # acknowledged the last byte (or after SENDER_DRAIN_S).
+            side.wait_senders(SENDER_DRAIN_S + 1.0)
         finally:
             side.stop()
             side.wait(2.0)
@@ -401,6 +424,21 @@ class Iperf3Client:
         if errors:  # as the native client: a stream's error fails the test, figures kept
             raise TestFailed(errors[0], result)
         return result
+
+    def _transmitted(self, timeout: float) -> bool:
+        """Wait until every TCP sender's loop has written its last byte and its socket has
+        handed all of it to the network; False if that could not be seen (the kernel
+        cannot say, or not within ``timeout``)."""
+        until = time.monotonic() + timeout
+        while True:
+            left = [_untransmitted(s) for s in self.tcp if s.role == "sender"]
+            if None in left:
+                return False
+            if all(n is not None and 0 <= n <= 1 for n in left):  # 1: the FIN alone
+                return True
+            if time.monotonic() >= until:
+                return False
+            time.sleep(TRANSMIT_POLL_S)
 
     def _tcp_results(self, side: Side) -> dict:
         summaries = {(s.stream_id, s.direction, s.role): summary
