@@ -167,9 +167,14 @@ class ClaimStore:
             # not deadlock with the claims in flight
             if cursor.execute("SELECT to_regclass('fleet_slots')").fetchone()[0] is None:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
-                self._btree_gist(cursor)
-                for statement in _TABLES:
-                    cursor.execute(statement)
+                # look again once the lock is ours: a runner that waited for the creator
+                # finds the tables made, and must not run the DDL again (CREATE INDEX IF
+                # NOT EXISTS takes its table's SHARE lock before it finds the index, so it
+                # would wait on the creator's claims in flight, and deadlock with them)
+                if cursor.execute("SELECT to_regclass('fleet_slots')").fetchone()[0] is None:
+                    self._btree_gist(cursor)
+                    for statement in _TABLES:
+                        cursor.execute(statement)
 
     def _btree_gist(self, cursor: Any) -> None:
         """Make sure of btree_gist, which the exclusion constraint needs for its ``host
