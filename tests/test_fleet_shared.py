@@ -303,3 +303,24 @@ def test_a_bad_lease_is_one_line_naming_the_key(lease: str, says: str) -> None:
     with pytest.raises(config.FleetFileError, match=says) as caught:
         config.parse(config.tomllib.loads(text), "f.toml")
     assert "fleet.lease" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_heartbeat_does_not_renew_a_test_past_its_round_limit(
+        postgres_url: str, agents: dict[str, int]) -> None:
+    """A test that outruns its round limit (round_timeout 0.5 s, a 1.2 s test) is not kept
+    alive by the heartbeat: its lease lapses at the limit, as a round would time it out,
+    and after MAX_ATTEMPTS such ends the pair is given up as a timeout."""
+    ports = {"a": agents["a"], "b": agents["b"]}
+    text = ('[fleet]\nlease = "0.3s"\n' + "".join(
+        f'[agents.{n}]\naddress = "127.0.0.1"\nport = {p}\n' for n, p in ports.items())
+        + '[groups.mesh]\ntype = "mesh"\nround_timeout = "0.5s"\n'
+        + 'spec = { duration = 1.2, rate = "200M" }\n')
+    fleet = config.parse(config.tomllib.loads(text), "hung.toml")
+    with open_archive(postgres_url) as archive:
+        summary = run_shared(FleetRunner(fleet, archive, QuietProgress()), run=4,
+                             poll_s=0.05)
+        records = archive.records(summary.run_id)
+    pairs = _pairs_of(postgres_url, summary.run_id)
+    assert sorted((r.source, r.target, r.outcome) for r in records) == [
+        ("a", "b", "timeout"), ("b", "a", "timeout")]
+    assert sorted(p[3:5] for p in pairs) == [(3, 2), (3, 2)]

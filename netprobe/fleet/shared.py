@@ -117,17 +117,20 @@ class SharedRun:
 
     def heartbeat(self, done: threading.Event, lease_s: float) -> None:
         """Renew every held lease each ``lease_s / RENEWALS_PER_LEASE`` seconds until
-        ``done``; a claim held past its round limit (``duration_s``) is no longer renewed,
-        and a lease found ended is noted (its result will be refused, the pair re-run)."""
+        ``done``, never past the claim's round limit (``duration_s``, from its claim), and
+        a lease found ended is noted (its result will be refused, the pair re-run)."""
         while not done.wait(lease_s / RENEWALS_PER_LEASE):
             with self._lock:
                 held = list(self._held.values())
             now = time.monotonic()
             for claim, since in held:
-                if now - since > claim.duration_s:
-                    continue  # past the round limit: let it lapse
+                # never past the round limit (the pair's duration_s): a test that hangs
+                # loses its lease there, as a round would time it out
+                left = claim.duration_s - (now - since)
+                if left <= 0:
+                    continue
                 try:
-                    self.store.renew(claim, lease_s)
+                    self.store.renew(claim, min(lease_s, left))
                     self.renewals += 1
                 except LeaseLost as exc:
                     with self._lock:
