@@ -372,3 +372,56 @@ def test_a_pair_that_keeps_losing_its_lease_is_given_up_as_a_timeout(postgres_ur
     assert (record.source, record.target, record.outcome) == ("g0", "g1", "timeout")
     assert "no result after 2 attempts" in str(record.error) and "attempt 2 by stuck" in str(
         record.error)
+
+
+def test_a_runner_that_waited_for_the_creator_does_not_lock_the_new_tables(
+        postgres_url: str) -> None:
+    """A runner that found no tables and waited while another created them must not run
+    the DDL again: CREATE INDEX IF NOT EXISTS takes its table's SHARE lock before it finds
+    the index there, so it waits on every claim in flight, and with a claim that then
+    writes the table it locked first PostgreSQL broke the deadlock by failing a runner
+    (three `fleet run --shared` started together on a new database)."""
+    import psycopg
+
+    from netprobe.fleet import claims
+
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS np_waited")
+        admin.execute("CREATE DATABASE np_waited")
+    fresh = postgres_url.replace("/postgres?", "/np_waited?")
+    with open_archive(fresh):  # runs and results, as a runner's archive makes them
+        pass
+    opened: list[object] = []
+
+    def second_runner() -> None:
+        try:
+            with open_archive(fresh) as archive:
+                opened.append(claim_store(archive))
+        except BaseException as exc:
+            opened.append(exc)
+
+    with psycopg.connect(fresh, autocommit=True) as gate, \
+            psycopg.connect(fresh, autocommit=True) as creator, \
+            psycopg.connect(fresh) as claimer:
+        # the first runner mid-creation holds the DDL lock (here a session's, so that
+        # the tables can be committed while it is held)
+        gate.execute("SELECT pg_advisory_lock(%s)", (claims._DDL_LOCK,))
+        waiter = threading.Thread(target=second_runner)
+        waiter.start()  # finds no tables, waits for the lock
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not gate.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                "AND NOT granted").fetchone()[0]:
+            time.sleep(0.02)
+        creator.execute("CREATE EXTENSION IF NOT EXISTS btree_gist")
+        for statement in claims._TABLES:
+            creator.execute(statement)
+        # a claim in flight on the new tables, as the first runner's are at once
+        claimer.execute("LOCK TABLE fleet_pairs, fleet_slots IN ROW EXCLUSIVE MODE")
+        gate.execute("SELECT pg_advisory_unlock(%s)", (claims._DDL_LOCK,))
+        waiter.join(timeout=5)
+        blocked = waiter.is_alive()
+        claimer.rollback()
+        waiter.join(timeout=30)
+    assert not blocked, "the second runner waited on a claim to re-run the DDL"
+    assert len(opened) == 1 and isinstance(opened[0], claims.ClaimStore), opened

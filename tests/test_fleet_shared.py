@@ -170,3 +170,157 @@ def test_an_absent_agent_is_unreachable_in_a_shared_run(postgres_url: str,
     assert all("agent gone (127.0.0.1) is unreachable" in str(r.error) for r in gone)
     assert len(rest) == 2 and {r.outcome for r in rest} == {"ok"}
     assert summary.status == "done" and summary.count("unreachable") == 4
+
+
+def _pairs_of(url: str, run_id: str) -> list[tuple]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as db:
+        return db.execute("SELECT source, target, state, attempts, requeues, notes "
+                          "FROM fleet_pairs WHERE run_id = %s", (run_id,)).fetchall()
+
+
+def _overlaps(url: str) -> list[tuple]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as db:
+        return db.execute(
+            "SELECT a.host FROM fleet_slots a JOIN fleet_slots b ON a.host = b.host "
+            "AND a.id < b.id AND a.during && b.during").fetchall()
+
+
+def test_a_lease_shorter_than_the_test_is_renewed_so_each_pair_runs_once(
+        postgres_url: str, agents: dict[str, int]) -> None:
+    """Leases of 1 s, tests of 1.5 s, two runners: each runner renews the leases it
+    holds while their tests run, so neither re-queues a pair the other is still running
+    (without the renewal every claim expires mid-test and its result is refused)."""
+    text = ('[fleet]\nlease = "1s"\n' + "".join(
+        f'[agents.{n}]\naddress = "127.0.0.1"\nport = {p}\n' for n, p in agents.items())
+        + '[groups.mesh]\ntype = "mesh"\nspec = { duration = 1.5, rate = "200M" }\n')
+    fleet = config.parse(config.tomllib.loads(text), "renewed.toml")
+    assert fleet.lease_s == 1.0
+    summaries: dict[str, RunSummary] = {}
+    failures: list[BaseException] = []
+
+    def runner(name: str) -> None:
+        try:
+            with open_archive(postgres_url) as archive:
+                summaries[name] = run_shared(FleetRunner(fleet, archive, QuietProgress()),
+                                             run=3, claimer=name, poll_s=0.05)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=runner, args=(n,)) for n in ("r1", "r2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not failures and len(summaries) == 2
+    (run_id,) = {s.run_id for s in summaries.values()}
+    with open_archive(postgres_url) as archive:
+        records = archive.records(run_id)
+    assert sorted((r.source, r.target) for r in records) == sorted(
+        (s, t) for s in agents for t in agents if s != t)  # each pair archived once
+    assert all(r.outcome == "ok" for r in records), [r.error for r in records]
+    pairs = _pairs_of(postgres_url, run_id)
+    assert len(pairs) == 12 and {p[2] for p in pairs} == {"done"}
+    assert [p for p in pairs if p[3:5] != (1, 0)] == []  # no lease ended, none re-queued
+    assert _overlaps(postgres_url) == []
+
+
+def test_a_killed_runner_stops_renewing_and_its_pair_is_run_by_another(
+        postgres_url: str, agents: dict[str, int], tmp_path: Path) -> None:
+    """Leases of 1 s, tests of 2 s, three `fleet run --shared` processes: the one killed
+    with SIGKILL while it holds a pair stops renewing, so its pair is re-queued once its
+    lease ends (the pair's notes name the dead runner) and run by another; every other
+    pair, renewed by a live runner, runs once on its first claim."""
+    import psycopg
+
+    fleet = tmp_path / "renew-killed.toml"
+    fleet.write_text(f'[fleet]\narchive = "{postgres_url}"\nlease = "1s"\n' + "".join(
+        f'[agents.{n}]\naddress = "127.0.0.1"\nport = {p}\n' for n, p in agents.items())
+        + '[groups.mesh]\ntype = "mesh"\nspec = { duration = 2, rate = "200M" }\n')
+
+    def start() -> subprocess.Popen[str]:
+        return subprocess.Popen([*NETPROBE, "fleet", "run", str(fleet), "--shared", "-q"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    runners = [start()]
+    victim = runners[0]
+    try:
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            deadline = time.monotonic() + 60
+            held = None
+            while held is None and time.monotonic() < deadline and victim.poll() is None:
+                with contextlib.suppress(psycopg.errors.UndefinedTable):
+                    held = db.execute("SELECT p.run_id, p.source, p.target FROM fleet_pairs p "
+                                      "JOIN runs r USING (run_id) WHERE r.fleet = %s "
+                                      "AND p.state = 'claimed' AND p.claimer LIKE %s LIMIT 1",
+                                      (str(fleet), f"%:{victim.pid}:%")).fetchone()
+                time.sleep(0.05)
+            assert held is not None, "the runner to be killed never held a pair"
+            time.sleep(1.3)
+            # past the first lease's end: the victim's renewals keep its slots live
+            live = db.execute("SELECT count(*) FROM fleet_slots s JOIN fleet_pairs p "
+                              "ON p.id = s.pair_id WHERE p.run_id = %s AND p.source = %s "
+                              "AND p.target = %s AND s.released IS NULL "
+                              "AND upper(s.during) > clock_timestamp()", held).fetchone()
+            assert live == (2,), "the victim's lease was not renewed"
+            runners += [start(), start()]
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(timeout=10)
+            for runner in runners[1:]:
+                _, err = runner.communicate(timeout=120)
+                assert runner.returncode == 0, err
+    finally:
+        for runner in runners:
+            if runner.poll() is None:
+                runner.kill()
+                runner.wait(timeout=10)
+    run_id = held[0]
+    with open_archive(postgres_url) as archive:
+        records = archive.records(run_id)
+    assert sorted((r.source, r.target) for r in records) == sorted(
+        (s, t) for s in agents for t in agents if s != t)  # each pair once
+    assert all(r.outcome == "ok" for r in records), [r.error for r in records]
+    pairs = _pairs_of(postgres_url, run_id)
+    # the victim held one pair, or two (n/2 workers): each re-queued once, its notes
+    # naming the dead runner; every pair a live runner held ran on its first claim
+    killed = [p for p in pairs if p[3:5] != (1, 0)]
+    assert (held[1], held[2]) in [(p[0], p[1]) for p in killed] and len(killed) <= 2
+    for pair in killed:
+        assert pair[2:5] == ("done", 2, 1), pair
+        assert f":{victim.pid}:" in pair[5][0] and "re-queued" in pair[5][0], pair
+    assert _overlaps(postgres_url) == []
+
+
+@pytest.mark.parametrize(("lease", "says"), [
+    ('"0s"', "must be more than 0 seconds"), ('"2h"', "must be at most 3600 s"),
+    ('"soon"', "fleet.lease")])
+def test_a_bad_lease_is_one_line_naming_the_key(lease: str, says: str) -> None:
+    text = (f'[fleet]\nlease = {lease}\n[agents.a]\naddress = "127.0.0.1"\n'
+            '[agents.b]\naddress = "127.0.0.1"\n[groups.m]\ntype = "mesh"\n')
+    with pytest.raises(config.FleetFileError, match=says) as caught:
+        config.parse(config.tomllib.loads(text), "f.toml")
+    assert "fleet.lease" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_heartbeat_does_not_renew_a_test_past_its_round_limit(
+        postgres_url: str, agents: dict[str, int]) -> None:
+    """A test that outruns its round limit (round_timeout 0.5 s, a 1.2 s test) is not kept
+    alive by the heartbeat: its lease lapses at the limit, as a round would time it out,
+    and after MAX_ATTEMPTS such ends the pair is given up as a timeout."""
+    ports = {"a": agents["a"], "b": agents["b"]}
+    text = ('[fleet]\nlease = "0.3s"\n' + "".join(
+        f'[agents.{n}]\naddress = "127.0.0.1"\nport = {p}\n' for n, p in ports.items())
+        + '[groups.mesh]\ntype = "mesh"\nround_timeout = "0.5s"\n'
+        + 'spec = { duration = 1.2, rate = "200M" }\n')
+    fleet = config.parse(config.tomllib.loads(text), "hung.toml")
+    with open_archive(postgres_url) as archive:
+        summary = run_shared(FleetRunner(fleet, archive, QuietProgress()), run=4,
+                             poll_s=0.05)
+        records = archive.records(summary.run_id)
+    pairs = _pairs_of(postgres_url, summary.run_id)
+    assert sorted((r.source, r.target, r.outcome) for r in records) == [
+        ("a", "b", "timeout"), ("b", "a", "timeout")]
+    assert sorted(p[3:5] for p in pairs) == [(3, 2), (3, 2)]

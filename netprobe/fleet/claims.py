@@ -122,7 +122,8 @@ class Claim:
 
 
 def claim_store(archive: Archive, claimer: str | None = None,
-                grace_s: float = GRACE_S, max_attempts: int | None = None) -> ClaimStore:
+                grace_s: float = GRACE_S, max_attempts: int | None = None,
+                lease_s: float | None = None) -> ClaimStore:
     """The shared schedule in ``archive``; ArchiveError for an archive that cannot hold it
     (SQLite keeps one runner per file: its runner schedules alone)."""
     from netprobe.archives.postgres import PostgresArchive
@@ -132,7 +133,7 @@ def claim_store(archive: Archive, claimer: str | None = None,
                            "PostgreSQL archive (postgresql://...); this one keeps the schedule "
                            "in one runner")
     return ClaimStore(archive, claimer, grace_s,
-                      MAX_ATTEMPTS if max_attempts is None else max_attempts)
+                      MAX_ATTEMPTS if max_attempts is None else max_attempts, lease_s)
 
 
 class ClaimStore:
@@ -141,8 +142,14 @@ class ClaimStore:
     parallel with others opens an archive of its own."""
 
     def __init__(self, archive: Any, claimer: str | None = None,
-                 grace_s: float = GRACE_S, max_attempts: int = MAX_ATTEMPTS) -> None:
+                 grace_s: float = GRACE_S, max_attempts: int = MAX_ATTEMPTS,
+                 lease_s: float | None = None) -> None:
         self.archive = archive
+        self.lease_s = lease_s
+        """The longest a claim (and each renewal) holds its hosts, if shorter than the
+        pair's test length + the grace (None: that, a lease that needs no renewal). A
+        holder that renews while its test runs takes a short one, so that a dead holder's
+        pairs come back sooner."""
         self.max_attempts = max_attempts
         """How many leases a pair may lose before it is given up (archived as a timeout)."""
         self.claimer = claimer or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -160,9 +167,14 @@ class ClaimStore:
             # not deadlock with the claims in flight
             if cursor.execute("SELECT to_regclass('fleet_slots')").fetchone()[0] is None:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
-                self._btree_gist(cursor)
-                for statement in _TABLES:
-                    cursor.execute(statement)
+                # look again once the lock is ours: a runner that waited for the creator
+                # finds the tables made, and must not run the DDL again (CREATE INDEX IF
+                # NOT EXISTS takes its table's SHARE lock before it finds the index, so it
+                # would wait on the creator's claims in flight, and deadlock with them)
+                if cursor.execute("SELECT to_regclass('fleet_slots')").fetchone()[0] is None:
+                    self._btree_gist(cursor)
+                    for statement in _TABLES:
+                        cursor.execute(statement)
 
     def _btree_gist(self, cursor: Any) -> None:
         """Make sure of btree_gist, which the exclusion constraint needs for its ``host
@@ -269,17 +281,22 @@ class ClaimStore:
                 "INSERT INTO fleet_slots (host, pair_id, lease, during) "
                 "SELECT host, %s, %s, tstzrange(clock_timestamp(), clock_timestamp() "
                 "+ make_interval(secs => %s)) FROM unnest(ARRAY[%s, %s]) AS host",
-                (pair_id, lease, duration_s + self.grace_s, source, target))
+                (pair_id, lease, self.lease_length(duration_s), source, target))
             cursor.execute("UPDATE fleet_pairs SET state = 'claimed', lease = %s, claimer = %s, "
                            "attempts = attempts + 1 WHERE id = %s",
                            (lease, self.claimer, pair_id))
         return Claim(pair_id, run_id, grp, rnd, source, target, duration_s, lease,
                      attempts + 1, tuple(notes))
 
+    def lease_length(self, duration_s: float) -> float:
+        """Seconds a claim of a ``duration_s`` test holds its hosts, and a renewal adds."""
+        whole = duration_s + self.grace_s
+        return whole if self.lease_s is None else min(whole, self.lease_s)
+
     def renew(self, claim: Claim, seconds: float | None = None) -> None:
-        """Move the lease's end to now + ``seconds`` (the test's length + the grace by
+        """Move the lease's end to now + ``seconds`` (the store's lease length by
         default); LeaseLost if it ended already."""
-        seconds = claim.duration_s + self.grace_s if seconds is None else seconds
+        seconds = self.lease_length(claim.duration_s) if seconds is None else seconds
         with self._transaction() as cursor:
             cursor.execute("UPDATE fleet_slots SET during = tstzrange(lower(during), "
                            "clock_timestamp() + make_interval(secs => %s)) "

@@ -5,6 +5,7 @@
     [fleet]
     archive = "sqlite:///var/lib/netprobe/fleet.db"   # where results go (optional)
     secret_file = "/etc/netprobe/secret"              # default for every agent (optional)
+    lease = "20s"             # a shared run's claim, renewed while its test runs (optional)
 
     [agents.ams]
     address = "192.0.2.10"
@@ -57,6 +58,8 @@ LONGEST_EVERY_S = 366 * 86_400.0
 ``LONGEST_S``, as a test's durations do). It is also the longest one run of a group may
 take, rounds times each round's limit: a run that cannot end within the longest period
 any schedule may have is refused with its arithmetic (the size bound of a group)."""
+MAX_LEASE_S = 3600.0
+"""The longest lease a fleet file may ask for: a dead runner's pairs wait for it."""
 ROUND_MARGIN_S = 30.0
 """Past a test's planned length, how long its round waits: the agents' own start-up and
 reply limits (the far end's server start, the result's trip back) fit inside it."""
@@ -133,6 +136,9 @@ class Fleet:
     """Groups in file order."""
     archive: str | None = None
     """Archive URL from the file, if any."""
+    lease_s: float | None = None
+    """How long a shared run's claim lasts unless renewed (None: the default); its runner
+    renews it while the test runs, so it bounds how long a dead runner's pairs wait."""
 
 
 def load(path: str) -> Fleet:
@@ -242,7 +248,7 @@ def parse(data: Mapping[str, Any], path: str = "<fleet>") -> Fleet:
     """A Fleet from the parsed TOML of a fleet file."""
     _keys(data, "", {"fleet", "agents", "groups"}, path)
     head = _table(data.get("fleet", {}), "fleet", path)
-    _keys(head, "fleet", {"archive", "secret_file", "port"}, path)
+    _keys(head, "fleet", {"archive", "secret_file", "port", "lease"}, path)
     defaults = {"secret_file": _opt_str(head, "secret_file", "fleet", path),
                 "port": _port(head.get("port", DEFAULT_PORT), "fleet.port", path)}
     agents = _agents(_table(data.get("agents"), "agents", path), defaults, path)
@@ -251,7 +257,10 @@ def parse(data: Mapping[str, Any], path: str = "<fleet>") -> Fleet:
                    for name, body in groups_table.items())
     if not groups:
         raise FleetFileError(f"{path}: groups: the fleet has no test groups")
-    return Fleet(path, agents, groups, _opt_str(head, "archive", "fleet", path))
+    lease = head.get("lease")
+    return Fleet(path, agents, groups, _opt_str(head, "archive", "fleet", path),
+                 None if lease is None else _seconds(lease, "fleet.lease", path, positive=True,
+                                                     most=MAX_LEASE_S))
 
 
 # --- agents -------------------------------------------------------------------------------

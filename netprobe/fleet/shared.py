@@ -5,6 +5,13 @@ it (the record archived, the hosts freed) until the run has nothing left. The ru
 host in two tests at once" is the database's; a runner that dies leaves its pairs to the
 others once their leases end.
 
+Leases are short (:data:`LEASE_S`, or the fleet file's ``lease``) and renewed: while a
+worker's test runs, the runner's heartbeat moves the lease's end every third of a lease,
+so a test longer than its lease keeps its hosts, and a runner that dies (its heartbeat with
+it) has its pairs re-queued at most one lease after its last renewal. The heartbeat stops
+renewing a claim held past its group's round limit: a test that hangs loses its lease and
+its pair is re-run, as a round would time it out.
+
 Every runner of one run must name the same run: the fleet file's name, the groups chosen
 and each group's run number make its id, so runners started from one file in the same
 period of the groups' ``every`` grid join one run.
@@ -13,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 
@@ -20,7 +28,7 @@ import attrs
 
 from netprobe.archives import ArchiveError, PairRecord, Run
 from netprobe.errors import NetprobeError
-from netprobe.fleet.claims import ClaimStore, LeaseLost, QueuedPair, claim_store
+from netprobe.fleet.claims import Claim, ClaimStore, LeaseLost, QueuedPair, claim_store
 from netprobe.fleet.runner import FleetRunner, RunSummary, _tally, check_groups
 from netprobe.fleet.schedule import plan, run_number
 from netprobe.host import utc_now_iso
@@ -30,6 +38,16 @@ POLL_S = 0.5
 """How long a worker that found no free pair waits before it looks again."""
 MAX_WORKERS = 64
 """The most tests one runner runs at once (the hosts bound it first: n/2 pairs)."""
+LEASE_S = 20.0
+"""A claim's lease unless the fleet file sets ``lease`` (or the round limit, if shorter):
+how long a dead runner's pairs wait. It is renewed every third of itself while the test
+runs. Longer than an agent's DEAD_PEER_S (11 s, netprobe.agent.liveness): a runner whose
+host vanished (no FIN) may leave its test running on the agents that long, and its hosts
+must not be given to another test before it stops. A runner killed on a live host closes
+its connections at once, and its agents stop its tests within a fraction of a second."""
+RENEWALS_PER_LEASE = 3
+"""How many times a lease is renewed within its length: two renewals may fail (a slow or
+briefly unreachable database) before it ends."""
 
 
 def shared_run_id(fleet_path: str, groups: Sequence[str], numbers: Sequence[int]) -> str:
@@ -50,6 +68,10 @@ class SharedRun:
     records: list[PairRecord] = attrs.field(factory=list)
     counts: dict[str, int] = attrs.field(factory=dict)
     failure: BaseException | None = None
+    renewals: int = 0
+    """Leases this runner's heartbeat renewed."""
+    _held: dict[str, tuple[Claim, float]] = attrs.field(factory=dict)
+    """The claims whose tests run now, by lease, with when each was claimed (monotonic)."""
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
 
     def work(self) -> None:
@@ -63,11 +85,18 @@ class SharedRun:
                         return
                     self.stop.wait(self.poll_s)
                     continue
-                down = self.unreachable(claim.source, claim.target)
-                tested: tuple[str, str, str | None, Result | None] = (
-                    (utc_now_iso(), "unreachable", down, None) if down is not None
-                    else self.runner.test_pair(self.runner.group(claim.group), claim.source,
-                                               claim.target))
+                with self._lock:
+                    self._held[claim.lease] = (claim, time.monotonic())
+                try:
+                    down = self.unreachable(claim.source, claim.target)
+                    tested: tuple[str, str, str | None, Result | None] = (
+                        (utc_now_iso(), "unreachable", down, None) if down is not None
+                        else self.runner.test_pair(self.runner.group(claim.group),
+                                                   claim.source, claim.target))
+                finally:
+                    # before complete(): a renewal racing it would find the lease released
+                    with self._lock:
+                        self._held.pop(claim.lease, None)
                 started, outcome, error, result = tested
                 if result is not None:
                     result = attrs.evolve(result, run_id=self.run_id)
@@ -86,6 +115,31 @@ class SharedRun:
                 self.failure = self.failure or exc
             self.stop.set()
 
+    def heartbeat(self, done: threading.Event, lease_s: float) -> None:
+        """Renew every held lease each ``lease_s / RENEWALS_PER_LEASE`` seconds until
+        ``done``, never past the claim's round limit (``duration_s``, from its claim), and
+        a lease found ended is noted (its result will be refused, the pair re-run)."""
+        while not done.wait(lease_s / RENEWALS_PER_LEASE):
+            with self._lock:
+                held = list(self._held.values())
+            now = time.monotonic()
+            for claim, since in held:
+                # never past the round limit (the pair's duration_s): a test that hangs
+                # loses its lease there, as a round would time it out
+                left = claim.duration_s - (now - since)
+                if left <= 0:
+                    continue
+                try:
+                    self.store.renew(claim, min(lease_s, left))
+                    self.renewals += 1
+                except LeaseLost as exc:
+                    with self._lock:
+                        gone = claim.lease in self._held
+                    if gone:  # not a completion that came between the copy and now
+                        self.runner.progress.note(str(exc))
+                except ArchiveError as exc:  # the database away a moment: try next beat
+                    self.runner.progress.note(f"lease of {claim.source} -> {claim.target} "
+                                              f"not renewed: {exc}")
 
     def unreachable(self, *hosts: str) -> str | None:
         """Why the first of ``hosts`` whose agent does not answer the status request is
@@ -115,9 +169,11 @@ def run_shared(runner: FleetRunner, groups: Sequence[str] | None = None,
     numbers = [run if run is not None else run_number(g) for g in chosen]
     rounds = plan(runner.fleet, [g.name for g in chosen], run)
     run_id = shared_run_id(runner.fleet.path, [g.name for g in chosen], numbers)
-    # a pair's lease is its group's round limit (the test's length + ROUND_MARGIN_S, or
-    # round_timeout): what a round of the single runner would wait for it
-    store = claim_store(runner.archive, claimer, grace_s=0.0)
+    # a pair is queued with its group's round limit (the test's length + ROUND_MARGIN_S,
+    # or round_timeout): what a round of the single runner would wait for it. Its lease
+    # is shorter (LEASE_S or the file's lease), renewed by the heartbeat up to that limit
+    lease_s = runner.fleet.lease_s or LEASE_S
+    store = claim_store(runner.archive, claimer, grace_s=0.0, lease_s=lease_s)
     store.join_run(Run(run_id, runner.fleet.path, utc_now_iso(), len(rounds), rounds.tests))
     limits = {g.name: g.round_limit_s() for g in chosen}
     queued = store.enqueue(run_id, (QueuedPair(r.group, r.index, s, t, limits[r.group])
@@ -128,12 +184,18 @@ def run_shared(runner: FleetRunner, groups: Sequence[str] | None = None,
     share = SharedRun(runner, store, run_id, stop or threading.Event(), poll_s)
     threads = [threading.Thread(target=share.work, daemon=True, name=f"np-shared-{i}")
                for i in range(count)]
+    beating = threading.Event()
+    heart = threading.Thread(target=share.heartbeat, args=(beating, lease_s), daemon=True,
+                             name="np-shared-heartbeat")
+    heart.start()
     for thread in threads:
         thread.start()
     status = "interrupted"
     try:
         for thread in threads:
             thread.join()
+        beating.set()
+        heart.join()
         if share.failure is not None:
             status = "failed"
             raise share.failure
@@ -142,5 +204,6 @@ def run_shared(runner: FleetRunner, groups: Sequence[str] | None = None,
             runner.archive.finish_run(run_id, utc_now_iso(), "done")
     finally:
         share.stop.set()
+        beating.set()
     return RunSummary(run_id, tuple(share.records), status, dict(share.counts))
 

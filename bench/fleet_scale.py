@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Scale simulation: a mesh of ``--agents`` simulated agents through the shared schedule's
+real claim, lease and archive paths on a real PostgreSQL (netprobe.fleet.claims), the
+tests' time simulated.
+
+The fleet file's mesh is planned by the real planner (rounds made as they are reached)
+and queued whole; then the simulation runs in waves of simulated time: at each wave's
+start the runner claims pairs until no pair can be taken or every host is held, the
+claimed tests "run" for ``--test-s`` simulated seconds, and all complete together (each
+archiving a record with a real Result, made once by a loopback test). So the waves a mesh
+takes are the rounds the database's schedule gives it, to compare with the theory, 2(N-1)
+rounds for an even N (N for an odd one). ``--dead K`` abandons K first claims a wave, as
+a runner that died would (their leases made to end at once, through renew), so that the
+expiry and re-queue paths run too: each abandoned pair is re-queued and done later.
+
+Reports: rounds vs theory; host overlaps (the witness: a host claimed twice in one wave,
+and the database's own slot history) which must be 0; claims and completions per second;
+how long one claim that finds nothing takes with the whole queue behind it (what every
+idle worker of a real runner asks each poll); the database's size per 1,000 results and
+per 1,000 queued pairs.
+
+    python bench/fleet_scale.py [--url postgresql://...] [--agents 1000] [--rounds 40]
+
+``--rounds`` stops after that many waves (the whole queue is still made: a 1,000-agent
+mesh is 999,000 pairs); without ``--url`` a throwaway server is started as the tests do.
+A benchmark, not a test: it asserts nothing (tests/test_fleet_scale.py checks its logic).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from netprobe import convert
+from netprobe.archives import PairRecord, Run, open_archive
+from netprobe.fleet import config
+from netprobe.fleet.claims import Claim, QueuedPair, claim_store
+from netprobe.fleet.schedule import plan
+from netprobe.schema import Result
+
+EPOCH = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+"""Simulated time zero."""
+
+
+@contextlib.contextmanager
+def server(url: str | None) -> Iterator[str]:
+    """``url``, or a throwaway PostgreSQL server's (tests/pgserver.py)."""
+    if url:
+        yield url
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests import pgserver
+
+    reason = pgserver.why_not()
+    if reason:
+        raise SystemExit(f"fleet_scale: {reason}")
+    with pgserver.postgres_server() as started:
+        yield started
+
+
+def loopback_result() -> Result | None:
+    """One real Result (a 0.3 s TCP test over loopback) for every simulated record, so
+    that the database's size per result is a real one's; None if it cannot be made."""
+    run = subprocess.run([sys.executable, "-m", "netprobe", "run", "-t", "0.3", "--json"],
+                         capture_output=True, text=True, timeout=60)
+    return convert.from_json(run.stdout) if run.returncode == 0 else None
+
+
+def mesh_fleet(agents: int, test_s: float) -> config.Fleet:
+    """A fleet file of ``agents`` agents (never contacted) and one mesh group."""
+    text = "".join(f'[agents.h{i:05d}]\naddress = "192.0.2.1"\n' for i in range(agents))
+    text += f'[groups.mesh]\ntype = "mesh"\nspec = {{ duration = {test_s} }}\n'
+    return config.parse(config.tomllib.loads(text), f"scale-{agents}.toml")
+
+
+def theory_rounds(agents: int) -> int:
+    """The fewest rounds of a directed mesh with no host twice in a round."""
+    return 2 * (agents - 1) if agents % 2 == 0 else agents
+
+
+def simulate(url: str, agents: int, *, test_s: float = 30.0, rounds: int | None = None,
+             dead: int = 0, result: Result | None = None) -> dict[str, Any]:
+    """Run the simulation (see the module's text); the figures as a dict."""
+    fleet = mesh_fleet(agents, test_s)
+    planned = plan(fleet, ["mesh"], 1)
+    run_id = f"scale-{agents}-{uuid.uuid4().hex[:8]}"
+    out: dict[str, Any] = {"agents": agents, "pairs": planned.tests,
+                           "theory_rounds": theory_rounds(agents)}
+    with open_archive(url) as archive:
+        store = claim_store(archive, claimer="scale-sim", grace_s=60.0)
+        archive.start_run(Run(run_id, fleet.path, EPOCH.isoformat(), len(planned),
+                              planned.tests))
+        started = time.monotonic()
+        out["queued"] = store.enqueue(run_id, (QueuedPair(r.group, r.index, s, t, test_s)
+                                               for r in planned for s, t in r.pairs))
+        out["queue_s"] = time.monotonic() - started
+        out["empty_claim_s"] = _empty_claim_s(store, run_id, agents)
+        waves = witness = abandoned = claims = 0
+        claim_s = complete_s = 0.0
+        while store.remaining(run_id) and (rounds is None or waves < rounds):
+            begun = time.monotonic()
+            wave = _claim_wave(store, run_id, agents)
+            claim_s += time.monotonic() - begun
+            claims += len(wave)
+            witness += _twice(wave)
+            if not wave:
+                break  # nothing can be taken and nothing is held: cannot happen
+            at = (EPOCH + datetime.timedelta(seconds=waves * test_s)).isoformat()
+            begun = time.monotonic()
+            lost = 0
+            for claim in wave:
+                if lost < dead and claim.attempt == 1:  # its runner died: the lease ends now
+                    store.renew(claim, 0.001)
+                    lost += 1
+                    continue
+                store.complete(claim, PairRecord(run_id, claim.group, claim.round,
+                                                 claim.source, claim.target, at, "ok", None,
+                                                 result))
+            complete_s += time.monotonic() - begun
+            abandoned += lost
+            waves += 1
+            if dead:
+                time.sleep(0.01)  # past the abandoned leases' end, on the server's clock
+        out.update(rounds=waves, claims=claims, abandoned=abandoned, witness_overlaps=witness,
+                   claims_per_s=claims / claim_s if claim_s else 0.0,
+                   completions_per_s=(claims - abandoned) / complete_s if complete_s else 0.0,
+                   remaining=store.remaining(run_id), refused=store.refused,
+                   rechecked=store.rechecked)
+        out.update(_database(archive, run_id))
+    return out
+
+
+def _claim_wave(store: Any, run_id: str, agents: int) -> list[Claim]:
+    """Claims until none can be taken or every host is held (the last claim of a full
+    wave would only scan the whole queue to find nothing)."""
+    wave: list[Claim] = []
+    while 2 * len(wave) < agents - agents % 2:
+        claim = store.claim(run_id)
+        if claim is None:
+            break
+        wave.append(claim)
+    return wave
+
+
+def _twice(wave: list[Claim]) -> int:
+    """Hosts claimed twice in one wave (every claim of a wave is held at once)."""
+    hosts = [h for c in wave for h in (c.source, c.target)]
+    return len(hosts) - len(set(hosts))
+
+
+def _empty_claim_s(store: Any, run_id: str, agents: int) -> float:
+    """How long a claim takes that finds no free host with the whole queue behind it: a
+    wave of claims held, then one more, then the wave given back (renewed to end now and
+    expired by the next claim, as a dead runner's would)."""
+    wave = _claim_wave(store, run_id, agents)
+    begun = time.monotonic()
+    extra = store.claim(run_id)
+    took = time.monotonic() - begun
+    for claim in [*wave, *([extra] if extra else [])]:
+        store.renew(claim, 0.001)
+    time.sleep(0.01)
+    store.expire()
+    # undo the re-queue's count: the measurement is not part of the simulated run
+    with store._transaction() as cursor:
+        cursor.execute("UPDATE fleet_pairs SET attempts = 0, requeues = 0, notes = '{}' "
+                       "WHERE run_id = %s", (run_id,))
+    return took
+
+
+def _database(archive: Any, run_id: str) -> dict[str, Any]:
+    """Overlapping slots of one host in the database's history (must be 0), and sizes."""
+    read = archive._read
+    overlaps = read("SELECT count(*) FROM fleet_slots a JOIN fleet_slots b ON a.host = b.host "
+                    "AND a.id < b.id AND a.during && b.during")[0][0]
+    sizes = dict(read("SELECT c, pg_total_relation_size(c) FROM unnest(ARRAY['results', "
+                      "'fleet_pairs', 'fleet_slots', 'fleet_hosts']) AS c"))
+    results = read("SELECT count(*) FROM results WHERE run_id = ?", (run_id,))[0][0]
+    pairs = read("SELECT count(*) FROM fleet_pairs WHERE run_id = ?", (run_id,))[0][0]
+    done = read("SELECT count(*), count(DISTINCT (source, target)), sum(requeues) "
+                "FROM fleet_pairs WHERE run_id = ? AND state = 'done'", (run_id,))[0]
+    per_result = (sizes["results"] + sizes["fleet_slots"]) / max(results, 1) * 1000
+    return {"db_overlaps": int(overlaps), "results": int(results), "done": int(done[0]),
+            "done_distinct": int(done[1]), "requeues": int(done[2] or 0),
+            "mb_per_1000_results": per_result / 1e6,
+            "mb_per_1000_queued": sizes["fleet_pairs"] / max(pairs, 1) * 1000 / 1e6}
+
+
+def main() -> None:
+    """Run the simulation and print its figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url")
+    parser.add_argument("--agents", type=int, default=100)
+    parser.add_argument("--rounds", type=int, help="stop after this many waves")
+    parser.add_argument("--test-s", type=float, default=30.0)
+    parser.add_argument("--dead", type=int, default=0)
+    args = parser.parse_args()
+    with server(args.url) as url:
+        began = time.monotonic()
+        out = simulate(url, args.agents, test_s=args.test_s, rounds=args.rounds,
+                       dead=args.dead, result=loopback_result())
+        out["wall_s"] = time.monotonic() - began
+    for key, value in out.items():
+        print(f"{key:22} {value:.3f}" if isinstance(value, float) else f"{key:22} {value}")
+
+
+if __name__ == "__main__":
+    main()
