@@ -31,6 +31,7 @@ import attrs
 
 from netprobe.archives import PairRecord, figures
 from netprobe.exporter_config import MetricsOptions
+from netprobe.fleet import claims
 from netprobe.schema import Result
 
 # (name, help, netprobe's figure, scale to the base unit) for each per-test gauge.
@@ -186,16 +187,13 @@ def read_rows(archive: Any) -> tuple[list[Row], int]:
 
 
 def schedule_health(archive: Any) -> Iterator[Any]:
-    """The schedule's own health, where the archive keeps a schedule: an archive with a
-    ``schedule_health()`` method returning ``{name: (help, {group: value})}`` (runners,
-    leases, queue depth, late and lost pairs, once several runners share a fleet through
-    the database) has each exported as ``netprobe_fleet_schedule_<name>{group}``. Today's
-    archives keep no schedule and have no such method, so nothing is exported: a gauge
-    that always read 0 would say the queue is empty when nobody knows."""
-    source = getattr(archive, "schedule_health", None)
-    if source is None:
-        return
-    for name, (text, by_group) in sorted(source().items()):
+    """The shared schedule's own health, where the archive keeps one (PostgreSQL, once a
+    ``fleet run --shared`` queued a run): each of :data:`netprobe.fleet.claims.HEALTH_SERIES`
+    as ``netprobe_fleet_schedule_<name>{group}`` (queued pairs, leases, runners, late
+    leases, re-queued and given-up pairs of unfinished runs). Other archives keep no
+    schedule, so nothing is exported: a gauge that always read 0 would say the queue is
+    empty when nobody knows."""
+    for name, (text, by_group) in sorted(claims.schedule_health(archive).items()):
         family = _gauge(f"netprobe_fleet_schedule_{name}", text, ["group"])
         for group, value in sorted(by_group.items()):
             family.add_metric([group], float(value))

@@ -14,6 +14,8 @@ import sys
 import textwrap
 import threading
 import time
+import urllib.parse
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -425,3 +427,64 @@ def test_a_runner_that_waited_for_the_creator_does_not_lock_the_new_tables(
         waiter.join(timeout=30)
     assert not blocked, "the second runner waited on a claim to re-run the DDL"
     assert len(opened) == 1 and isinstance(opened[0], claims.ClaimStore), opened
+
+
+def _schedule_series(url: str) -> dict[tuple[str, str], float]:
+    """netprobe_fleet_schedule_* samples (name, group) from a real exporter's /metrics over
+    the archive at ``url``."""
+    pytest.importorskip("prometheus_client")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from .servers import exporter_process
+
+    with exporter_process("--archive", url) as (base, _proc), \
+            urllib.request.urlopen(f"{base}/metrics", timeout=30) as page:
+        text = page.read().decode()
+    return {(sample.name.removeprefix("netprobe_fleet_schedule_"), sample.labels["group"]):
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.name.startswith("netprobe_fleet_schedule_")}
+
+
+def _fresh_database(url: str) -> str:
+    """A new empty database on the test's server: its URL."""
+    import psycopg
+
+    name = f"health_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f"CREATE DATABASE {name}")
+    parts = urllib.parse.urlsplit(url)
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{parts.scheme}://{parts.netloc}/{name}{query}"
+
+
+def test_the_exporter_shows_the_schedules_health(postgres_url: str, result: Result) -> None:
+    url = _fresh_database(postgres_url)
+    with open_archive(url) as archive:  # an archive, but no shared run: no queue to tell of
+        archive.start_run(Run("solo", "fleet.toml", utc_now_iso(), 1, 1))
+    assert _schedule_series(url) == {}  # not zeros: nobody keeps a queue here
+    run_id = _new_run(url, _mesh("h", 4, 0.05))  # 12 pairs; two claims hold all 4 hosts
+    with open_archive(url) as one, open_archive(url) as two:
+        a, b = claim_store(one, "runner-a", 4.0), claim_store(two, "runner-b", 4.0)
+        assert a.claim(run_id) is not None and b.claim(run_id) is not None
+        claimed = time.monotonic()
+        assert _schedule_series(url) == {
+            ("queued_pairs", "mesh"): 10, ("leases", "mesh"): 2, ("runners", "mesh"): 2,
+            ("late_leases", "mesh"): 0, ("requeued_pairs", "mesh"): 0,
+            ("given_up_pairs", "mesh"): 0}
+        # Both leases past their end (0.05 s test + 4 s grace); no claimer released them.
+        time.sleep(max(0.0, claimed + 4.5 - time.monotonic()))
+        assert _schedule_series(url)[("late_leases", "mesh")] == 2
+        assert a.expire() == 2
+        assert _schedule_series(url) == {
+            ("queued_pairs", "mesh"): 12, ("leases", "mesh"): 0, ("runners", "mesh"): 0,
+            ("late_leases", "mesh"): 0, ("requeued_pairs", "mesh"): 2,
+            ("given_up_pairs", "mesh"): 0}
+        last = claim_store(one, "runner-c", 0.0, max_attempts=1)  # one lost lease: given up
+        assert last.claim(run_id) is not None
+        time.sleep(0.2)
+        assert last.expire() == 1
+        assert _schedule_series(url)[("given_up_pairs", "mesh")] == 1
+    with open_archive(url) as archive:
+        archive.finish_run(run_id, utc_now_iso(), "done")
+    assert _schedule_series(url) == {}  # a finished run's queue is history, not health

@@ -388,28 +388,81 @@ class ClaimStore:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    @contextlib.contextmanager
     def _transaction(self) -> Any:
-        """A cursor in one transaction, committed at the end or rolled back on any error;
-        the database's errors become ArchiveError (with ``sqlstate``)."""
-        archive = self.archive
-        errors = archive.errors()
-        with archive._lock:
-            if archive.connection is None:
-                raise ArchiveError(f"archive {archive.url} is closed")
-            try:
-                with archive.connection.cursor() as cursor:
-                    yield cursor
-                archive.connection.commit()
-            except BaseException as exc:
-                with contextlib.suppress(*errors):
-                    archive.connection.rollback()
-                if isinstance(exc, errors):
-                    error = ArchiveError(f"archive {archive.url}: {archive.explain(exc)}")
-                    error.sqlstate = getattr(exc, "sqlstate", None)  # type: ignore[attr-defined]
-                    raise error from None
-                raise
+        return _transaction(self.archive)
 
 
-__all__: Sequence[str] = ["GRACE_S", "Claim", "ClaimStore", "LeaseLost", "QueuedPair",
-                          "claim_store"]
+# The schedule's health per group, one statement: pairs queued; leases held and by how many
+# runners; leases past their end that no claimer has released yet (a dead or stalled
+# runner's, waiting for the next claim to re-queue them); pairs re-queued after a lost
+# lease, and given up after too many (archived as a timeout), in runs not finished.
+_HEALTH = (
+    "SELECT p.grp, count(*) FILTER (WHERE p.state = 'queued'), "
+    "count(*) FILTER (WHERE p.state = 'claimed'), "
+    "count(DISTINCT p.claimer) FILTER (WHERE p.state = 'claimed'), "
+    "count(*) FILTER (WHERE p.state = 'claimed' AND EXISTS (SELECT 1 FROM fleet_slots s "
+    "WHERE s.pair_id = p.id AND s.lease = p.lease AND s.released IS NULL "
+    "AND upper(s.during) < now())), "
+    "coalesce(sum(p.requeues), 0), "
+    "count(*) FILTER (WHERE p.state = 'done' "
+    "AND p.notes[array_length(p.notes, 1)] LIKE '%%given up') "
+    "FROM fleet_pairs p JOIN runs r ON r.run_id = p.run_id "
+    "WHERE r.status = 'incomplete' GROUP BY p.grp")
+
+HEALTH_SERIES = {
+    "queued_pairs": "Pairs of unfinished shared runs waiting for a runner.",
+    "leases": "Pairs of unfinished shared runs held by a runner's lease now.",
+    "runners": "Runners holding at least one lease of the group now.",
+    "late_leases": "Leases past their end not yet released (a dead or stalled runner's: "
+                   "the next claim re-queues them).",
+    "requeued_pairs": "Re-queues after a lost lease, over the pairs of unfinished runs.",
+    "given_up_pairs": "Pairs of unfinished runs given up after losing too many leases "
+                      "(archived as a timeout).",
+}
+
+
+def schedule_health(archive: Any) -> dict[str, tuple[str, dict[str, float]]]:
+    """The shared schedule's health per group, as ``{name: (help, {group: value})}``
+    (:data:`HEALTH_SERIES`); empty for an archive that keeps no shared schedule (not
+    PostgreSQL, or no shared run yet): nothing is made up for a queue nobody keeps."""
+    from netprobe.archives.postgres import PostgresArchive
+
+    if not isinstance(archive, PostgresArchive):
+        return {}
+    with _transaction(archive) as cursor:
+        if cursor.execute("SELECT to_regclass('fleet_pairs')").fetchone()[0] is None:
+            return {}
+        rows = cursor.execute(_HEALTH).fetchall()
+    found: dict[str, tuple[str, dict[str, float]]] = {
+        name: (text, {}) for name, text in HEALTH_SERIES.items()}
+    for group, *values in rows:
+        for name, value in zip(HEALTH_SERIES, values):
+            found[name][1][str(group)] = float(value)
+    return found
+
+
+@contextlib.contextmanager
+def _transaction(archive: Any) -> Any:
+    """A cursor in one transaction on ``archive``'s connection, committed at the end or
+    rolled back on any error; the database's errors become ArchiveError (with
+    ``sqlstate``)."""
+    errors = archive.errors()
+    with archive._lock:
+        if archive.connection is None:
+            raise ArchiveError(f"archive {archive.url} is closed")
+        try:
+            with archive.connection.cursor() as cursor:
+                yield cursor
+            archive.connection.commit()
+        except BaseException as exc:
+            with contextlib.suppress(*errors):
+                archive.connection.rollback()
+            if isinstance(exc, errors):
+                error = ArchiveError(f"archive {archive.url}: {archive.explain(exc)}")
+                error.sqlstate = getattr(exc, "sqlstate", None)  # type: ignore[attr-defined]
+                raise error from None
+            raise
+
+
+__all__: Sequence[str] = ["GRACE_S", "HEALTH_SERIES", "Claim", "ClaimStore", "LeaseLost",
+                          "QueuedPair", "claim_store", "schedule_health"]
