@@ -252,18 +252,28 @@ class ClaimStore:
     def _claim_once(self, run_id: str) -> Claim | None:
         lease = uuid.uuid4().hex
         with self._transaction() as cursor:
+            # The free hosts first (one probe of the held slots per host): with fewer
+            # than two free no pair can be taken, and the answer comes at once instead of
+            # from a scan of the whole queue that finds nothing (3.7 s with a 1,000-agent
+            # mesh's 999,000 pairs queued, asked every 0.5 s by every idle worker).
+            free = [host for (host,) in cursor.execute(
+                "SELECT h.host FROM fleet_hosts h WHERE NOT EXISTS (SELECT 1 FROM "
+                "fleet_slots s WHERE s.host = h.host AND s.released IS NULL)").fetchall()]
+            if len(free) < 2:
+                return None
             # the pair and both host rows locked at once; a row another claimer holds is
-            # skipped, so claimers never queue behind each other
+            # skipped, so claimers never queue behind each other. The queue is read in
+            # its order, each pair's hosts looked up in the free set (a hash) instead of
+            # in the slots (an index probe a pair)
             row = cursor.execute(
                 "SELECT p.id, p.grp, p.round, p.source, p.target, p.duration_s, "
                 "p.attempts, p.notes FROM fleet_pairs p "
                 "JOIN fleet_hosts a ON a.host = p.source "
                 "JOIN fleet_hosts b ON b.host = p.target "
-                "WHERE p.run_id = %s AND p.state = 'queued' AND NOT EXISTS ("
-                "SELECT 1 FROM fleet_slots s WHERE s.host IN (p.source, p.target) "
-                "AND s.released IS NULL) "
+                "WHERE p.run_id = %s AND p.state = 'queued' "
+                "AND p.source = ANY(%s) AND p.target = ANY(%s) "
                 "ORDER BY p.seq LIMIT 1 FOR UPDATE OF p, a, b SKIP LOCKED",
-                (run_id,)).fetchone()
+                (run_id, free, free)).fetchone()
             if row is None:
                 return None
             pair_id, grp, rnd, source, target, duration_s, attempts, notes = row
