@@ -5,6 +5,7 @@ intervals overlap; with SQLite a shared run is refused."""
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import subprocess
 import threading
@@ -145,7 +146,7 @@ def test_a_runner_killed_mid_run_leaves_its_pairs_to_the_others(
 
 
 @pytest.mark.parametrize(("extra", "says"), [
-    (["--forever"], "--shared runs once"),
+    (["--forever"], "only through a PostgreSQL archive"),  # at once, not at the first slot
     ([], "only through a PostgreSQL archive")])
 def test_shared_cli_refusals_are_one_line(tmp_path: Path, extra: list[str], says: str) -> None:
     fleet = tmp_path / "f.toml"
@@ -324,3 +325,57 @@ def test_the_heartbeat_does_not_renew_a_test_past_its_round_limit(
     assert sorted((r.source, r.target, r.outcome) for r in records) == [
         ("a", "b", "timeout"), ("b", "a", "timeout")]
     assert sorted(p[3:5] for p in pairs) == [(3, 2), (3, 2)]
+
+
+def test_shared_runners_kept_forever_join_the_same_runs(postgres_url: str,
+                                                        agents: dict[str, int],
+                                                        tmp_path: Path) -> None:
+    """Two `fleet run --shared --forever`, started 0.7 s apart, on a 2-agent group due
+    every second: they compute each run's number from the group's grid, so they join the
+    same runs; every run's two pairs are archived once, no host held twice at once."""
+    fleet = tmp_path / "forever.toml"
+    fleet.write_text("".join(f'[agents.{n}]\naddress = "127.0.0.1"\nport = {agents[n]}\n'
+                             for n in ("a", "b"))
+                     + '[groups.pair]\ntype = "mesh"\nevery = "1s"\n'
+                       'spec = { duration = 0.2 }\n')
+    argv = [*NETPROBE, "fleet", "run", str(fleet), "--shared", "--forever",
+            "--archive", postgres_url]
+    procs = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)]
+    time.sleep(0.7)
+    procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True))
+    try:
+        end = time.monotonic() + 30
+        while time.monotonic() < end and len(_forever_runs(postgres_url, fleet)) < 4:
+            time.sleep(0.2)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        errors = [proc.communicate(timeout=20)[1] for proc in procs]
+    assert all("Traceback" not in e for e in errors), errors
+    # Each says which shared run it works on: the second joined runs the first started.
+    joined = [set(re.findall(r"shared run ([0-9a-f]{32})", e)) for e in errors]
+    assert joined[0] & joined[1], errors
+    runs = _forever_runs(postgres_url, fleet)
+    assert joined[0] | joined[1] <= set(runs)
+    done = {run_id: pairs for run_id, (status, pairs) in runs.items() if status == "done"}
+    assert len(done) >= 3, runs
+    assert all(sorted(pairs) == [("a", "b"), ("b", "a")] for pairs in done.values()), done
+    assert _overlaps(postgres_url) == []
+
+
+def _forever_runs(url: str, fleet: Path) -> dict[str, tuple[str, list[tuple[str, str]]]]:
+    """The shared runs of ``fleet`` in the archive: run id -> (status, archived pairs)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as db:
+        rows = db.execute("SELECT r.run_id, r.status, p.source, p.target FROM runs r "
+                          "LEFT JOIN results p ON p.run_id = r.run_id WHERE r.fleet = %s",
+                          (str(fleet),)).fetchall()
+    runs: dict[str, tuple[str, list[tuple[str, str]]]] = {}
+    for run_id, status, source, target in rows:
+        runs.setdefault(run_id, (status, []))
+        if source is not None:
+            runs[run_id][1].append((source, target))
+    return runs

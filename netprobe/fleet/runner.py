@@ -204,11 +204,17 @@ class FleetRunner:
                 raise ArchiveError(f"{exc}; the run's end could not be recorded either: "
                                    f"run {run_id} reads 'incomplete'") from None
 
-    def run_forever(self, stop: threading.Event, rng: random.Random | None = None) -> None:
+    def run_forever(self, stop: threading.Event, rng: random.Random | None = None,
+                    run_one: Callable[[list[str], int], object] | None = None) -> None:
         """Keep every group's schedule (``every``, with a random ``slip``) until ``stop``.
         Groups never overlap: one that falls due while another runs starts right after it;
-        starts missed while a run overran are skipped, not piled up."""
+        starts missed while a run overran are skipped, not piled up. ``run_one(groups,
+        number)`` runs one (default: :meth:`run_once`; a shared runner joins the shared
+        run of that number instead)."""
         rng = rng or random.Random()
+        if run_one is None:
+            def run_one(names: list[str], number: int) -> object:
+                return self.run_once(names, run=number)
         now = self.clock()
         due = {g.name: now + rng.uniform(0, g.slip_s) for g in self.fleet.groups}
         slot = dict.fromkeys(due, now)
@@ -221,7 +227,7 @@ class FleetRunner:
             name = min(due, key=lambda n: due[n])
             if stop.wait(max(0.0, due[name] - self.clock())):
                 return
-            self.run_once([name], run=number[name])
+            run_one([name], number[name])
             group = next(g for g in self.fleet.groups if g.name == name)
             following, due[name] = next_start(slot[name], group.every_s, group.slip_s,
                                               self.clock(), rng)

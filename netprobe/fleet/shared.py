@@ -19,6 +19,7 @@ period of the groups' ``every`` grid join one run.
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 import uuid
@@ -64,7 +65,11 @@ class SharedRun:
     store: ClaimStore
     run_id: str
     stop: threading.Event = attrs.field(factory=threading.Event)
+    """The caller's: set, the workers end (it is never set here: a caller keeping the
+    schedule passes the one that ends its whole loop)."""
     poll_s: float = POLL_S
+    ended: threading.Event = attrs.field(factory=threading.Event)
+    """This run's own end for its workers (the first archive failure, or the run over)."""
     records: list[PairRecord] = attrs.field(factory=list)
     counts: dict[str, int] = attrs.field(factory=dict)
     failure: BaseException | None = None
@@ -78,12 +83,12 @@ class SharedRun:
         """Claim, test and complete pairs until none is left or ``stop`` is set; the
         first archive failure stops every worker of this runner."""
         try:
-            while not self.stop.is_set():
+            while not (self.stop.is_set() or self.ended.is_set()):
                 claim = self.store.claim(self.run_id)
                 if claim is None:
                     if self.store.remaining(self.run_id) == 0:
                         return
-                    self.stop.wait(self.poll_s)
+                    self.ended.wait(self.poll_s)
                     continue
                 with self._lock:
                     self._held[claim.lease] = (claim, time.monotonic())
@@ -113,7 +118,7 @@ class SharedRun:
         except BaseException as exc:  # an archive failure: this runner stops
             with self._lock:
                 self.failure = self.failure or exc
-            self.stop.set()
+            self.ended.set()
 
     def heartbeat(self, done: threading.Event, lease_s: float) -> None:
         """Renew every held lease each ``lease_s / RENEWALS_PER_LEASE`` seconds until
@@ -203,7 +208,24 @@ def run_shared(runner: FleetRunner, groups: Sequence[str] | None = None,
             status = "done"
             runner.archive.finish_run(run_id, utc_now_iso(), "done")
     finally:
-        share.stop.set()
+        share.ended.set()
         beating.set()
     return RunSummary(run_id, tuple(share.records), status, dict(share.counts))
 
+
+
+def run_shared_forever(runner: FleetRunner, stop: threading.Event,
+                       rng: random.Random | None = None, *, claimer: str | None = None,
+                       poll_s: float = POLL_S) -> None:
+    """Keep the fleet's schedule as :meth:`FleetRunner.run_forever` does, each run a shared
+    one: every runner kept so computes a run's number from its group's ``every`` grid, so
+    runners started at different times join the same runs; one that comes to a run the
+    others finished finds nothing left and waits for the next. Until ``stop``."""
+    if runner.archive is None:
+        raise ArchiveError("a shared run needs a PostgreSQL archive")
+    claim_store(runner.archive)  # not PostgreSQL: refused now, not at the first slot
+
+    def one(groups: list[str], number: int) -> object:
+        return run_shared(runner, groups, number, claimer=claimer, stop=stop, poll_s=poll_s)
+
+    runner.run_forever(stop, rng, one)

@@ -42,7 +42,8 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                      help="share the run with the other `fleet run --shared` of the same file "
                           "on the same PostgreSQL archive: the database keeps each host in "
                           "one test at a time, and a runner that dies leaves its pairs to the "
-                          "others when their leases (the round limit) end")
+                          "others when their leases end; with --forever, runners started "
+                          "apart join the same runs of the schedule")
     _archive_option(run)
     _secret_option(run)
     run.add_argument("-q", "--quiet", action="store_true",
@@ -147,14 +148,16 @@ def handle_run(args: argparse.Namespace, _load_registry: RegistryLoader) -> int:
     unknown = sorted(set(args.group or ()) - known)
     if unknown:
         raise UsageError(f"no such group in {fleet.path}: {', '.join(unknown)}")
-    if args.shared and args.forever:
-        raise UsageError("--shared runs once: keep the schedule with one --shared run a "
-                         "period (cron, a systemd timer), not --forever")
     with open_archive(archive_url(args, fleet)) as archive:
         quiet = args.quiet or args.json
         bar = None if quiet else FleetBar()
         runner = FleetRunner(fleet, archive, bar or QuietProgress())
         try:
+            if args.forever and args.shared:
+                from netprobe.fleet.shared import run_shared_forever
+
+                run_shared_forever(runner, threading.Event())  # ends with Ctrl-C or SIGTERM
+                return ExitCode.OK
             if args.forever:
                 runner.run_forever(threading.Event())  # ends with Ctrl-C or SIGTERM
                 return ExitCode.OK
