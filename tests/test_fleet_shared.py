@@ -5,6 +5,7 @@ intervals overlap; with SQLite a shared run is refused."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import re
 import signal
 import subprocess
@@ -379,3 +380,39 @@ def _forever_runs(url: str, fleet: Path) -> dict[str, tuple[str, list[tuple[str,
         if source is not None:
             runs[run_id][1].append((source, target))
     return runs
+
+
+def test_a_host_busy_with_a_test_not_the_fleets_is_waited_for(postgres_url: str,
+                                                              agents: dict[str, int]) -> None:
+    """A test someone else runs to agent a (not the fleet's: the database does not know
+    it) makes the shared runner wait, as a round does, instead of testing beside it."""
+    outside = subprocess.Popen([*NETPROBE, "run", "127.0.0.1", "-p", str(agents["a"]),
+                                "-t", "2.5", "-q"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    ended: list[datetime.datetime] = []
+    watch = threading.Thread(target=lambda: (outside.wait(30), ended.append(
+        datetime.datetime.now(datetime.timezone.utc))), daemon=True)
+    watch.start()
+    try:
+        fleet = _fleet({"a": agents["a"], "b": agents["b"]})
+        with open_archive(postgres_url) as archive:
+            runner = FleetRunner(fleet, archive, QuietProgress())
+            deadline = time.monotonic() + 10
+            while runner.status(runner.agent("a")).get("state") != "busy":
+                assert time.monotonic() < deadline, "the outside test never started"
+                time.sleep(0.05)
+            summary = run_shared(runner, run=7, poll_s=0.05)
+            records = archive.records(summary.run_id)
+        watch.join(30)
+    finally:
+        if outside.poll() is None:
+            outside.kill()
+            outside.wait(5)
+    assert outside.returncode == 0 and ended
+    assert sorted((r.source, r.target) for r in records) == [("a", "b"), ("b", "a")]
+    assert {r.outcome for r in records} == {"ok"}, [r.error for r in records]
+    started = [datetime.datetime.fromisoformat(r.time.replace("Z", "+00:00")) for r in records]
+    # Every fleet test began once the outside one was over (its agent idle a moment before
+    # its client's process ended; the runner asks every 0.5 s). Before, the first began at
+    # once, beside it, 2 s before its end.
+    assert min(started) > ended[0] - datetime.timedelta(seconds=0.5), (started, ended)

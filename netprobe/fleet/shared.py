@@ -46,6 +46,8 @@ runs. Longer than an agent's DEAD_PEER_S (11 s, netprobe.agent.liveness): a runn
 host vanished (no FIN) may leave its test running on the agents that long, and its hosts
 must not be given to another test before it stops. A runner killed on a live host closes
 its connections at once, and its agents stop its tests within a fraction of a second."""
+BUSY_POLL_S = 0.5
+"""How often a host busy with a test that is not the fleet's is asked again."""
 RENEWALS_PER_LEASE = 3
 """How many times a lease is renewed within its length: two renewals may fail (a slow or
 briefly unreachable database) before it ends."""
@@ -148,11 +150,20 @@ class SharedRun:
 
     def unreachable(self, *hosts: str) -> str | None:
         """Why the first of ``hosts`` whose agent does not answer the status request is
-        unreachable (None: all answer), as a round says it."""
+        unreachable (None: all answer), as a round says it. A host busy with a test that
+        is not the fleet's (the database keeps the fleet's own apart) is waited for, up to
+        the runner's busy_wait_s, as a round waits (the heartbeat holds the lease
+        meanwhile, up to the round limit); then its test is tried, and its agent refuses
+        it with "busy" if it still has no free slot."""
         for host in hosts:
             agent = self.runner.agent(host)
+            end = self.runner.clock() + self.runner.busy_wait_s
             try:
-                self.runner.status(agent)
+                status = self.runner.status(agent)
+                while status.get("state") == "busy" and self.runner.clock() < end:
+                    if self.stop.wait(BUSY_POLL_S) or self.ended.is_set():
+                        break
+                    status = self.runner.status(agent)
             except (NetprobeError, OSError) as exc:
                 why = f"agent {host} ({agent.address}) is unreachable: {exc}"
                 self.runner.progress.note(why)
