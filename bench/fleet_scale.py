@@ -4,7 +4,8 @@ real claim, lease and archive paths on a real PostgreSQL (netprobe.fleet.claims)
 tests' time simulated.
 
 The fleet file's mesh is planned by the real planner (rounds made as they are reached)
-and queued whole; then the simulation runs in waves of simulated time: at each wave's
+and queued as a shared runner queues it, rounds added as the queue runs low
+(ClaimStore.top_up); the simulation runs in waves of simulated time: at each wave's
 start the runner claims pairs until no pair can be taken or every host is held, the
 claimed tests "run" for ``--test-s`` simulated seconds, and all complete together (each
 archiving a record with a real Result, made once by a loopback test). So the waves a mesh
@@ -15,14 +16,14 @@ expiry and re-queue paths run too: each abandoned pair is re-queued and done lat
 
 Reports: rounds vs theory; host overlaps (the witness: a host claimed twice in one wave,
 and the database's own slot history) which must be 0; claims and completions per second;
-how long one claim that finds nothing takes with the whole queue behind it (what every
-idle worker of a real runner asks each poll); the database's size per 1,000 results and
-per 1,000 queued pairs.
+how long one claim that finds nothing takes (what every idle worker of a real runner asks
+each poll); the time spent topping the queue up; the database's size per 1,000 results
+and per 1,000 queued pairs.
 
     python bench/fleet_scale.py [--url postgresql://...] [--agents 1000] [--rounds 40]
 
-``--rounds`` stops after that many waves (the whole queue is still made: a 1,000-agent
-mesh is 999,000 pairs); without ``--url`` a throwaway server is started as the tests do.
+``--rounds`` stops after that many waves; without ``--url`` a throwaway server is started
+as the tests do.
 A benchmark, not a test: it asserts nothing (tests/test_fleet_scale.py checks its logic).
 """
 from __future__ import annotations
@@ -41,8 +42,9 @@ from typing import Any
 from netprobe import convert
 from netprobe.archives import PairRecord, Run, open_archive
 from netprobe.fleet import config
-from netprobe.fleet.claims import Claim, QueuedPair, claim_store
+from netprobe.fleet.claims import Claim, claim_store
 from netprobe.fleet.schedule import plan
+from netprobe.fleet.shared import AHEAD_MIN_PAIRS, AHEAD_PER_AGENT, RoundQueue
 from netprobe.schema import Result
 
 EPOCH = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
@@ -97,14 +99,20 @@ def simulate(url: str, agents: int, *, test_s: float = 30.0, rounds: int | None 
         store = claim_store(archive, claimer="scale-sim", grace_s=60.0)
         archive.start_run(Run(run_id, fleet.path, EPOCH.isoformat(), len(planned),
                               planned.tests))
+        # The rounds go into the queue as it runs low, as a shared runner's do.
+        queue = RoundQueue(planned, {"mesh": test_s})
+        ahead = max(AHEAD_MIN_PAIRS, AHEAD_PER_AGENT * agents)
         started = time.monotonic()
-        out["queued"] = store.enqueue(run_id, (QueuedPair(r.group, r.index, s, t, test_s)
-                                               for r in planned for s, t in r.pairs))
+        out["queued"] = store.top_up(run_id, queue, ahead)
         out["queue_s"] = time.monotonic() - started
         out["empty_claim_s"] = _empty_claim_s(store, run_id, agents)
         waves = witness = abandoned = claims = 0
-        claim_s = complete_s = 0.0
-        while store.remaining(run_id) and (rounds is None or waves < rounds):
+        claim_s = complete_s = top_up_s = 0.0
+        while ((store.rounds_queued(run_id) < len(queue) or store.remaining(run_id))
+               and (rounds is None or waves < rounds)):
+            begun = time.monotonic()
+            store.top_up(run_id, queue, ahead)
+            top_up_s += time.monotonic() - begun
             begun = time.monotonic()
             wave = _claim_wave(store, run_id, agents)
             claim_s += time.monotonic() - begun
@@ -131,6 +139,7 @@ def simulate(url: str, agents: int, *, test_s: float = 30.0, rounds: int | None 
         out.update(rounds=waves, claims=claims, abandoned=abandoned, witness_overlaps=witness,
                    claims_per_s=claims / claim_s if claim_s else 0.0,
                    completions_per_s=(claims - abandoned) / complete_s if complete_s else 0.0,
+                   top_up_s=top_up_s, rounds_queued=store.rounds_queued(run_id),
                    remaining=store.remaining(run_id), refused=store.refused,
                    rechecked=store.rechecked)
         out.update(_database(archive, run_id))

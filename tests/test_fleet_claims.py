@@ -488,3 +488,40 @@ def test_the_exporter_shows_the_schedules_health(postgres_url: str, result: Resu
     with open_archive(url) as archive:
         archive.finish_run(run_id, utc_now_iso(), "done")
     assert _schedule_series(url) == {}  # a finished run's queue is history, not health
+
+
+def test_rounds_are_queued_as_the_queue_runs_low_and_each_pair_once(postgres_url: str,
+                                                                   result: Result) -> None:
+    """A run's rounds go into the queue as it runs low, not whole (a 1,000-agent mesh is
+    999,000 pairs, a 10,000-agent one 10^8): two claimers topping up as they work through
+    a 10-agent mesh (90 pairs in 18 rounds of 5) never see more than the low-water mark and
+    a round waiting, and do every pair once."""
+    from netprobe.fleet import config
+    from netprobe.fleet.schedule import plan
+    from netprobe.fleet.shared import RoundQueue
+
+    text = "".join(f'[agents.q{i}]\naddress = "127.0.0.1"\n' for i in range(10))
+    fleet = config.parse(config.tomllib.loads(text + '[groups.m]\ntype = "mesh"\n'), "q.toml")
+    queue = RoundQueue(plan(fleet, None, 1), {"m": 5.0})
+    assert len(queue) == 18 and sum(len(r) for r in queue) == 90
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    with open_archive(postgres_url) as one, open_archive(postgres_url) as two:
+        one.start_run(Run(run_id, "q.toml", utc_now_iso(), 18, 90))
+        a, b = claim_store(one, "a"), claim_store(two, "b")
+        assert a.top_up(run_id, queue, 12) == 15 and a.rounds_queued(run_id) == 3
+        assert b.top_up(run_id, queue, 12) == 0  # 15 wait already: nothing more
+        most = 15
+        for step in range(400):  # bounded: 90 pairs, each claimed and completed once
+            store = (a, b)[step % 2]
+            claim = store.claim(run_id)
+            if claim is not None:
+                store.complete(claim, _record(claim, result))
+            store.top_up(run_id, queue, 12)
+            waiting = len([p for p in store.pairs(run_id) if p["state"] == "queued"])
+            most = max(most, waiting)
+            if store.rounds_queued(run_id) == 18 and store.remaining(run_id) == 0:
+                break
+        assert a.rounds_queued(run_id) == 18 and a.remaining(run_id) == 0
+    assert most <= 12 + 5, most
+    per_pair = _results_per_pair(postgres_url, run_id)
+    assert len(per_pair) == 90 and set(per_pair.values()) == {1}

@@ -83,7 +83,11 @@ _TABLES = [
     "CREATE INDEX IF NOT EXISTS fleet_slots_held ON fleet_slots (host) "
     "WHERE released IS NULL",
     "CREATE INDEX IF NOT EXISTS fleet_slots_lease ON fleet_slots (lease)",
+    # how many of a run's rounds are queued (they are queued as the queue runs low)
+    "CREATE TABLE IF NOT EXISTS fleet_queue (run_id TEXT PRIMARY KEY REFERENCES runs(run_id), "
+    "rounds_queued BIGINT NOT NULL DEFAULT 0)",
 ]
+_NEWEST_TABLE = "fleet_queue"  # missing: the tables are made (or the newest added)
 
 
 class LeaseLost(ArchiveError):
@@ -165,13 +169,14 @@ class ClaimStore:
             # DDL, even IF NOT EXISTS, locks the tables it names: run it only when a table
             # is missing, one runner at a time, so that a runner joining a busy fleet does
             # not deadlock with the claims in flight
-            if cursor.execute("SELECT to_regclass('fleet_slots')").fetchone()[0] is None:
+            if cursor.execute("SELECT to_regclass(%s)", (_NEWEST_TABLE,)).fetchone()[0] is None:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
                 # look again once the lock is ours: a runner that waited for the creator
                 # finds the tables made, and must not run the DDL again (CREATE INDEX IF
                 # NOT EXISTS takes its table's SHARE lock before it finds the index, so it
                 # would wait on the creator's claims in flight, and deadlock with them)
-                if cursor.execute("SELECT to_regclass('fleet_slots')").fetchone()[0] is None:
+                if cursor.execute("SELECT to_regclass(%s)",
+                                  (_NEWEST_TABLE,)).fetchone()[0] is None:
                     self._btree_gist(cursor)
                     for statement in _TABLES:
                         cursor.execute(statement)
@@ -202,25 +207,49 @@ class ClaimStore:
         with self._transaction() as cursor:
             # one enqueuer a run at a time: runners started together queue it once
             cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,))
-            seq = cursor.execute("SELECT COALESCE(MAX(seq), 0) FROM fleet_pairs "
-                                 "WHERE run_id = %s", (run_id,)).fetchone()[0]
+            seq = _last_seq(cursor, run_id)
             batches = iter(pairs)
             while batch := list(itertools.islice(batches, ENQUEUE_BATCH)):
-                cursor.execute("INSERT INTO fleet_hosts (host) SELECT DISTINCT "
-                               "unnest(%s::text[]) ON CONFLICT DO NOTHING",
-                               ([h for p in batch for h in (p.source, p.target)],))
-                cursor.execute(
-                    "INSERT INTO fleet_pairs (run_id, grp, round, source, target, seq, "
-                    "duration_s) SELECT %s, * FROM unnest(%s::text[], %s::bigint[], "
-                    "%s::text[], %s::text[], %s::bigint[], %s::float8[]) "
-                    "ON CONFLICT DO NOTHING",
-                    (run_id, [p.group for p in batch], [p.round for p in batch],
-                     [p.source for p in batch], [p.target for p in batch],
-                     list(range(seq + 1, seq + 1 + len(batch))),
-                     [p.duration_s for p in batch]))
+                added += _insert(cursor, run_id, batch, seq)
                 seq += len(batch)
-                added += cursor.rowcount
         return added
+
+    def top_up(self, run_id: str, rounds: Sequence[Sequence[QueuedPair]], ahead: int) -> int:
+        """Queue ``run_id``'s next rounds (``rounds[i]``: the i-th round's pairs, in the
+        plan's order) until at least ``ahead`` pairs wait or every round is queued. The
+        count of rounds queued is kept with the run, under the run's lock, so that runners
+        working on it together queue each round once. The pairs this call queued.
+
+        A run's rounds are queued as they are needed, not whole: a 1,000-agent mesh is
+        999,000 pairs (22.9 s to queue, and a claim that found nothing scanned them all),
+        a 10,000-agent one 10^8."""
+        added = 0
+        with self._transaction() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,))
+            row = cursor.execute("SELECT rounds_queued FROM fleet_queue WHERE run_id = %s",
+                                 (run_id,)).fetchone()
+            done = int(row[0]) if row else 0
+            if done >= len(rounds):
+                return 0
+            waiting = int(cursor.execute(
+                "SELECT count(*) FROM fleet_pairs WHERE run_id = %s AND state = 'queued'",
+                (run_id,)).fetchone()[0])
+            seq = _last_seq(cursor, run_id)
+            while waiting < ahead and done < len(rounds):
+                batch = list(rounds[done])
+                added += _insert(cursor, run_id, batch, seq)
+                seq, waiting, done = seq + len(batch), waiting + len(batch), done + 1
+            cursor.execute("INSERT INTO fleet_queue (run_id, rounds_queued) VALUES (%s, %s) "
+                           "ON CONFLICT (run_id) DO UPDATE SET rounds_queued = "
+                           "EXCLUDED.rounds_queued", (run_id, done))
+        return added
+
+    def rounds_queued(self, run_id: str) -> int:
+        """How many of ``run_id``'s rounds :meth:`top_up` has queued."""
+        with self._transaction() as cursor:
+            row = cursor.execute("SELECT rounds_queued FROM fleet_queue WHERE run_id = %s",
+                                 (run_id,)).fetchone()
+        return int(row[0]) if row else 0
 
     def join_run(self, run: Run) -> bool:
         """Record ``run`` in the archive's runs unless a runner did already; whether this
@@ -420,7 +449,8 @@ _HEALTH = (
     "WHERE r.status = 'incomplete' GROUP BY p.grp")
 
 HEALTH_SERIES = {
-    "queued_pairs": "Pairs of unfinished shared runs waiting for a runner.",
+    "queued_pairs": "Pairs of unfinished shared runs waiting in the queue for a runner (a "
+                    "run's rounds are queued as the queue runs low).",
     "leases": "Pairs of unfinished shared runs held by a runner's lease now.",
     "runners": "Runners holding at least one lease of the group now.",
     "late_leases": "Leases past their end not yet released (a dead or stalled runner's: "
@@ -449,6 +479,27 @@ def schedule_health(archive: Any) -> dict[str, tuple[str, dict[str, float]]]:
         for name, value in zip(HEALTH_SERIES, values):
             found[name][1][str(group)] = float(value)
     return found
+
+
+def _last_seq(cursor: Any, run_id: str) -> int:
+    """The highest queue position ``run_id``'s pairs hold (0 for none)."""
+    return int(cursor.execute("SELECT COALESCE(MAX(seq), 0) FROM fleet_pairs WHERE run_id = %s",
+                              (run_id,)).fetchone()[0])
+
+
+def _insert(cursor: Any, run_id: str, batch: list[QueuedPair], seq: int) -> int:
+    """Queue ``batch`` after position ``seq`` (its hosts made known); a pair queued
+    already is left as it is. How many were new."""
+    cursor.execute("INSERT INTO fleet_hosts (host) SELECT DISTINCT unnest(%s::text[]) "
+                   "ON CONFLICT DO NOTHING", ([h for p in batch for h in (p.source, p.target)],))
+    cursor.execute(
+        "INSERT INTO fleet_pairs (run_id, grp, round, source, target, seq, duration_s) "
+        "SELECT %s, * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], "
+        "%s::bigint[], %s::float8[]) ON CONFLICT DO NOTHING",
+        (run_id, [p.group for p in batch], [p.round for p in batch],
+         [p.source for p in batch], [p.target for p in batch],
+         list(range(seq + 1, seq + 1 + len(batch))), [p.duration_s for p in batch]))
+    return int(cursor.rowcount)
 
 
 @contextlib.contextmanager

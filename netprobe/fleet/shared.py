@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from typing import overload
 
 import attrs
 
@@ -31,7 +32,7 @@ from netprobe.archives import ArchiveError, PairRecord, Run
 from netprobe.errors import NetprobeError
 from netprobe.fleet.claims import Claim, ClaimStore, LeaseLost, QueuedPair, claim_store
 from netprobe.fleet.runner import FleetRunner, RunSummary, _tally, check_groups
-from netprobe.fleet.schedule import plan, run_number
+from netprobe.fleet.schedule import Plan, plan, run_number
 from netprobe.host import utc_now_iso
 from netprobe.schema import Result
 
@@ -39,6 +40,11 @@ POLL_S = 0.5
 """How long a worker that found no free pair waits before it looks again."""
 MAX_WORKERS = 64
 """The most tests one runner runs at once (the hosts bound it first: n/2 pairs)."""
+AHEAD_PER_AGENT = 4
+AHEAD_MIN_PAIRS = 64
+"""A shared run's queue holds at least max(AHEAD_MIN_PAIRS, AHEAD_PER_AGENT x agents)
+pairs while rounds are left (about 8 mesh rounds: enough that a free host finds a pair,
+few enough that a claim never scans a whole mesh's queue)."""
 LEASE_S = 20.0
 """A claim's lease unless the fleet file sets ``lease`` (or the round limit, if shorter):
 how long a dead runner's pairs wait. It is renewed every third of itself while the test
@@ -51,6 +57,33 @@ BUSY_POLL_S = 0.5
 RENEWALS_PER_LEASE = 3
 """How many times a lease is renewed within its length: two renewals may fail (a slow or
 briefly unreachable database) before it ends."""
+
+
+class RoundQueue(Sequence[list[QueuedPair]]):
+    """A plan's rounds as the pairs to queue, each made when it is asked for (a plan's
+    rounds are made as they are reached: a 10,000-agent mesh is never held whole)."""
+
+    def __init__(self, rounds: Plan, limits: dict[str, float]) -> None:
+        self.rounds = rounds
+        self.limits = limits
+        """Each group's round limit: a pair's ``duration_s`` in the queue (its lease
+        renewals stop there)."""
+
+    def __len__(self) -> int:
+        return len(self.rounds)
+
+    @overload
+    def __getitem__(self, index: int) -> list[QueuedPair]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[list[QueuedPair]]: ...
+
+    def __getitem__(self, index: int | slice
+                    ) -> list[QueuedPair] | Sequence[list[QueuedPair]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        r = self.rounds[index]
+        return [QueuedPair(r.group, r.index, s, t, self.limits[r.group]) for s, t in r.pairs]
 
 
 def shared_run_id(fleet_path: str, groups: Sequence[str], numbers: Sequence[int]) -> str:
@@ -72,6 +105,10 @@ class SharedRun:
     poll_s: float = POLL_S
     ended: threading.Event = attrs.field(factory=threading.Event)
     """This run's own end for its workers (the first archive failure, or the run over)."""
+    queue: Sequence[Sequence[QueuedPair]] = ()
+    """The run's rounds, queued as the queue runs low (ClaimStore.top_up)."""
+    ahead: int = 0
+    """How many pairs to keep waiting in the queue."""
     records: list[PairRecord] = attrs.field(factory=list)
     counts: dict[str, int] = attrs.field(factory=dict)
     failure: BaseException | None = None
@@ -88,7 +125,9 @@ class SharedRun:
             while not (self.stop.is_set() or self.ended.is_set()):
                 claim = self.store.claim(self.run_id)
                 if claim is None:
-                    if self.store.remaining(self.run_id) == 0:
+                    if self.store.top_up(self.run_id, self.queue, self.ahead):
+                        continue  # more rounds queued: look again at once
+                    if self.finished():
                         return
                     self.ended.wait(self.poll_s)
                     continue
@@ -117,10 +156,16 @@ class SharedRun:
                 with self._lock:
                     _tally(record, self.records, self.counts)
                 self.runner.progress.pair_done(record)
+                self.store.top_up(self.run_id, self.queue, self.ahead)  # keep it fed
         except BaseException as exc:  # an archive failure: this runner stops
             with self._lock:
                 self.failure = self.failure or exc
             self.ended.set()
+
+    def finished(self) -> bool:
+        """Whether every round of the run is queued and every pair done."""
+        return (self.store.rounds_queued(self.run_id) >= len(self.queue)
+                and self.store.remaining(self.run_id) == 0)
 
     def heartbeat(self, done: threading.Event, lease_s: float) -> None:
         """Renew every held lease each ``lease_s / RENEWALS_PER_LEASE`` seconds until
@@ -191,13 +236,14 @@ def run_shared(runner: FleetRunner, groups: Sequence[str] | None = None,
     lease_s = runner.fleet.lease_s or LEASE_S
     store = claim_store(runner.archive, claimer, grace_s=0.0, lease_s=lease_s)
     store.join_run(Run(run_id, runner.fleet.path, utc_now_iso(), len(rounds), rounds.tests))
-    limits = {g.name: g.round_limit_s() for g in chosen}
-    queued = store.enqueue(run_id, (QueuedPair(r.group, r.index, s, t, limits[r.group])
-                                    for r in rounds for s, t in r.pairs))
+    queue = RoundQueue(rounds, {g.name: g.round_limit_s() for g in chosen})
+    ahead = max(AHEAD_MIN_PAIRS, AHEAD_PER_AGENT * len(runner.fleet.agents))
+    queued = store.top_up(run_id, queue, ahead)
     runner.progress.note(f"shared run {run_id}: {queued:,} pairs queued here, "
-                         f"{store.remaining(run_id):,} to do")
+                         f"{store.remaining(run_id):,} waiting, {rounds.tests:,} in all")
     count = workers or max(1, min(MAX_WORKERS, len(runner.fleet.agents) // 2))
-    share = SharedRun(runner, store, run_id, stop or threading.Event(), poll_s)
+    share = SharedRun(runner, store, run_id, stop or threading.Event(), poll_s,
+                      queue=queue, ahead=ahead)
     threads = [threading.Thread(target=share.work, daemon=True, name=f"np-shared-{i}")
                for i in range(count)]
     beating = threading.Event()
@@ -215,7 +261,7 @@ def run_shared(runner: FleetRunner, groups: Sequence[str] | None = None,
         if share.failure is not None:
             status = "failed"
             raise share.failure
-        if store.remaining(run_id) == 0:
+        if share.finished():
             status = "done"
             runner.archive.finish_run(run_id, utc_now_iso(), "done")
     finally:
