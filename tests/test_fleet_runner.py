@@ -234,3 +234,35 @@ def test_a_plugin_bug_fails_its_pair_not_the_round(tmp_path: Path) -> None:
         summary = runner.run_once()
     assert [r.outcome for r in summary.records] == ["failed", "failed"]
     assert all("plugin bug" in str(r.error) for r in summary.records)
+
+
+def test_a_second_runner_on_one_sqlite_file_is_refused_saying_why(agents: dict[str, int],
+                                                                  tmp_path: Path) -> None:
+    """SQLite keeps one runner's schedule in that runner: a second `fleet run` on the same
+    file would put hosts in two tests at once (each figure halved, silently). It is
+    refused in one line naming the way to share a fleet; once the first is gone, a runner
+    starts again (the kernel drops the lock with the process, even one killed)."""
+    text = "".join(f'[agents.{n}]\naddress = "127.0.0.1"\nport = {agents[n]}\n'
+                   for n in ("a", "b")) + '[groups.m]\ntype = "mesh"\nevery = "1h"\n'
+    fleet = tmp_path / "one.toml"
+    fleet.write_text(text + "spec = { duration = 0.3 }\n")
+    db = tmp_path / "one.db"
+    first = subprocess.Popen([*NETPROBE, "fleet", "run", str(fleet), "--forever", "-q",
+                              "--archive", str(db)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "one.db.runner-lock").exists() or not (
+                tmp_path / "one.db.runner-lock").read_text().strip():
+            assert time.monotonic() < deadline and first.poll() is None, "no lock taken"
+            time.sleep(0.1)
+        second = _cli("fleet", "run", str(fleet), "-q", "--archive", str(db))
+        assert second.returncode != 0
+        assert len(second.stderr.strip().splitlines()) == 1, second.stderr
+        assert f"another fleet runner (pid {first.pid})" in second.stderr
+        assert "PostgreSQL archive and `fleet run --shared`" in second.stderr
+    finally:
+        first.kill()  # SIGKILL: no chance to let go of anything itself
+        first.wait(10)
+    again = _cli("fleet", "run", str(fleet), "-q", "--archive", str(db))
+    assert again.returncode == 0, again.stderr

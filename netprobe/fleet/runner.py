@@ -12,12 +12,15 @@ progress events.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
+import os
 import random
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Callable, Protocol
 
 import attrs
@@ -33,6 +36,47 @@ from netprobe.host import utc_now_iso
 from netprobe.plugin import Tool
 from netprobe.reporting import NullReporter
 from netprobe.schema import Result, TestSpec
+
+
+@contextlib.contextmanager
+def one_runner(archive: Archive | None) -> Iterator[None]:
+    """Hold a SQLite archive's runner lock for the block (``FILE.runner-lock`` beside it,
+    an flock the kernel releases when the process ends, however it ends): a second runner
+    on the same file is refused, saying so. SQLite keeps one runner's schedule in that
+    runner alone, so a second would put hosts in two tests at once and halve both figures
+    without a word. Several runners share a fleet through PostgreSQL (``--shared``). Any
+    other archive, or a file that cannot be locked (a read-only mount): nothing held."""
+    from netprobe.archives.sqlite import SqliteArchive, path_of
+
+    if not isinstance(archive, SqliteArchive):
+        yield
+        return
+    path = os.path.abspath(path_of(archive.url)) + ".runner-lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield  # nowhere to write the lock: nor the results; the archive says so
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            raise ArchiveError(
+                f"archive {archive.url}: another fleet runner{_pid(holder)} is running on "
+                "this SQLite file; one SQLite archive keeps one runner (a second would put "
+                "hosts in two tests at once): for several runners use a PostgreSQL archive "
+                "and `fleet run --shared`") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # the lock goes with the descriptor
+
+
+def _pid(text: str) -> str:
+    return f" (pid {text})" if text.isdigit() else ""
+
 
 BUSY_WAIT_S = 30.0
 """How long a round waits for a host busy with a test that is not the fleet's."""

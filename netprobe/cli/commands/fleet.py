@@ -4,6 +4,7 @@ cli/fleetview.py's; this module reads the arguments and decides what to show."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import threading
@@ -141,7 +142,7 @@ def handle_run(args: argparse.Namespace, _load_registry: RegistryLoader) -> int:
     """Run the fleet once, or keep its schedule; each record goes to the archive as it ends."""
     from netprobe.archives import open_archive
     from netprobe.cli.fleetview import FleetBar
-    from netprobe.fleet.runner import FleetRunner, QuietProgress
+    from netprobe.fleet.runner import FleetRunner, QuietProgress, one_runner
 
     fleet = _load(args.file, args.secret_file)
     known = {g.name for g in fleet.groups}
@@ -153,20 +154,12 @@ def handle_run(args: argparse.Namespace, _load_registry: RegistryLoader) -> int:
         bar = None if quiet else FleetBar()
         runner = FleetRunner(fleet, archive, bar or QuietProgress())
         try:
-            if args.forever and args.shared:
-                from netprobe.fleet.shared import run_shared_forever
-
-                run_shared_forever(runner, threading.Event())  # ends with Ctrl-C or SIGTERM
+            with contextlib.ExitStack() as held:
+                if not args.shared:
+                    held.enter_context(one_runner(archive))
+                summary = _run(args, runner)
+            if summary is None:
                 return ExitCode.OK
-            if args.forever:
-                runner.run_forever(threading.Event())  # ends with Ctrl-C or SIGTERM
-                return ExitCode.OK
-            if args.shared:
-                from netprobe.fleet.shared import run_shared
-
-                summary = run_shared(runner, args.group)
-            else:
-                summary = runner.run_once(args.group)
         finally:
             if bar is not None:
                 bar.stop()
@@ -189,6 +182,24 @@ def handle_run(args: argparse.Namespace, _load_registry: RegistryLoader) -> int:
                            f"{summary.total:,}: " + ", ".join(
                                f"{n:,} {o}" for o, n in sorted(summary.counts.items())) + ")")
     return ExitCode.OK if summary.count("ok") == summary.total else ExitCode.TEST_FAILED
+
+
+def _run(args: argparse.Namespace, runner: Any) -> Any:
+    """The run (or the schedule) ``args`` ask for; its summary, None for --forever (it
+    ends with Ctrl-C or SIGTERM)."""
+    if args.forever and args.shared:
+        from netprobe.fleet.shared import run_shared_forever
+
+        run_shared_forever(runner, threading.Event())
+        return None
+    if args.forever:
+        runner.run_forever(threading.Event())
+        return None
+    if args.shared:
+        from netprobe.fleet.shared import run_shared
+
+        return run_shared(runner, args.group)
+    return runner.run_once(args.group)
 
 
 def _record_json(record: PairRecord) -> dict[str, Any]:
