@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from netprobe.driven import is_listening
 
@@ -94,14 +94,15 @@ def exporter_process(*args: str) -> Iterator[tuple[str, subprocess.Popen]]:
 @contextlib.contextmanager
 def netprobe_server(
     *args: str, host: str = "127.0.0.1", env: dict | None = None,
-    preexec: Callable[[], None] | None = None,
+    preexec: Callable[[], None] | None = None, command: Sequence[str] = tuple(NETPROBE),
 ) -> Iterator[ServerProcess]:
     """Run ``netprobe server -B host -p PORT ARGS`` for the duration of the block
-    (``preexec`` runs in the child before it starts: e.g. to lower a resource limit)."""
+    (``preexec`` runs in the child before it starts: e.g. to lower a resource limit;
+    ``command`` is how netprobe is started, ``python -m netprobe`` by default)."""
     port = free_port(host)
     with tempfile.NamedTemporaryFile(prefix="netprobe-server-", suffix=".log") as log:
         proc = subprocess.Popen(
-            [*NETPROBE, "server", "-B", host, "-p", str(port), *args],
+            [*command, "server", "-B", host, "-p", str(port), *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

@@ -198,3 +198,67 @@ def test_at_the_tasks_limit_connections_are_closed_and_the_port_serves_again(
     assert "no thread to serve it (the tasks limit)" in log
     assert "Traceback" not in log, log[-2000:]
 
+
+
+# --- descriptors past select's 1024 ----------------------------------------------------
+
+HIGH_FDS = 1100
+
+
+# netprobe started with its descriptors 3 to 1,102 held open (on /dev/null), so that every
+# socket it makes is numbered past 1024, as on a busy server. Held after an exec of its own
+# and kept across the next: opened in a preexec, they would land above the parent's
+# close-on-exec descriptors, whose places come free again at the exec.
+HIGH = [sys.executable, "-c", "import os, sys\n"
+        f"for _ in range({HIGH_FDS}):\n"
+        "    os.set_inheritable(os.open(os.devnull, os.O_RDONLY), True)\n"
+        "os.execv(sys.executable, [sys.executable, '-m', 'netprobe', *sys.argv[1:]])"]
+
+
+def _run_high(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*HIGH, *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def high_server() -> Iterator[tuple[int, int]]:
+    """A `netprobe server --iperf3 --allow-third-party` whose sockets are numbered past
+    1024: its port and its iperf3 port."""
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < HIGH_FDS + 200:
+        pytest.skip(f"the open-files limit is under {HIGH_FDS + 200}")
+    iperf3_port = free_port()
+    with netprobe_server("--iperf3", "--iperf3-port", str(iperf3_port), "--allow-third-party",
+                         command=HIGH) as server:
+        assert server.fds() > HIGH_FDS
+        yield server.port, iperf3_port
+
+
+def test_latency_probes_work_with_descriptors_past_1024(high_server: tuple[int, int]) -> None:
+    # select() refuses a descriptor of 1024 or more: the probe sender and the echo died.
+    run = _run_high("run", "127.0.0.1", "-p", str(high_server[0]), "-t", "1", "--latency",
+                    "--json")
+    assert run.returncode == 0, run.stderr[-800:]
+    doc = json.loads(run.stdout)
+    assert doc["status"] == "ok" and doc["latency"]["count"] > 0, doc.get("latency")
+
+
+def test_a_third_party_test_is_not_stopped_for_a_descriptor_past_1024(
+    high_server: tuple[int, int],
+) -> None:
+    # The agent's requester watch took select's refusal for a requester gone, and stopped
+    # every third-party test at once.
+    run = _run_high("run", "--from", "127.0.0.1", "--agent-port", str(high_server[0]),
+                    "--to", "127.0.0.1", "-p", str(high_server[0]), "-t", "1", "--json")
+    assert run.returncode == 0, run.stderr[-800:]
+    doc = json.loads(run.stdout)
+    assert doc["status"] == "ok" and doc["summaries"][0]["receiver"]["bytes"] > 0
+
+
+def test_the_iperf3_client_works_with_descriptors_past_1024(
+    high_server: tuple[int, int],
+) -> None:
+    run = _run_high("run", "127.0.0.1", "--iperf3", "-p", str(high_server[1]), "-t", "1",
+                    "--json")
+    assert run.returncode == 0, run.stderr[-800:]
+    assert json.loads(run.stdout)["summaries"][0]["receiver"]["bytes"] > 0

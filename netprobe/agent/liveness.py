@@ -13,9 +13,10 @@ connection, so it is seen as gone within :data:`DEAD_PEER_S`.
 from __future__ import annotations
 
 import ctypes
-import select
 import socket
 import threading
+
+from netprobe.engine.protocol import readable
 
 LOOK_S = 0.2
 """How often the watch looks at the connection."""
@@ -42,8 +43,7 @@ def gone(sock: socket.socket) -> str | None:
     """Why the peer of ``sock`` is gone (closed, reset, timed out), None if it is not:
     looked at without taking anything from the connection."""
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
-        if not readable:
+        if not readable(sock, 0):
             return None
         data = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
     except BlockingIOError:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import select
 import socket
 import threading
 import time
@@ -30,7 +29,7 @@ from netprobe.engine.probes import (
     pack,
     unpack,
 )
-from netprobe.engine.protocol import DataHello, close_quietly
+from netprobe.engine.protocol import DataHello, close_quietly, readable
 from netprobe.engine.sockets import udp_answer
 
 
@@ -91,8 +90,7 @@ class Echo:
         transport = self._transport
         assert transport is not None
         while not self._closed.is_set():
-            readable, _, _ = select.select([transport.sock], [], [], 0.25)
-            if not readable:
+            if not readable(transport.sock, 0.25):
                 continue
             try:
                 frames = transport.receive()

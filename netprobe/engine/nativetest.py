@@ -7,7 +7,6 @@ run through a :class:`~netprobe.engine.side.Side` and a
 from __future__ import annotations
 
 import secrets
-import select
 import socket
 import threading
 import time
@@ -17,7 +16,7 @@ from netprobe.engine.admission import test_memory
 from netprobe.engine.conduct import REPORT_WAIT_S, Conductor, Reader
 from netprobe.engine.handlers import ControlConnection
 from netprobe.engine.log import client, escape
-from netprobe.engine.protocol import DataHello, close_quietly
+from netprobe.engine.protocol import DataHello, close_quietly, readable
 from netprobe.engine.side import LocalStream, Side
 from netprobe.engine.sockets import apply_options, udp_answer
 from netprobe.errors import ProtocolError, SpecError
@@ -216,8 +215,7 @@ def _side_words(side: Side) -> str:
 
 def _peer_closed(sock: socket.socket) -> bool:
     """True if the peer has closed the connection (readable with nothing to read)."""
-    readable, _, _ = select.select([sock], [], [], 0)
-    if not readable:
+    if not readable(sock, 0):
         return False
     try:
         return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""

@@ -5,7 +5,6 @@ beside a test, matches the echoes and returns a :class:`~netprobe.latency.figure
 
 from __future__ import annotations
 
-import select
 import socket
 import threading
 import time
@@ -29,7 +28,7 @@ from netprobe.engine.probes import (
     pack,
     unpack,
 )
-from netprobe.engine.protocol import Channel, DataHello, close_quietly
+from netprobe.engine.protocol import Channel, DataHello, close_quietly, readable
 from netprobe.errors import NetprobeError, ProtocolError, TestFailed
 from netprobe.latency.figures import Phase, ProbeLog, ProbeSample
 
@@ -142,8 +141,7 @@ class Prober:
             due = self.t0 + seq * step
             sending = not self._stop_sending.is_set() and seq < self._max_probes
             wait = max(0.0, due - core.monotonic()) if sending else 0.05
-            readable, _, _ = select.select([transport.sock], [], [], wait)
-            if readable and not self._receive(transport):
+            if readable(transport.sock, wait) and not self._receive(transport):
                 return
             # Checked again: stop() may have come while this thread waited for the due time.
             if sending and not self._stop_sending.is_set() and core.monotonic() >= due:

@@ -439,6 +439,16 @@ class Channel:
         close_quietly(self.sock)
 
 
+def readable(sock: socket.socket, timeout_s: float) -> bool:
+    """Whether ``sock`` has something to read (data, its end, an error) within
+    ``timeout_s``. poll, not select: select refuses a descriptor of 1024 or more, which a
+    busy server reaches (its limit is 20,000 under the shipped unit); ValueError for a
+    socket already closed, as select gave."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(max(0.0, timeout_s) * 1000))
+
+
 def _wait(sock: socket.socket, events: int, deadline: float | None) -> bool:
     """Poll ``sock`` for ``events`` until ``deadline`` (None: no limit); False on timeout.
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import select
 import socket
 import time
 from typing import Any, Callable
@@ -25,6 +24,7 @@ from netprobe.engine.assemble import build_result, cpu_by_role_of, streams_and_f
 from netprobe.engine.conduct import Outcome
 from netprobe.engine.iperf3 import wire
 from netprobe.engine.iperf3.udp import UdpStream
+from netprobe.engine.protocol import readable
 from netprobe.engine.side import SENDER_DRAIN_S, LocalStream, Side, default_length
 from netprobe.engine.sockets import (
     apply_options,
@@ -224,8 +224,7 @@ class Iperf3Client:
         """Wait up to ``seconds`` for the control connection; anything the server says
         during the test ends it (an error, a stop, a close)."""
         assert self.conn is not None
-        readable, _, _ = select.select([self.conn], [], [], max(0.0, seconds))
-        if readable:
+        if readable(self.conn, seconds):
             state = self._state(1.0)
             raise TestFailed(f"{self.where} broke iperf3's protocol: state {state} "
                              "during the test")
