@@ -95,8 +95,10 @@ class Lab:
     def host(self, name: str) -> str:
         """A new namespace (loopback up); returns its full name."""
         ns = f"{self.tag}{name}"
-        _sh(["ip", "netns", "add", ns])
+        # Listed for the clean-up before it is made: an add that timed out (30 s, the
+        # kernel busy tearing other namespaces down) may still have made it.
         self.namespaces.append(ns)
+        _sh(["ip", "netns", "add", ns])
         self.ip(ns, "link", "set", "lo", "up")
         return ns
 

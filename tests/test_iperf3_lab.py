@@ -121,8 +121,9 @@ def next_result(path: Path, seen: int) -> dict:
     """The server's Result of the test that just ended (the ``seen``-th line on), waited
     for within RESULT_WAIT_S: the server writes it once its test's teardown is done."""
     for _ in range(int(RESULT_WAIT_S / 0.05)):
-        lines = path.read_text().splitlines() if path.exists() else []
-        if len(lines) > seen:
+        # whole lines only: one being written has no newline yet
+        lines = path.read_text().splitlines(keepends=True) if path.exists() else []
+        if len(lines) > seen and lines[seen].endswith("\n"):
             return dict(json.loads(lines[seen]))
         time.sleep(0.05)
     raise AssertionError(f"netprobe server wrote no Result within {RESULT_WAIT_S:g} s "
