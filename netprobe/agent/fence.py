@@ -35,7 +35,10 @@ import time
 from pathlib import Path
 
 PREFIX = "netprobe_fence_"
-NFT_TIMEOUT_S = 5.0
+NFT_TIMEOUT_S = 20.0
+"""How long one nft command may take: a CI run here saw `nft add element` take over 5 s
+(the limit then) while the kernel tore network namespaces down, and the far end was
+refused for it; a command that hangs still ends, and the far end with it."""
 MIN_BURST_BYTES = 2 * 65536
 """The smallest burst: a TCP packet at the output hook is one before GSO cuts it (up to
 64 KiB), and a packet dearer than the whole burst would never pass."""

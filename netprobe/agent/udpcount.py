@@ -30,7 +30,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 PREFIX = "netprobe_guard_"
-NFT_TIMEOUT_S = 5.0
+NFT_TIMEOUT_S = 20.0
+"""How long one nft command may take: a CI run here saw `nft add element` take over 5 s
+(the limit then) while the kernel tore network namespaces down, and the far end was
+refused for it; a command that hangs still ends, and the far end with it."""
 UNAVAILABLE = "cannot watch a UDP far end's rate here: needs CAP_NET_ADMIN and nftables"
 """The start of the reason a UDP far end is refused (or stopped) where no counter can be
 installed (the detail follows it)."""
