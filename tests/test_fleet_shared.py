@@ -40,17 +40,17 @@ def _fleet(ports: dict[str, int]) -> config.Fleet:
     return config.parse(config.tomllib.loads(text), "shared.toml")
 
 
-def test_two_runners_share_a_mesh_each_pair_once(postgres_url: str,
-                                                 agents: dict[str, int]) -> None:
-    fleet = _fleet(agents)
+def _two_runners(url: str, fleet: config.Fleet, run: int) -> dict[str, RunSummary]:
+    """Runners r1 and r2, each on its own connection, working through shared run ``run``
+    together; their summaries (every runner ended, none failed)."""
     summaries: dict[str, RunSummary] = {}
     failures: list[BaseException] = []
 
     def runner(name: str) -> None:
         try:
-            with open_archive(postgres_url) as archive:
+            with open_archive(url) as archive:
                 summaries[name] = run_shared(FleetRunner(fleet, archive, QuietProgress()),
-                                             run=1, claimer=name, poll_s=0.05)
+                                             run=run, claimer=name, poll_s=0.05)
         except BaseException as exc:
             failures.append(exc)
 
@@ -60,6 +60,13 @@ def test_two_runners_share_a_mesh_each_pair_once(postgres_url: str,
     for t in threads:
         t.join(timeout=120)
     assert not failures and len(summaries) == 2
+    return summaries
+
+
+def test_two_runners_share_a_mesh_each_pair_once(postgres_url: str,
+                                                 agents: dict[str, int]) -> None:
+    fleet = _fleet(agents)
+    summaries = _two_runners(postgres_url, fleet, run=1)
     (run_id,) = {s.run_id for s in summaries.values()}  # both joined one run
     assert sum(s.total for s in summaries.values()) == 12
     assert {s.status for s in summaries.values()} == {"done"}
@@ -201,23 +208,7 @@ def test_a_lease_shorter_than_the_test_is_renewed_so_each_pair_runs_once(
         + '[groups.mesh]\ntype = "mesh"\nspec = { duration = 1.5, rate = "200M" }\n')
     fleet = config.parse(config.tomllib.loads(text), "renewed.toml")
     assert fleet.lease_s == 1.0
-    summaries: dict[str, RunSummary] = {}
-    failures: list[BaseException] = []
-
-    def runner(name: str) -> None:
-        try:
-            with open_archive(postgres_url) as archive:
-                summaries[name] = run_shared(FleetRunner(fleet, archive, QuietProgress()),
-                                             run=3, claimer=name, poll_s=0.05)
-        except BaseException as exc:
-            failures.append(exc)
-
-    threads = [threading.Thread(target=runner, args=(n,)) for n in ("r1", "r2")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not failures and len(summaries) == 2
+    summaries = _two_runners(postgres_url, fleet, run=3)
     (run_id,) = {s.run_id for s in summaries.values()}
     with open_archive(postgres_url) as archive:
         records = archive.records(run_id)
