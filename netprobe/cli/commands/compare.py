@@ -6,6 +6,7 @@ from typing import Any
 
 from netprobe.cli import args as opts
 from netprobe.cli.common import RegistryLoader, make_tool, secret_options
+from netprobe.cli.exitcodes import UsageError
 from netprobe.errors import SpecError, ToolUnavailable
 
 
@@ -35,6 +36,11 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                              "says another); the table says each tool's")
     opts.add_socket_options(parser)
     opts.add_agent_options(parser)  # --agent-port, --no-agent, --from/--to: as run has them
+    parser.add_argument("--iperf3", action="store_true",
+                        help="HOST runs a stock `iperf3 -s` (-p its port, default "
+                             f"{IPERF3_PORT}): compare netprobe's engine speaking iperf3's "
+                             "protocol (native) with the stock iperf3 client against that "
+                             "one server (only native and iperf3 take part; default both)")
     opts.add_output_options(parser)
 
 
@@ -44,13 +50,22 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     from netprobe.results.trials import Skipped, screen
 
     given = opts.spec_from_args(args)
+    if args.iperf3:
+        given = _at_stock_server(given, args)
     spec = _equal_lengths(given, args.own_lengths)
     opts.check_addresses(args)  # a bad -B or HOST named by its option, before any run
     registry = load()
     names = _tool_names(args.tools, registry.names())
-    tools = [make_tool(registry, name, secret_options(args))
+    if args.iperf3 and args.tools is None:
+        names = [name for name in names if name in IPERF3_SPEAKERS]
+    tools = [make_tool(registry, name, _tool_options(args, name))
              for name in names]  # an unknown name is exit 3
-    ready, skipped = screen(tools, spec)
+    ready, skipped = screen(
+        [t for t in tools if not args.iperf3 or t.name in IPERF3_SPEAKERS], spec)
+    if args.iperf3:  # a tool named that cannot talk to a stock iperf3 server, said so
+        skipped = [Skipped(t.name, (f"--iperf3: the far end is a stock iperf3 server; only "
+                                    f"{' and '.join(IPERF3_SPEAKERS)} speak its protocol",))
+                   for t in tools if t.name not in IPERF3_SPEAKERS] + skipped
     if spec.length_bytes != given.length_bytes:  # compare's length, not the user's
         skipped = [_own_lengths_hint(entry) for entry in skipped]
     skipped += [Skipped(f.name, (f"failed to load: {f.error}",)) for f in registry.failures
@@ -61,6 +76,37 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
         raise (SpecError if refused else ToolUnavailable)(f"no tool can run this test: "
                                                           f"{reasons}")
     return run_trials_shown(args, spec, ready, args.trials, skipped)
+
+
+IPERF3_PORT = 5201
+"""The stock iperf3 server's port in ``compare --iperf3`` without ``-p`` (iperf3's own)."""
+
+IPERF3_SPEAKERS = ("native", "iperf3")
+"""The tools ``compare --iperf3`` runs against a stock ``iperf3 -s``: netprobe's engine in
+its iperf3 mode, and the stock iperf3 client; every other tool needs its own server."""
+
+
+def _at_stock_server(spec: Any, args: argparse.Namespace) -> Any:
+    """``spec`` aimed at the stock iperf3 server (UsageError without HOST, or with --from:
+    the clients compared are this machine's). A port in the spec also keeps the agents
+    out: no far end is started, both clients go to the one server already listening."""
+    if not spec.host:
+        raise UsageError("--iperf3 needs HOST: the stock iperf3 server to test against")
+    if args.from_host:
+        raise UsageError("--iperf3 compares the clients on this machine: not with --from")
+    import attrs
+
+    return attrs.evolve(spec, port=spec.port or IPERF3_PORT)
+
+
+def _tool_options(args: argparse.Namespace, name: str) -> dict[str, Any] | None:
+    """The options ``name`` runs with: with --iperf3 the native engine in its iperf3 mode,
+    the stock client never starting a server of its own (the one at HOST is the test)."""
+    options = secret_options(args)
+    if not args.iperf3:
+        return options
+    mode = {"iperf3": True} if name == "native" else {"start_server": False}
+    return {**(options or {}), **mode}
 
 
 COMPARE_TCP_LENGTH = 128 * 1024
