@@ -24,9 +24,10 @@ from netprobe.schema import Result
 GROUP = "netprobe.archives"
 """The entry-point group of archive plugins."""
 
-OUTCOMES = ("ok", "failed", "unreachable", "timeout", "interrupted")
+OUTCOMES = ("ok", "failed", "unreachable", "timeout", "interrupted", "busy")
 """What became of one pair's test: ``unreachable`` when an agent of the pair did not
-answer before the round, ``timeout`` when the round ended before the test did."""
+answer before the round, ``timeout`` when the round ended before the test did, ``busy``
+when the target, a stock iperf3 server, was running someone else's test."""
 
 
 class ArchiveError(NetprobeError):
@@ -55,7 +56,7 @@ class PairRecord:
     time: str
     """When the test started (UTC, ISO 8601)."""
     outcome: str = attrs.field(validator=attrs.validators.in_(OUTCOMES))
-    """ok, failed, unreachable, timeout or interrupted."""
+    """ok, failed, unreachable, timeout, interrupted or busy."""
     error: str | None = None
     """Why it is not ok (None when it is)."""
     result: Result | None = None

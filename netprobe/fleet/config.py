@@ -23,7 +23,9 @@ b -> a too unless ``unidirectional = true``; ``list`` groups name their ``pairs`
 ``[["ams", "fra"], ...]`` (source, target); ``reference`` groups test each of their agents
 against each of their ``references`` (both ways unless ``unidirectional``), ``random`` groups
 each agent against ``peers`` seeded random others a run, covering every pair over
-successive runs. Every mistake is one line that names the key.
+successive runs. An entry of ``[agents]`` with ``iperf3_port = 5201`` is no agent but a
+stock ``iperf3 -s`` on that port: only ever a target, tested by its source's agent with
+the native engine speaking iperf3's protocol. Every mistake is one line that names the key.
 """
 from __future__ import annotations
 
@@ -90,6 +92,9 @@ class Agent:
     """File holding the shared secret the agent asks for (None: no authentication)."""
     labels: Mapping[str, str] = attrs.field(factory=dict)
     """Free-form labels (site, role, ...), for selecting agents and for metrics."""
+    iperf3_port: int | None = None
+    """Not None: the host runs no agent but a stock ``iperf3 -s`` on this port (a target
+    only: no status to ask, no far end to start, one test at a time)."""
 
 
 @attrs.frozen
@@ -271,19 +276,35 @@ def _agents(table: Mapping[str, Any], defaults: dict, path: str) -> dict[str, Ag
     for name, body in table.items():
         key = f"agents.{name}"
         body = _table(body, key, path)
-        _keys(body, key, {"address", "port", "secret_file", "labels"}, path)
+        _keys(body, key, {"address", "port", "secret_file", "labels", "iperf3_port"}, path)
         address = body.get("address")
         if not isinstance(address, str) or not address.strip():
             raise FleetFileError(f"{path}: {key}.address: needs a host name or address")
         labels = _table(body.get("labels", {}), f"{key}.labels", path)
         if not all(isinstance(v, str) for v in labels.values()):
             raise FleetFileError(f"{path}: {key}.labels: values must be strings")
+        iperf3 = _iperf3_port(body, key, path)
         agents[name] = Agent(
             name, address.strip(), _port(body.get("port", defaults["port"]), f"{key}.port", path),
-            _opt_str(body, "secret_file", key, path) or defaults["secret_file"], dict(labels))
+            None if iperf3 else _opt_str(body, "secret_file", key, path) or
+            defaults["secret_file"], dict(labels), iperf3)
     if not agents:
         raise FleetFileError(f"{path}: agents: the fleet has no agents")
     return agents
+
+
+def _iperf3_port(body: Mapping[str, Any], key: str, path: str) -> int | None:
+    """A stock iperf3 server's port, or None for a netprobe agent; an agent's own keys
+    beside it are refused, as they would be silently ignored."""
+    if "iperf3_port" not in body:
+        return None
+    port = _port(body["iperf3_port"], f"{key}.iperf3_port", path)
+    for other in ("port", "secret_file"):
+        if other in body:
+            raise FleetFileError(f"{path}: {key}.{other}: not with iperf3_port (a stock "
+                                 "iperf3 server is no netprobe agent: it has no agent port "
+                                 "or secret)")
+    return port
 
 
 def _port(value: Any, key: str, path: str) -> int:
@@ -332,7 +353,36 @@ def _group(name: str, body: Mapping[str, Any], agents: Mapping[str, Agent], path
                   slip, None if timeout is None else
                   _seconds(timeout, f"{key}.round_timeout", path, positive=True), sides)
     _bounded(group, key, path)
+    _iperf3_targets(group, key, agents, path)
     return group
+
+
+def _iperf3_targets(group: Group, key: str, agents: Mapping[str, Agent], path: str) -> None:
+    """Refuse a group that would have a stock iperf3 server run a test (it only answers
+    one), or test one with another tool than the native engine (the one client here that
+    speaks its protocol through an agent). Worked out from the group's sides, never by
+    walking a lazy mesh's pairs."""
+    stock = {name for name, agent in agents.items() if agent.iperf3_port is not None}
+    if not stock:
+        return
+    pairs = group.pairs
+    if isinstance(pairs, DisjointPairs):
+        sources = set(pairs.side_a) | (set(pairs.side_b) if pairs.both else set())
+        targets = set(pairs.side_b) | (set(pairs.side_a) if pairs.both else set())
+    elif isinstance(pairs, MeshPairs):
+        sources = targets = set(pairs.members)
+    else:
+        sources, targets = {s for s, _ in pairs}, {t for _, t in pairs}
+    for name in sorted(sources & stock):
+        hint = (" (set unidirectional = true to test only towards it)"
+                if isinstance(pairs, DisjointPairs) and name in pairs.side_b else "")
+        raise FleetFileError(f"{path}: {key}: {name} is a stock iperf3 server (agents.{name}"
+                             f".iperf3_port): it can only be a target, never a source"
+                             f"{hint}")
+    if targets & stock and group.spec.tool != "native":
+        raise FleetFileError(f"{path}: {key}.spec.tool: {min(targets & stock)} is a stock "
+                             f"iperf3 server: only the native tool tests one (it speaks "
+                             f"iperf3's protocol), not {group.spec.tool}")
 
 
 def circle_count(hosts: int) -> int:

@@ -9,6 +9,11 @@ moment it ends, so a runner that is killed loses at most the tests in flight. A 
 ends when its last test does or when its deadline passes (the tests still running are
 archived as timed out): no round waits forever. Nothing here prints; the CLI is handed
 progress events.
+
+A host declared with ``iperf3_port`` runs a stock ``iperf3 -s``, not an agent: it is not
+asked for a status, and its pairs are run by the source's agent with the native engine
+speaking iperf3's protocol to that port. The schedule keeps it in one test at a time, as
+every host; a test refused because someone else's test holds it is archived ``busy``.
 """
 from __future__ import annotations
 
@@ -152,8 +157,23 @@ def agent_third_party(source: Agent, spec: TestSpec, target: Agent | None = None
 
     access = AgentAccess(secret=load_secret(source.secret_file), port=source.port,
                          target_port=target.port if target is not None else None)
-    return run_spec(tool_for(spec.tool), spec, NullReporter(), from_host=source.address,
-                    agent=access)
+    stock = target is not None and target.iperf3_port is not None
+    tool = iperf3_client() if stock else tool_for(spec.tool)
+    return run_spec(tool, spec, NullReporter(), from_host=source.address, agent=access)
+
+
+@functools.cache
+def iperf3_client() -> Tool:
+    """The native engine in its iperf3 mode: what a source's agent runs against a stock
+    ``iperf3 -s`` (the mode travels with the third-party request)."""
+    from netprobe.registry import make_tool
+
+    return make_tool("native", {"iperf3": True})
+
+
+STOCK_BUSY = "is busy running a test"
+"""How netprobe's iperf3 client words a stock server's ACCESS_DENIED (its "the server is
+busy running a test"), relayed by the source's agent: the pair is then ``busy``."""
 
 
 @functools.cache
@@ -179,6 +199,10 @@ def check_groups(groups: Sequence[Group]) -> None:
 
 def agent_status(agent: Agent) -> dict:
     """The agent's status reply (TestFailed when it does not answer in time)."""
+    if agent.iperf3_port is not None:
+        # A stock iperf3 server has no status to ask (a probing connection would even be
+        # taken as a client): it is tried by its test, and says busy then if it is.
+        return {"state": "iperf3", "running": []}
     from netprobe.engine.auth import load_secret
     from netprobe.farend import agent_status as status
 
@@ -187,7 +211,10 @@ def agent_status(agent: Agent) -> dict:
 
 def pair_spec(group: Group, target: Agent) -> TestSpec:
     """The group's spec aimed at ``target``: the native engine is the target's agent itself,
-    so it goes to the agent's port; a driven tool's far end is started by that agent."""
+    so it goes to the agent's port; a driven tool's far end is started by that agent; a
+    stock iperf3 server is tested on its own port."""
+    if target.iperf3_port is not None:
+        return attrs.evolve(group.spec, host=target.address, port=target.iperf3_port)
     port = target.port if group.spec.tool == "native" and target.port != DEFAULT_PORT else None
     return attrs.evolve(group.spec, host=target.address, port=port)
 
@@ -295,6 +322,8 @@ class FleetRunner:
         except TestFailed as exc:
             result = exc.partial if isinstance(exc.partial, Result) else None
             outcome, error = "failed", str(exc)
+            if self.agent(target).iperf3_port is not None and STOCK_BUSY in error:
+                result, outcome = None, "busy"  # no test ran: no figure to keep
         except (NetprobeError, OSError) as exc:
             result, outcome, error = None, "failed", str(exc) or type(exc).__name__
         except Exception as exc:  # a plugin's own bug fails its pair, not the whole round

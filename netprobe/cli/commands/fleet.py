@@ -245,7 +245,8 @@ def handle_status(args: argparse.Namespace, _load_registry: RegistryLoader) -> i
 
 def _status_row(name: str, fleet: Fleet, answer: Any) -> dict[str, Any]:
     agent = fleet.agents[name]
-    row: dict[str, Any] = {"agent": name, "address": agent.address, "port": agent.port}
+    row: dict[str, Any] = {"agent": name, "address": agent.address,
+                           "port": agent.iperf3_port or agent.port}  # a stock iperf3's own
     if isinstance(answer, str):
         return {**row, "state": "unreachable", "error": answer, "running": []}
     return {**row, "state": answer["state"], "running": answer["running"],
