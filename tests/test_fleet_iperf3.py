@@ -178,3 +178,16 @@ def test_cli_says_the_mistake_in_one_line(tmp_path: Path) -> None:
     assert out.stderr.strip().splitlines() == [
         f"netprobe: error: {bad}: groups.g: s is a stock iperf3 server (agents.s.iperf3_port):"
         " it can only be a target, never a source"], out.stderr
+
+
+def test_a_spec_the_iperf3_mode_refuses_is_said_before_anything_runs(tmp_path: Path) -> None:
+    # -O with UDP: the native engine takes it, its iperf3 mode does not. The agents are
+    # not there: refused before any is asked, not failed pair by pair.
+    fleet_file = tmp_path / "udp.toml"
+    fleet_file.write_text(STOCK + '[groups.g]\ntype = "list"\npairs = [["a", "s"]]\n'
+                          'spec = { protocol = "udp", omit = 1, duration = 1 }\n')
+    out = cli("run", str(fleet_file), "--archive", str(tmp_path / "f.db"))
+    assert out.returncode == 2, out
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "groups.g.spec: " in lines[0], out.stderr
+    assert "--iperf3: -O is not supported with UDP" in lines[0], out.stderr

@@ -120,6 +120,9 @@ class Group:
     sides: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
     """A disjoint group's sets A and B, a reference group's others and references (empty
     for the other kinds)."""
+    iperf3_targets: bool = False
+    """Whether some of its targets are stock iperf3 servers (``iperf3_port``): its spec
+    must then suit the native engine's iperf3 mode too."""
 
     def round_limit_s(self) -> float:
         """The longest one of the group's rounds may take (the runner's deadline)."""
@@ -353,18 +356,17 @@ def _group(name: str, body: Mapping[str, Any], agents: Mapping[str, Agent], path
                   slip, None if timeout is None else
                   _seconds(timeout, f"{key}.round_timeout", path, positive=True), sides)
     _bounded(group, key, path)
-    _iperf3_targets(group, key, agents, path)
-    return group
+    return attrs.evolve(group, iperf3_targets=_iperf3_targets(group, key, agents, path))
 
 
-def _iperf3_targets(group: Group, key: str, agents: Mapping[str, Agent], path: str) -> None:
-    """Refuse a group that would have a stock iperf3 server run a test (it only answers
-    one), or test one with another tool than the native engine (the one client here that
-    speaks its protocol through an agent). Worked out from the group's sides, never by
-    walking a lazy mesh's pairs."""
+def _iperf3_targets(group: Group, key: str, agents: Mapping[str, Agent], path: str) -> bool:
+    """Whether ``group`` tests stock iperf3 servers; refuse one that would have such a
+    server run a test (it only answers one), or test one with another tool than the
+    native engine (the one client here that speaks its protocol through an agent). Worked
+    out from the group's sides, never by walking a lazy mesh's pairs."""
     stock = {name for name, agent in agents.items() if agent.iperf3_port is not None}
     if not stock:
-        return
+        return False
     pairs = group.pairs
     if isinstance(pairs, DisjointPairs):
         sources = set(pairs.side_a) | (set(pairs.side_b) if pairs.both else set())
@@ -383,6 +385,7 @@ def _iperf3_targets(group: Group, key: str, agents: Mapping[str, Agent], path: s
         raise FleetFileError(f"{path}: {key}.spec.tool: {min(targets & stock)} is a stock "
                              f"iperf3 server: only the native tool tests one (it speaks "
                              f"iperf3's protocol), not {group.spec.tool}")
+    return bool(targets & stock)
 
 
 def circle_count(hosts: int) -> int:

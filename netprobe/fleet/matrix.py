@@ -14,7 +14,7 @@ class Cell:
     """One ordered pair's latest test."""
 
     outcome: str
-    """ok, failed, unreachable, timeout or interrupted."""
+    """ok, failed, unreachable, timeout, interrupted or busy."""
     receiver_bits_per_second: float | None
     """What arrived (None when nothing was measured)."""
     time: str

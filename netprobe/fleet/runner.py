@@ -191,8 +191,10 @@ def check_groups(groups: Sequence[Group]) -> None:
 
     for group in groups:
         try:
-            prepare(tool_for(group.spec.tool), attrs.evolve(group.spec, host="target"),
-                    from_host="source")
+            spec = attrs.evolve(group.spec, host="target")
+            prepare(tool_for(group.spec.tool), spec, from_host="source")
+            if group.iperf3_targets:  # and as its stock iperf3 targets are tested
+                prepare(iperf3_client(), spec, from_host="source")
         except SpecError as exc:
             raise SpecError(f"groups.{group.name}.spec: {exc}") from None
 
