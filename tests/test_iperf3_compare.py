@@ -100,3 +100,19 @@ def test_iperf3_mistakes_are_one_line(extra: tuple[str, ...], said: str) -> None
     assert out.returncode == 2, out
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and said in lines[0] and "Traceback" not in out.stderr, out.stderr
+
+
+def test_udp_call_lengths_say_how_the_iperf3_mode_sends(tmp_path: Path) -> None:
+    # The native engine batches datagrams (sendmmsg of GSO messages) with its own header;
+    # in its iperf3 mode it writes iperf3's header, one datagram per call, and the
+    # call-length table must say so, not the engine's usual way.
+    log = tmp_path / "iperf3-s.log"
+    with stock_server(log) as port:
+        out = compare("127.0.0.1", "--iperf3", "-p", str(port), "-t", "1", "-n", "1", "-u",
+                      "-b", "10M")
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line for line in out.stdout.splitlines()
+            if line.startswith(("native ", "iperf3 ")) and " B " in line}
+    assert set(rows) == {"native", "iperf3"}, out.stdout
+    assert all("one datagram per call" in row for row in rows.values()), rows
+    assert log.read_text().count("Accepted connection from") == 2

@@ -47,7 +47,10 @@ def run_trials_shown(args: argparse.Namespace, spec: TestSpec, tools: Sequence[T
     if chosen.warning:
         warning(chosen.warning)
     sink = TrialSink(chosen.stdout, args.output, quiet=args.quiet, file_fmt=chosen.file)
-    sink.batched = frozenset(tool.name for tool in tools if tool.udp_batched_send)
+    # The native engine's iperf3 mode (run/compare --iperf3) writes iperf3's UDP header
+    # from Python, one datagram a call: not the engine's batched sends.
+    sink.batched = frozenset(tool.name for tool in tools
+                             if tool.udp_batched_send and not tool.options.get("iperf3"))
     sink.begin(_plan_note(spec, tools, rounds, args.pause), skipped)
     reporter = sink.progress(spec)
     try:
