@@ -379,3 +379,43 @@ def test_cli_server_with_auth_serves_a_stock_client(keys: dict[str, Path]) -> No
     assert [e.get("reason") for e in events if e["event"] == "refused"] == ["auth"], rest
     assert "test-end" in [e["event"] for e in events], rest
     assert PASSWORD not in rest
+
+
+def test_cli_run_authenticates_and_shows_no_password(keys: dict[str, Path]) -> None:
+    env = {**os.environ, "IPERF3_PASSWORD": PASSWORD}
+    with Running() as srv:
+        srv.service.auth = server_auth(keys, pkcs1=False)
+        out = netprobe("run", "127.0.0.1", "--iperf3", "-p", str(srv.port), "-t", "1",
+                       "--json", "--username", USER, "--rsa-public-key-path",
+                       str(keys["public"]), env=env)
+        assert srv.wait_idle()
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["status"] == "ok"
+    assert PASSWORD not in out.stdout + out.stderr
+    assert len(srv.results) == 1
+
+
+def test_a_server_that_closes_on_the_token_is_named_as_the_cause(
+        keys: dict[str, Path]) -> None:
+    """iperf3 3.21 closes the control connection without a word on a bad token: the
+    client's error says authentication may be why."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def bare_close() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(10)
+            wire.recv_exact(conn, wire.COOKIE_BYTES)
+            wire.send_state(conn, wire.PARAM_EXCHANGE)
+            wire.read_json(conn, wire.MAX_PARAMS_BYTES)
+
+    thread = threading.Thread(target=bare_close, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(TestFailed, match=r"closed the control connection "
+                                             r"\(authentication failed\?\)"):
+            auth_run(port, ClientAuth.load(USER, PASSWORD, str(keys["public"])))
+    finally:
+        thread.join(10)
+        listener.close()

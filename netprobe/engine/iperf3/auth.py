@@ -164,7 +164,14 @@ class ServerAuth:
             raise AuthError("the time skew threshold must be a whole number of seconds "
                             "over 0")
         read_users(users_path)
-        return cls(load_private_key(key_path), users_path, pkcs1, skew_s)
+        key = load_private_key(key_path)
+        # One round trip now: whatever the library loads on first use is loaded before
+        # the server listens (at the open-files limit a late load would fail mid-test).
+        probe = b"netprobe"
+        if key.decrypt(key.public_key().encrypt(probe, _padding(pkcs1)),
+                       _padding(pkcs1)) != probe:
+            raise AuthError(f"the RSA key in {key_path!r} does not decrypt what it encrypts")
+        return cls(key, users_path, pkcs1, skew_s)
 
     def check(self, token: object, now: float | None = None) -> str | None:
         """None if ``token`` (the params' ``authtoken``, foreign data) authorises a test;
