@@ -419,3 +419,22 @@ def test_a_server_that_closes_on_the_token_is_named_as_the_cause(
     finally:
         thread.join(10)
         listener.close()
+
+
+def test_private_keys_in_both_pem_forms_load_and_a_passphrase_is_named(
+        tmp_path: Path, keys: dict[str, Path]) -> None:
+    key = serialization.load_pem_private_key(keys["private"].read_bytes(), password=None)
+    assert isinstance(key, rsa.RSAPrivateKey)
+    forms = {"rsa.pem": (serialization.PrivateFormat.TraditionalOpenSSL,
+                         serialization.NoEncryption()),
+             "locked.pem": (serialization.PrivateFormat.PKCS8,
+                            serialization.BestAvailableEncryption(b"passphrase"))}
+    for name, (form, lock) in forms.items():
+        (tmp_path / name).write_bytes(key.private_bytes(serialization.Encoding.PEM, form,
+                                                        lock))
+    assert (tmp_path / "rsa.pem").read_text().startswith("-----BEGIN RSA PRIVATE KEY")
+    auth = ServerAuth.load(str(tmp_path / "rsa.pem"), str(keys["users"]))
+    public = load_public_key(str(keys["public"]))
+    assert auth.check(make_token(USER, PASSWORD, public, False)) is None
+    with pytest.raises(AuthError, match="passphrase"):
+        ServerAuth.load(str(tmp_path / "locked.pem"), str(keys["users"]))
