@@ -72,7 +72,7 @@ class NativeTool(Tool):
         if spec.host and self.options.get("iperf3"):
             from netprobe.engine.iperf3.client import run_iperf3_test
 
-            return run_iperf3_test(spec, reporter, spec.host)
+            return run_iperf3_test(spec, reporter, spec.host, self.options.get("iperf3_auth"))
         if spec.host:
             # "secret": the secret itself, from whoever holds it (an agent's own, as the
             # client of a third-party test); else the file, else $NETPROBE_SECRET.

@@ -118,8 +118,10 @@ def iperf3_id(index: int) -> int:
 class Iperf3Client:
     """One test against a stock iperf3 server, from the client's end."""
 
-    def __init__(self, spec: TestSpec, reporter: Reporter, host: str) -> None:
+    def __init__(self, spec: TestSpec, reporter: Reporter, host: str,
+                 auth: Any = None) -> None:
         self.spec = spec
+        self.auth = auth  # an auth.ClientAuth: a token in the params (iperf3's RSA auth)
         self.reporter = reporter
         self.host = host
         self.port = spec.port or DEFAULT_PORT
@@ -163,8 +165,15 @@ class Iperf3Client:
         self._connect()
         self._expect(wire.PARAM_EXCHANGE)
         assert self.conn is not None
-        wire.send_json(self.conn, client_params(self.spec, self.length))
-        self._expect(wire.CREATE_STREAMS)
+        params = client_params(self.spec, self.length)
+        if self.auth is not None:
+            params["authtoken"] = self.auth.token()
+        wire.send_json(self.conn, params)
+        try:
+            self._expect(wire.CREATE_STREAMS)
+        except TestFailed as exc:  # iperf3 3.21 closes without a word on a bad token
+            raise TestFailed(f"{exc} (authentication failed?)" if self.auth and "closed"
+                             in str(exc) else str(exc)) from None
         self._open_streams()
         self._expect(wire.TEST_START)
         self._expect(wire.TEST_RUNNING)
@@ -683,7 +692,9 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300] or type(exc).__name__
 
 
-def run_iperf3_test(spec: TestSpec, reporter: Reporter, host: str) -> Result:
+def run_iperf3_test(spec: TestSpec, reporter: Reporter, host: str,
+                    auth: Any = None) -> Result:
     """Run one test against the stock iperf3 server at ``host`` (port ``spec.port`` or
-    5201)."""
-    return Iperf3Client(spec, reporter, host).run()
+    5201), with ``auth`` (:class:`~netprobe.engine.iperf3.auth.ClientAuth`) if it asks
+    for iperf3's RSA authentication."""
+    return Iperf3Client(spec, reporter, host, auth).run()
