@@ -31,6 +31,7 @@ from typing import Callable, Protocol
 import attrs
 
 from netprobe.archives import Archive, ArchiveError, PairRecord, Run
+from netprobe.engine.iperf3.client import BUSY_WORDS
 from netprobe.engine.protocol import DEFAULT_PORT
 from netprobe.errors import NetprobeError, SpecError, TestFailed
 from netprobe.fleet.config import BYTES_ROUND_S as BYTES_ROUND_S  # re-exported: a round's
@@ -171,9 +172,6 @@ def iperf3_client() -> Tool:
     return make_tool("native", {"iperf3": True})
 
 
-STOCK_BUSY = "is busy running a test"
-"""How netprobe's iperf3 client words a stock server's ACCESS_DENIED (its "the server is
-busy running a test"), relayed by the source's agent: the pair is then ``busy``."""
 
 
 @functools.cache
@@ -324,7 +322,7 @@ class FleetRunner:
         except TestFailed as exc:
             result = exc.partial if isinstance(exc.partial, Result) else None
             outcome, error = "failed", str(exc)
-            if self.agent(target).iperf3_port is not None and STOCK_BUSY in error:
+            if self.agent(target).iperf3_port is not None and BUSY_WORDS in error:
                 result, outcome = None, "busy"  # no test ran: no figure to keep
         except (NetprobeError, OSError) as exc:
             result, outcome, error = None, "failed", str(exc) or type(exc).__name__

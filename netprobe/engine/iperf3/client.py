@@ -57,6 +57,9 @@ UDP_REPLY_S = 10.0  # the hello is not sent again: a stock server takes a second
 UDP_EARLY_DATAGRAMS = 1000  # -R: the server's data may come before its reply; skipped
 END_GRACE_S = 10.0  # past the planned end, how long the server may take to answer
 STALL_S = 30.0  # -n: no byte moved for this long ends the test as failed
+BUSY_WORDS = "is busy running a test"
+"""How a stock server's ACCESS_DENIED is worded; the fleet reads it in the error its source
+agent relays as text, to record the pair as busy, not failed."""
 UDP_SETTLE_S = 0.01  # last datagram to TEST_END (the server counts this in its time)
 DRAIN_S = 1.0  # how long a receiver reads on once the server said the test is over
 DRAIN_QUIET_S = 0.1
@@ -208,8 +211,8 @@ class Iperf3Client:
         except wire.WireError:
             raise TestFailed(f"{self.where} closed the control connection") from None
         if state == wire.ACCESS_DENIED:
-            raise TestFailed(f"{self.where} is busy running a test (or refused this "
-                             "client): try again later")
+            raise TestFailed(f"{self.where} {BUSY_WORDS} (or refused this client): "
+                             "try again later")
         if state == wire.SERVER_ERROR:
             try:
                 code, os_errno = wire.read_error(self.conn)
