@@ -326,6 +326,9 @@ def add_mode_options(parser: argparse.ArgumentParser) -> None:
                        help="the far end is a stock `iperf3 -s` (no iperf3 binary needed "
                             "here): speak iperf3's protocol to it; -p its port, default "
                             "5201. --tool native")
+    group.add_argument("--udp-counters-64bit", action="store_true",
+                       help="with --iperf3 -u: 64-bit sequence numbers in the datagrams "
+                            "(iperf3's --udp-counters-64bit; the server is told)")
 
 
 def mode_options(args: argparse.Namespace, tool_cls: Any) -> dict[str, Any]:

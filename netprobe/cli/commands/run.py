@@ -54,6 +54,10 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
         raise UsageError("--pause needs --repeat")
     registry = registry_for(load, spec.tool)
     modes = opts.mode_options(args, registry.get(spec.tool))
+    if args.udp_counters_64bit:
+        if not modes.get("iperf3"):
+            raise UsageError("--udp-counters-64bit is iperf3's UDP option: with --iperf3 -u")
+        modes["udp_counters_64bit"] = True  # the tool refuses it without -u
     tool = make_tool(registry, spec.tool, {**(secret_options(args) or {}), **modes})
     prepare(tool, spec, from_host=args.from_host)  # refused (exit 2) before anything else
     if args.latency and (args.repeat is not None or args.from_host):

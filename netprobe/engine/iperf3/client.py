@@ -67,7 +67,7 @@ MIN_PEER_SECONDS = 0.001  # a stream time the server gives below this is not tak
 Key = tuple[int, str, str]  # stream id, direction, role (the native engine's keys)
 
 
-def client_params(spec: TestSpec, length: int) -> dict:
+def client_params(spec: TestSpec, length: int, udp64: bool = False) -> dict:
     """The params object, as a stock client sends it: only true flags (a stock server
     reads a flag's presence), ``len`` and ``bandwidth`` always (omitted ones reset to the
     server's defaults, and a UDP length of its default is refused), ``time`` 0 with a
@@ -92,6 +92,8 @@ def client_params(spec: TestSpec, length: int) -> dict:
     p["len"] = length
     p["bandwidth"] = int(spec.rate_bits_per_second or 0)
     p["pacing_timer"] = 1000
+    if udp64 and spec.protocol == "udp":
+        p["udp_counters_64bit"] = 1  # a number: its presence turns it on
     if spec.dscp is not None:
         p["TOS"] = spec.dscp << 2
     if spec.congestion:
@@ -118,8 +120,10 @@ def iperf3_id(index: int) -> int:
 class Iperf3Client:
     """One test against a stock iperf3 server, from the client's end."""
 
-    def __init__(self, spec: TestSpec, reporter: Reporter, host: str) -> None:
+    def __init__(self, spec: TestSpec, reporter: Reporter, host: str,
+                 udp64: bool = False) -> None:
         self.spec = spec
+        self.udp64 = udp64  # --udp-counters-64bit: 64-bit sequence numbers, both ways
         self.reporter = reporter
         self.host = host
         self.port = spec.port or DEFAULT_PORT
@@ -163,7 +167,7 @@ class Iperf3Client:
         self._connect()
         self._expect(wire.PARAM_EXCHANGE)
         assert self.conn is not None
-        wire.send_json(self.conn, client_params(self.spec, self.length))
+        wire.send_json(self.conn, client_params(self.spec, self.length, self.udp64))
         self._expect(wire.CREATE_STREAMS)
         self._open_streams()
         self._expect(wire.TEST_START)
@@ -247,7 +251,7 @@ class Iperf3Client:
                 if udp:
                     stream = UdpStream(sock, iperf3_id(index), role == "sender",
                                        self.length, int(self.spec.rate_bits_per_second or 0),
-                                       False)
+                                       self.udp64)
                     stream.limit_bytes = self.spec.bytes_total
                     self.udp.append(stream)
                 else:
@@ -683,7 +687,8 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300] or type(exc).__name__
 
 
-def run_iperf3_test(spec: TestSpec, reporter: Reporter, host: str) -> Result:
+def run_iperf3_test(spec: TestSpec, reporter: Reporter, host: str,
+                    udp64: bool = False) -> Result:
     """Run one test against the stock iperf3 server at ``host`` (port ``spec.port`` or
-    5201)."""
-    return Iperf3Client(spec, reporter, host).run()
+    5201); ``udp64``: UDP with 64-bit sequence numbers (iperf3's --udp-counters-64bit)."""
+    return Iperf3Client(spec, reporter, host, udp64).run()
