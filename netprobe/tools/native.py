@@ -76,7 +76,8 @@ class NativeTool(Tool):
             from netprobe.engine.iperf3.client import run_iperf3_test
 
             return run_iperf3_test(spec, reporter, spec.host,
-                                   udp64=bool(self.options.get("udp_counters_64bit")))
+                                   udp64=bool(self.options.get("udp_counters_64bit")),
+                                   probe_hz=self.options.get("iperf3_latency_hz"))
         if spec.host:
             # "secret": the secret itself, from whoever holds it (an agent's own, as the
             # client of a third-party test); else the file, else $NETPROBE_SECRET.

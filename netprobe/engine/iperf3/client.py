@@ -23,6 +23,7 @@ from netprobe import convert, core
 from netprobe.engine.assemble import build_result, cpu_by_role_of, streams_and_flows
 from netprobe.engine.conduct import Outcome
 from netprobe.engine.iperf3 import wire
+from netprobe.engine.iperf3.handshake import HandshakeProbes, with_probes
 from netprobe.engine.iperf3.udp import UdpStream
 from netprobe.engine.protocol import readable
 from netprobe.engine.side import SENDER_DRAIN_S, LocalStream, Side, default_length
@@ -121,7 +122,7 @@ class Iperf3Client:
     """One test against a stock iperf3 server, from the client's end."""
 
     def __init__(self, spec: TestSpec, reporter: Reporter, host: str,
-                 udp64: bool = False) -> None:
+                 udp64: bool = False, probe_hz: float | None = None) -> None:
         self.spec = spec
         self.udp64 = udp64  # --udp-counters-64bit: 64-bit sequence numbers, both ways
         self.reporter = reporter
@@ -137,6 +138,10 @@ class Iperf3Client:
         self.tcp: list[LocalStream] = []
         self.udp: list[UdpStream] = []
         self.kept = KeptIntervals()
+        self.t0: float | None = None  # when the test's own clock began (monotonic)
+        # --latency: TCP handshakes to the server's port while the test runs
+        self.probes = HandshakeProbes(self.family, self.address, spec.bind_address,
+                                      probe_hz, time.monotonic()) if probe_hz else None
 
     @property
     def where(self) -> str:
@@ -146,8 +151,10 @@ class Iperf3Client:
     def run(self) -> Result:
         """Run the test; TestFailed (one line) for every way it can fail."""
         try:
-            return self._run()
-        except TestFailed:
+            return self._probed(self._run())
+        except TestFailed as exc:
+            if isinstance(exc.partial, Result):
+                exc.partial = self._probed(exc.partial)
             raise
         except KeyboardInterrupt:
             if self.conn is not None:  # as a stock client says it was stopped
@@ -157,6 +164,8 @@ class Iperf3Client:
         except (OSError, NetprobeError) as exc:
             raise TestFailed(f"{self.where}: {_one_line(exc)}") from None
         finally:
+            if self.probes is not None:
+                self.probes.close()
             for sock in [*(s.sock for s in self.tcp), *(s.sock for s in self.udp)]:
                 with contextlib.suppress(OSError):
                     sock.close()
@@ -173,7 +182,21 @@ class Iperf3Client:
         self._expect(wire.TEST_START)
         self._expect(wire.TEST_RUNNING)
         self.reporter.note(f"iperf3 test started with {self.host}:{self.port}")
+        if self.probes is not None:  # only now: see netprobe.engine.iperf3.handshake
+            self.probes.start()
         return self._run_udp() if self.udp else self._run_tcp()
+
+    def _probed(self, result: Result) -> Result:
+        if self.probes is None:
+            return result
+        self.probes.close()
+        return with_probes(result, self.probes, self.t0)
+
+    def _timed_connect(self, sock: socket.socket) -> None:
+        at = time.monotonic()
+        sock.connect(self.address)
+        if self.probes is not None:  # a handshake before the load: the idle baseline
+            self.probes.connected(at, time.monotonic() - at)
 
     # -- control ------------------------------------------------------------------------
 
@@ -183,7 +206,7 @@ class Iperf3Client:
         try:
             if self.spec.bind_address:
                 sock.bind((self.spec.bind_address, 0))
-            sock.connect(self.address)
+            self._timed_connect(sock)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.sendall(self.cookie)
         except OSError as exc:
@@ -272,7 +295,7 @@ class Iperf3Client:
     def _open_tcp(self) -> socket.socket:
         sock = self._data_socket(socket.SOCK_STREAM)
         try:
-            sock.connect(self.address)
+            self._timed_connect(sock)
             sock.sendall(self.cookie)
         except OSError:
             sock.close()
@@ -367,6 +390,8 @@ class Iperf3Client:
         if not wire.results_ok(theirs):
             raise TestFailed(f"{self.where} sent results without the fields iperf3 requires")
         self._expect(wire.DISPLAY_RESULTS)
+        if self.probes is not None:  # none left in the accept queue of the next test
+            self.probes.settle()
         wire.send_state(self.conn, wire.IPERF_DONE)
         return theirs
 
@@ -375,6 +400,8 @@ class Iperf3Client:
         before arrive; the monotonic time the last of it came (or TEST_END's)."""
         assert self.conn is not None
         senders = [s for s in self.udp if s.sending]
+        if self.probes is not None:
+            self.probes.stop()
         for stream in senders:
             stream.stop_loop()
         if senders:
@@ -390,7 +417,7 @@ class Iperf3Client:
     def _run_tcp(self) -> Result:
         side = Side(self.spec, self.tcp, self._interval)
         side.start()
-        t0 = time.monotonic()
+        t0 = self.t0 = time.monotonic()
         try:
             self._wait_end(lambda: _moved(self.tcp), lambda: side.done, t0)
             # TEST_END once every byte written is on its way, behind the data in the
@@ -459,7 +486,7 @@ class Iperf3Client:
 
     def _run_udp(self) -> Result:
         before = core.rusage("process")
-        t0 = time.monotonic()
+        t0 = self.t0 = time.monotonic()
         for stream in self.udp:
             stream.start()
         sampler = UdpIntervals(self.keys, self.udp, self.spec.interval_s, t0, self._interval)
@@ -688,7 +715,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def run_iperf3_test(spec: TestSpec, reporter: Reporter, host: str,
-                    udp64: bool = False) -> Result:
+                    udp64: bool = False, probe_hz: float | None = None) -> Result:
     """Run one test against the stock iperf3 server at ``host`` (port ``spec.port`` or
-    5201); ``udp64``: UDP with 64-bit sequence numbers (iperf3's --udp-counters-64bit)."""
-    return Iperf3Client(spec, reporter, host, udp64).run()
+    5201); ``udp64``: UDP with 64-bit sequence numbers (iperf3's --udp-counters-64bit);
+    ``probe_hz``: latency under load, TCP handshakes to the server's port at this rate
+    (:mod:`netprobe.engine.iperf3.handshake`)."""
+    return Iperf3Client(spec, reporter, host, udp64, probe_hz).run()
