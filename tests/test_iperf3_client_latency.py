@@ -170,3 +170,16 @@ def test_cli_latency_with_iperf3() -> None:
     line = one_line_error(cli("127.0.0.1", "--iperf3", "--latency", "--latency-tail", "1",
                               "-t", "1"))
     assert "--latency-tail" in line, line
+
+
+def test_api_latency_with_iperf3_probes_by_handshakes() -> None:
+    # netprobe.run(latency=True) against a stock server: its handshake probes, not an
+    # agent session on the iperf3 port (which the server would take for a client).
+    import netprobe
+
+    with stock_server(stock("3.21")) as server:
+        result = netprobe.run("127.0.0.1", port=server.port, duration_s=TEST_S,
+                              tool_options={"iperf3": True}, latency=True)
+        end = server.report()
+    check_tcp(result, end, "client_to_server", 1)
+    check_latency(result, idle=2)
