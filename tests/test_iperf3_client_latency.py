@@ -14,7 +14,7 @@ import pytest
 from netprobe.driven import free_port
 from netprobe.engine.iperf3 import handshake
 from netprobe.reporting import NullReporter
-from netprobe.schema import Result, TestSpec
+from netprobe.schema import Interval, Result, TestSpec
 from netprobe.tools.native import NativeTool
 from tests.test_iperf3_client import (
     check_tcp,
@@ -32,10 +32,20 @@ PROBE_HZ = 20.0
 TEST_S = 2.0
 
 
-def probed(port: int, **fields: object) -> Result:
+class Live(NullReporter):
+    """The intervals as they came during the test."""
+
+    def __init__(self) -> None:
+        self.intervals: list[Interval] = []
+
+    def interval(self, sample: Interval) -> None:
+        self.intervals.append(sample)
+
+
+def probed(port: int, live: NullReporter | None = None, **fields: object) -> Result:
     spec = TestSpec(host="127.0.0.1", port=port, **{"duration_s": TEST_S, **fields})
     return NativeTool({"iperf3": True, "iperf3_latency_hz": PROBE_HZ}).run(
-        spec, NullReporter())
+        spec, live or NullReporter())
 
 
 def check_latency(result: Result, idle: int) -> None:
@@ -55,12 +65,15 @@ def check_latency(result: Result, idle: int) -> None:
 
 
 def _tcp(version: str, direction: str) -> None:
+    live = Live()
     with stock_server(stock(version)) as server:
-        result = probed(server.port, direction=direction)
+        result = probed(server.port, live, direction=direction)
         end = server.report()  # asserts the server's report has no error
     flow = "client_to_server" if direction == "normal" else "server_to_client"
     check_tcp(result, end, flow, 1)
     check_latency(result, idle=2)  # the control connection and the one data stream
+    # the live view has them too, as an interval ends
+    assert any(i.latency_p50_us is not None for i in live.intervals), live.intervals
 
 
 FAST = [("3.9", "normal"), ("3.21", "normal")]

@@ -530,6 +530,8 @@ class Iperf3Client:
 
     def _interval(self, sample: Interval) -> None:
         self.kept.add(sample)
+        if self.probes is not None and self.t0 is not None:  # the live view's latency
+            sample = self.probes.interval(sample, self.t0)
         self.reporter.interval(sample)
 
     def _local(self) -> Endpoint:

@@ -34,7 +34,7 @@ import attrs
 
 from netprobe.latency import figures
 from netprobe.latency.figures import Phase, ProbeLog, ProbeSample
-from netprobe.schema import Result
+from netprobe.schema import Interval, Result
 
 BUSY = b"\xff"
 CONNECT_S = 3.0  # a handshake unanswered this long is lost (one SYN resend is 1 s)
@@ -92,15 +92,15 @@ class HandshakeProbes:
         what is left (``unsettled`` counts it)."""
         self.stop()
         if self._thread is not None:
-            self._thread.join(timeout)
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join(1.0)
+            self._thread.join(timeout)  # it ends once every probe was answered
         self.close()
 
     def close(self) -> None:
-        """Close every probe socket left (FIN, never a reset)."""
+        """Stop the thread, then close every probe socket left (FIN, never a reset)."""
+        self.stop()
         self._done.set()
+        if self._thread is not None:
+            self._thread.join(5 * POLL_S + 1.0)  # it looks at the flag every POLL_S
         for sock in list(self._open):
             self.unsettled += 1
             self._finish(sock, None)
@@ -119,6 +119,14 @@ class HandshakeProbes:
                   Phase("loaded", True, loaded_from, self.loaded_until))
         loaded.sort(key=lambda sample: sample.seq)
         return ProbeLog(samples=tuple(idle + loaded), phases=phases, transport="tcp-connect")
+
+    def interval(self, sample: Interval, t0: float) -> Interval:
+        """A live interval (its clock starting at the monotonic ``t0``) with the round
+        trips of the probes answered within it so far."""
+        start_s = t0 - self.zero
+        rtts = figures.answered_between(list(self.samples), start_s + sample.start_s,
+                                        start_s + sample.end_s)
+        return figures.with_interval_latency(sample, rtts)
 
     # -- the thread ----------------------------------------------------------------------
 
