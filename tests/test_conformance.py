@@ -29,6 +29,9 @@ from netprobe.tools.nuttcp import NuttcpTool
 from tests.test_cli import assert_one_error_line, child_env, netprobe_cmd
 from tests.test_plugin_host import ODD, _distribution
 
+# Rates the CPU must hold: the emulated ARM suites take turns here (scripts/arm-suite).
+pytestmark = pytest.mark.rate
+
 BUILT_INS: tuple[type[Tool], ...] = (NativeTool, NuttcpTool, Iperf2Tool, Iperf3Tool, NtttcpTool)
 
 KNOWN_FAILURES: dict[tuple[str, str], str] = {}

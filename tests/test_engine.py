@@ -20,6 +20,9 @@ from netprobe.tools.native import NativeTool
 
 from .budget import FRACTION
 
+# Rates the CPU must hold: the emulated ARM suites take turns here (scripts/arm-suite).
+pytestmark = pytest.mark.rate
+
 
 class Recorder:
     """A reporter that keeps what it is given."""

@@ -9,6 +9,9 @@ import pytest
 from netprobe.convert import from_json
 from tests.test_cli import assert_one_error_line, builtin_registry, needs_native, run_main
 
+# Rates the CPU must hold: the emulated ARM suites take turns here (scripts/arm-suite).
+pytestmark = pytest.mark.rate
+
 HEADER = 16  # netprobe's datagram header: sequence number and send time
 
 

@@ -329,6 +329,15 @@ def add_mode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--udp-counters-64bit", action="store_true",
                        help="with --iperf3 -u: 64-bit sequence numbers in the datagrams "
                             "(iperf3's --udp-counters-64bit; the server is told)")
+    group.add_argument("--username", metavar="USER",
+                       help="--iperf3: authenticate as USER to a server run with "
+                            "--rsa-private-key-path (iperf3's RSA authentication); the "
+                            "password from $IPERF3_PASSWORD, else asked at the terminal")
+    group.add_argument("--rsa-public-key-path", metavar="FILE",
+                       help="--iperf3 --username: the server's RSA public key (PEM)")
+    group.add_argument("--use-pkcs1-padding", action="store_true",
+                       help="--iperf3 --username: PKCS#1 v1.5 padding, for servers before "
+                            "iperf3 3.17 or run with --use-pkcs1-padding (default: OAEP)")
 
 
 def mode_options(args: argparse.Namespace, tool_cls: Any) -> dict[str, Any]:
@@ -337,7 +346,47 @@ def mode_options(args: argparse.Namespace, tool_cls: Any) -> dict[str, Any]:
     for mode in chosen:
         if mode not in getattr(tool_cls, "modes", frozenset()):
             raise UsageError(f"{MODE_FLAGS[mode]}: the {tool_cls.name} tool has no such mode")
+    auth = iperf3_auth(args)
+    if auth is not None:
+        chosen["iperf3_auth"] = auth
     return chosen
+
+
+def iperf3_auth(args: argparse.Namespace) -> Any:
+    """``--username`` and ``--rsa-public-key-path``: the credentials for a stock iperf3
+    server (:class:`~netprobe.engine.iperf3.auth.ClientAuth`), the password from
+    ``$IPERF3_PASSWORD`` or the terminal, as a stock client takes it; None without them."""
+    user, path = getattr(args, "username", None), getattr(args, "rsa_public_key_path", None)
+    if not (user or path):
+        if getattr(args, "use_pkcs1_padding", False):
+            raise UsageError("--use-pkcs1-padding needs --username and --rsa-public-key-path")
+        return None
+    if not (user and path):
+        raise UsageError("iperf3 authentication needs both --username and "
+                         "--rsa-public-key-path")
+    if not getattr(args, "iperf3", False):
+        raise UsageError("--username and --rsa-public-key-path are for a stock iperf3 "
+                         "server: add --iperf3")
+    if getattr(args, "from_host", None):
+        raise UsageError("--username cannot be combined with --from (the agent would "
+                         "need the password)")
+    try:
+        from netprobe.engine.iperf3.auth import PASSWORD_ENV, AuthError, ClientAuth
+    except ImportError:
+        raise UsageError("iperf3 authentication needs the cryptography package: pip "
+                         "install 'netprobe-meter[iperf3-auth]'") from None
+    password = os.environ.get(PASSWORD_ENV)
+    if password is None:
+        if not sys.stdin.isatty():
+            raise UsageError(f"--username: set ${PASSWORD_ENV} to the password (there is "
+                             "no terminal to ask it at)")
+        import getpass
+
+        password = getpass.getpass("Password: ")
+    try:
+        return ClientAuth.load(user, password, path, args.use_pkcs1_padding)
+    except AuthError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def add_trial_options(parser: argparse.ArgumentParser, flags: tuple[str, ...],

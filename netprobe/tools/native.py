@@ -75,7 +75,7 @@ class NativeTool(Tool):
         if spec.host and self.options.get("iperf3"):
             from netprobe.engine.iperf3.client import run_iperf3_test
 
-            return run_iperf3_test(spec, reporter, spec.host,
+            return run_iperf3_test(spec, reporter, spec.host, self.options.get("iperf3_auth"),
                                    udp64=bool(self.options.get("udp_counters_64bit")),
                                    probe_hz=self.options.get("iperf3_latency_hz"))
         if spec.host:

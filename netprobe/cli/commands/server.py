@@ -43,6 +43,19 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
     group.add_argument("--iperf3-results", metavar="FILE",
                        help="append the server's result of each iperf3 test to FILE, one "
                             "JSON line each (read back by netprobe's saved-result readers)")
+    group.add_argument("--rsa-private-key-path", metavar="FILE",
+                       help="iperf3's RSA authentication: this server's private key (PEM, "
+                            "no passphrase); with --authorized-users-path, only clients "
+                            "that give a listed user and password are served (needs the "
+                            "cryptography package: the iperf3-auth extra)")
+    group.add_argument("--authorized-users-path", metavar="FILE",
+                       help="iperf3's authorized users file: lines of USER,SHA256HEX, the "
+                            "hash of {USER}PASSWORD; read again at every test")
+    group.add_argument("--use-pkcs1-padding", action="store_true",
+                       help="the clients' tokens use PKCS#1 v1.5 padding (iperf3 before "
+                            "3.17, or given --use-pkcs1-padding) instead of OAEP")
+    group.add_argument("--time-skew-threshold", type=opts.COUNT, metavar="SECONDS",
+                       help="how far a client's clock may be from this one's (default: 10)")
 
 
 def _add_service_options(parser: argparse.ArgumentParser) -> None:
@@ -138,6 +151,9 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
         raise ToolUnavailable(f"the native server is not in this install: {exc}") from None
     from netprobe.engine.log import EventLog
 
+    if not args.iperf3 and (args.rsa_private_key_path or args.authorized_users_path):
+        raise UsageError("--rsa-private-key-path and --authorized-users-path are for "
+                         "iperf3 clients: add --iperf3")
     config = ServerConfig(**_server_options(args))
     pidfile = _PidFile(args.pidfile) if args.pidfile else None
     with _log_sink(args.logfile) as write:
@@ -212,7 +228,8 @@ def _serve_logged(args: argparse.Namespace, config: Any, log: Any,
         from netprobe.engine.iperf3.service import Iperf3Service
 
         services.append(Iperf3Service(args.iperf3_port,
-                                      on_result=_results_appender(args.iperf3_results)))
+                                      on_result=_results_appender(args.iperf3_results),
+                                      auth=_iperf3_auth(args)))
     try:
         serve(config, log=log, handlers=handlers(), ready=ready, services=services)
     except KeyboardInterrupt:
@@ -225,6 +242,29 @@ def _serve_logged(args: argparse.Namespace, config: Any, log: Any,
     finally:
         if pidfile is not None:
             pidfile.remove()
+
+
+def _iperf3_auth(args: argparse.Namespace) -> Any:
+    """The iperf3 clients' authentication if asked (its files read now), else None; only
+    then is the cryptography package loaded."""
+    if not (args.rsa_private_key_path or args.authorized_users_path):
+        if args.use_pkcs1_padding or args.time_skew_threshold:
+            raise UsageError("--use-pkcs1-padding and --time-skew-threshold need "
+                             "--rsa-private-key-path and --authorized-users-path")
+        return None
+    if not (args.rsa_private_key_path and args.authorized_users_path):
+        raise UsageError("iperf3 authentication needs both --rsa-private-key-path and "
+                         "--authorized-users-path")
+    try:
+        from netprobe.engine.iperf3.auth import AuthError, ServerAuth
+    except ImportError:
+        raise UsageError("iperf3 authentication needs the cryptography package: pip "
+                         "install 'netprobe-meter[iperf3-auth]'") from None
+    try:
+        return ServerAuth.load(args.rsa_private_key_path, args.authorized_users_path,
+                               args.use_pkcs1_padding, args.time_skew_threshold or 10)
+    except AuthError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _results_appender(path: str | None) -> Callable[[Any], None]:

@@ -122,8 +122,10 @@ class Iperf3Client:
     """One test against a stock iperf3 server, from the client's end."""
 
     def __init__(self, spec: TestSpec, reporter: Reporter, host: str,
-                 udp64: bool = False, probe_hz: float | None = None) -> None:
+                 auth: Any = None, udp64: bool = False,
+                 probe_hz: float | None = None) -> None:
         self.spec = spec
+        self.auth = auth  # an auth.ClientAuth: a token in the params (iperf3's RSA auth)
         self.udp64 = udp64  # --udp-counters-64bit: 64-bit sequence numbers, both ways
         self.reporter = reporter
         self.host = host
@@ -176,8 +178,15 @@ class Iperf3Client:
         self._connect()
         self._expect(wire.PARAM_EXCHANGE)
         assert self.conn is not None
-        wire.send_json(self.conn, client_params(self.spec, self.length, self.udp64))
-        self._expect(wire.CREATE_STREAMS)
+        params = client_params(self.spec, self.length, self.udp64)
+        if self.auth is not None:
+            params["authtoken"] = self.auth.token()
+        wire.send_json(self.conn, params)
+        try:
+            self._expect(wire.CREATE_STREAMS)
+        except TestFailed as exc:  # iperf3 3.21 closes without a word on a bad token
+            raise TestFailed(f"{exc} (authentication failed?)" if self.auth and "closed"
+                             in str(exc) else str(exc)) from None
         self._open_streams()
         self._expect(wire.TEST_START)
         self._expect(wire.TEST_RUNNING)
@@ -717,9 +726,11 @@ def _one_line(exc: BaseException) -> str:
 
 
 def run_iperf3_test(spec: TestSpec, reporter: Reporter, host: str,
-                    udp64: bool = False, probe_hz: float | None = None) -> Result:
+                    auth: Any = None, udp64: bool = False,
+                    probe_hz: float | None = None) -> Result:
     """Run one test against the stock iperf3 server at ``host`` (port ``spec.port`` or
-    5201); ``udp64``: UDP with 64-bit sequence numbers (iperf3's --udp-counters-64bit);
-    ``probe_hz``: latency under load, TCP handshakes to the server's port at this rate
-    (:mod:`netprobe.engine.iperf3.handshake`)."""
-    return Iperf3Client(spec, reporter, host, udp64, probe_hz).run()
+    5201), with ``auth`` (:class:`~netprobe.engine.iperf3.auth.ClientAuth`) if it asks
+    for iperf3's RSA authentication; ``udp64``: UDP with 64-bit sequence numbers
+    (iperf3's --udp-counters-64bit); ``probe_hz``: latency under load, TCP handshakes to
+    the server's port at this rate (:mod:`netprobe.engine.iperf3.handshake`)."""
+    return Iperf3Client(spec, reporter, host, auth, udp64, probe_hz).run()

@@ -28,8 +28,13 @@ class Iperf3Service:
     """The key of :meth:`status` in the agent's ``status`` reply."""
 
     def __init__(self, port: int = DEFAULT_PORT,
-                 on_result: Callable[[Result], None] | None = None) -> None:
+                 on_result: Callable[[Result], None] | None = None,
+                 auth: Any = None) -> None:
         self.port = port
+        self.auth = auth
+        """A :class:`~netprobe.engine.iperf3.auth.ServerAuth` every client's token must
+        pass, or None (no authentication; this module does not import it: it needs the
+        optional ``cryptography`` package)."""
         self.on_result = on_result
         """Called with the server's Result of each test served (e.g. to save it)."""
         self.server: Any = None

@@ -120,14 +120,28 @@ class Iperf3Test:
             raise Refused(wire.IERECVPARAMS, f"no usable params: {escape(exc)}",
                           "protocol") from None
         params = wire.parse_params(raw)
-        if "authtoken" in {k.lower() for k in raw}:
-            raise Refused(wire.IEAUTHTEST, "the client sent an authtoken: iperf3 "
-                          "authentication is not supported here", "auth")
+        self._check_auth(raw)
         broken = wire.check_params(params)
         if broken is not None:
             raise Refused(broken[0], broken[1], "params")
         self.params = params
         return params
+
+    def _check_auth(self, raw: dict) -> None:
+        """With authentication configured, only a valid ``authtoken`` passes; without it,
+        a client that sends one is told so (as a stock server built without OpenSSL)."""
+        # Keys are matched without case, as a stock server's JSON lookup does.
+        tokens = [value for key, value in raw.items() if key.lower() == "authtoken"]
+        auth = self.service.auth
+        if auth is None:
+            if tokens:
+                raise Refused(wire.IEAUTHTEST, "the client sent an authtoken: this server "
+                              "has no --rsa-private-key-path/--authorized-users-path",
+                              "auth")
+            return
+        why = auth.check(tokens[0]) if tokens else "the client sent no authtoken"
+        if why is not None:
+            raise Refused(wire.IEAUTHTEST, f"authentication failed: {why}", "auth")
 
     def _check_limits(self, p: wire.Params) -> None:
         cfg = self.server.config

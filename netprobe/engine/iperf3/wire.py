@@ -111,8 +111,14 @@ def make_cookie() -> bytes:
 
 
 def read_error(sock: socket.socket) -> tuple[int, int]:
-    """The iperf3 error code and errno that follow a SERVER_ERROR state byte."""
-    code, os_errno = struct.unpack(">ii", recv_exact(sock, 8))
+    """The iperf3 error code and errno that follow a SERVER_ERROR state byte. A stock
+    server refusing a token (3.9 to 3.20) sends the code alone and closes: the errno is
+    then 0, as a stock client reads it."""
+    (code,) = struct.unpack(">i", recv_exact(sock, 4))
+    try:
+        (os_errno,) = struct.unpack(">i", recv_exact(sock, 4))
+    except (OSError, WireError):
+        os_errno = 0
     return int(code), int(os_errno)
 
 
