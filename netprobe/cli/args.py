@@ -262,7 +262,8 @@ RATE_HZ = checked(float, lambda v: 0 < v <= 100, "must be above 0 and at most 10
 
 def add_latency_options(parser: argparse.ArgumentParser) -> None:
     """netprobe's latency probes beside a test (--latency and its settings)."""
-    group = parser.add_argument_group("latency under load (needs netprobe server on HOST)")
+    group = parser.add_argument_group("latency under load (needs netprobe server on HOST; "
+                                      "with --iperf3, TCP handshakes to its port)")
     group.add_argument("--latency", action="store_true",
                        help="send small timestamped probes beside the test: idle baseline, "
                             "then latency under load, its increase, RPM and grade")
