@@ -107,6 +107,17 @@ def test_handshake_probes_beside_udp(version: str) -> None:
     check_latency(result, idle=1)  # UDP streams have no handshake: the control's alone
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["3.9", "3.21"])
+def test_handshake_probes_beside_bidir(version: str) -> None:
+    with stock_server(stock(version)) as server:
+        result = probed(server.port, direction="bidir")
+        server.report()  # no error in the server's report
+    assert result.status == "ok", result.errors
+    assert {f.direction for f in result.summaries} == {"client_to_server", "server_to_client"}
+    check_latency(result, idle=2)  # both data connections' handshakes
+
+
 def test_no_probe_is_left_for_the_servers_next_test() -> None:
     # A server that serves test after test (no -1): every probe was answered before
     # IPERF_DONE, so none waits in its accept queue to be taken for the next client.
