@@ -70,6 +70,11 @@ def run(host: str | None = None, *, tool: str = "native", from_host: str | None 
     probes = _probe_options(latency, agent)
     if probes is not None and from_host is not None:
         raise SpecError("latency cannot be combined with from_host (as --latency with --from)")
+    if probes is not None and (tool_options or {}).get("iperf3"):
+        # A stock iperf3 server has no echo: its probes are TCP handshakes to its port
+        # while the test runs, the client's own (as ``run --iperf3 --latency``).
+        tool_options = {**(tool_options or {}), "iperf3_latency_hz": probes.rate_hz}
+        probes = None
     test = spec_of(tool, host, spec)
     chosen = make_tool(tool, tool_options)
     live = reporter or NullReporter()

@@ -262,7 +262,8 @@ RATE_HZ = checked(float, lambda v: 0 < v <= 100, "must be above 0 and at most 10
 
 def add_latency_options(parser: argparse.ArgumentParser) -> None:
     """netprobe's latency probes beside a test (--latency and its settings)."""
-    group = parser.add_argument_group("latency under load (needs netprobe server on HOST)")
+    group = parser.add_argument_group("latency under load (needs netprobe server on HOST; "
+                                      "with --iperf3, TCP handshakes to its port)")
     group.add_argument("--latency", action="store_true",
                        help="send small timestamped probes beside the test: idle baseline, "
                             "then latency under load, its increase, RPM and grade")
@@ -326,6 +327,9 @@ def add_mode_options(parser: argparse.ArgumentParser) -> None:
                        help="the far end is a stock `iperf3 -s` (no iperf3 binary needed "
                             "here): speak iperf3's protocol to it; -p its port, default "
                             "5201. --tool native")
+    group.add_argument("--udp-counters-64bit", action="store_true",
+                       help="with --iperf3 -u: 64-bit sequence numbers in the datagrams "
+                            "(iperf3's --udp-counters-64bit; the server is told)")
     group.add_argument("--username", metavar="USER",
                        help="--iperf3: authenticate as USER to a server run with "
                             "--rsa-private-key-path (iperf3's RSA authentication); the "

@@ -47,6 +47,9 @@ class NativeTool(Tool):
                 found.append("--iperf3 needs HOST: the stock iperf3 server to test against")
             if spec.protocol == "udp" and spec.omit_s:
                 found.append("--iperf3: -O is not supported with UDP")
+        if self.options.get("udp_counters_64bit") and not (
+                self.options.get("iperf3") and spec.protocol == "udp"):
+            found.append("--udp-counters-64bit is iperf3's UDP option: with --iperf3 -u")
         return found
 
     def run(self, spec: TestSpec, reporter: Reporter) -> Result:
@@ -72,7 +75,9 @@ class NativeTool(Tool):
         if spec.host and self.options.get("iperf3"):
             from netprobe.engine.iperf3.client import run_iperf3_test
 
-            return run_iperf3_test(spec, reporter, spec.host, self.options.get("iperf3_auth"))
+            return run_iperf3_test(spec, reporter, spec.host, self.options.get("iperf3_auth"),
+                                   udp64=bool(self.options.get("udp_counters_64bit")),
+                                   probe_hz=self.options.get("iperf3_latency_hz"))
         if spec.host:
             # "secret": the secret itself, from whoever holds it (an agent's own, as the
             # client of a third-party test); else the file, else $NETPROBE_SECRET.

@@ -54,13 +54,22 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
         raise UsageError("--pause needs --repeat")
     registry = registry_for(load, spec.tool)
     modes = opts.mode_options(args, registry.get(spec.tool))
+    if args.udp_counters_64bit:
+        if not modes.get("iperf3"):
+            raise UsageError("--udp-counters-64bit is iperf3's UDP option: with --iperf3 -u")
+        modes["udp_counters_64bit"] = True  # the tool refuses it without -u
+    if args.latency and modes.get("iperf3"):
+        modes["iperf3_latency_hz"] = args.latency_rate  # probes of its own: see below
     tool = make_tool(registry, spec.tool, {**(secret_options(args) or {}), **modes})
     prepare(tool, spec, from_host=args.from_host)  # refused (exit 2) before anything else
     if args.latency and (args.repeat is not None or args.from_host):
         raise UsageError("--latency cannot be combined with --repeat or --from")
-    if args.latency and modes.get("iperf3"):
-        # The probes need a netprobe server's echo; a stock iperf3 server has none.
-        raise UsageError("--latency needs a netprobe server: not with --iperf3")
+    # A stock server has no echo: the probes are TCP handshakes to its port while the
+    # test runs (netprobe.engine.iperf3.handshake), so no idle tail, no UDP.
+    if args.latency and modes.get("iperf3") and (args.latency_tail
+                                                 or args.latency_transport == "udp"):
+        raise UsageError("--iperf3 --latency probes by TCP handshakes while the test "
+                         "runs: no --latency-tail or --latency-transport udp")
     if args.repeat is not None:
         if args.format == "json-stream":
             raise UsageError("--format json-stream writes one test as it runs; with --repeat "
@@ -72,7 +81,7 @@ def handle(args: argparse.Namespace, load: RegistryLoader) -> int:
     out.check()  # an unwritable -o costs no test
     reporter = out.reporter(spec)
     try:
-        if args.latency:
+        if args.latency and not modes.get("iperf3"):
             result = _with_latency(tool, spec, reporter, args)
         else:
             result = run_spec(tool, spec, reporter, from_host=args.from_host,

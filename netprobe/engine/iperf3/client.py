@@ -23,6 +23,7 @@ from netprobe import convert, core
 from netprobe.engine.assemble import build_result, cpu_by_role_of, streams_and_flows
 from netprobe.engine.conduct import Outcome
 from netprobe.engine.iperf3 import wire
+from netprobe.engine.iperf3.handshake import HandshakeProbes, with_probes
 from netprobe.engine.iperf3.udp import UdpStream
 from netprobe.engine.protocol import readable
 from netprobe.engine.side import SENDER_DRAIN_S, LocalStream, Side, default_length
@@ -70,7 +71,7 @@ MIN_PEER_SECONDS = 0.001  # a stream time the server gives below this is not tak
 Key = tuple[int, str, str]  # stream id, direction, role (the native engine's keys)
 
 
-def client_params(spec: TestSpec, length: int) -> dict:
+def client_params(spec: TestSpec, length: int, udp64: bool = False) -> dict:
     """The params object, as a stock client sends it: only true flags (a stock server
     reads a flag's presence), ``len`` and ``bandwidth`` always (omitted ones reset to the
     server's defaults, and a UDP length of its default is refused), ``time`` 0 with a
@@ -95,6 +96,8 @@ def client_params(spec: TestSpec, length: int) -> dict:
     p["len"] = length
     p["bandwidth"] = int(spec.rate_bits_per_second or 0)
     p["pacing_timer"] = 1000
+    if udp64 and spec.protocol == "udp":
+        p["udp_counters_64bit"] = 1  # a number: its presence turns it on
     if spec.dscp is not None:
         p["TOS"] = spec.dscp << 2
     if spec.congestion:
@@ -122,9 +125,11 @@ class Iperf3Client:
     """One test against a stock iperf3 server, from the client's end."""
 
     def __init__(self, spec: TestSpec, reporter: Reporter, host: str,
-                 auth: Any = None) -> None:
+                 auth: Any = None, udp64: bool = False,
+                 probe_hz: float | None = None) -> None:
         self.spec = spec
         self.auth = auth  # an auth.ClientAuth: a token in the params (iperf3's RSA auth)
+        self.udp64 = udp64  # --udp-counters-64bit: 64-bit sequence numbers, both ways
         self.reporter = reporter
         self.host = host
         self.port = spec.port or DEFAULT_PORT
@@ -138,6 +143,10 @@ class Iperf3Client:
         self.tcp: list[LocalStream] = []
         self.udp: list[UdpStream] = []
         self.kept = KeptIntervals()
+        self.t0: float | None = None  # when the test's own clock began (monotonic)
+        # --latency: TCP handshakes to the server's port while the test runs
+        self.probes = HandshakeProbes(self.family, self.address, spec.bind_address,
+                                      probe_hz, time.monotonic()) if probe_hz else None
 
     @property
     def where(self) -> str:
@@ -147,8 +156,10 @@ class Iperf3Client:
     def run(self) -> Result:
         """Run the test; TestFailed (one line) for every way it can fail."""
         try:
-            return self._run()
-        except TestFailed:
+            return self._probed(self._run())
+        except TestFailed as exc:
+            if isinstance(exc.partial, Result):
+                exc.partial = self._probed(exc.partial)
             raise
         except KeyboardInterrupt:
             if self.conn is not None:  # as a stock client says it was stopped
@@ -158,6 +169,8 @@ class Iperf3Client:
         except (OSError, NetprobeError) as exc:
             raise TestFailed(f"{self.where}: {_one_line(exc)}") from None
         finally:
+            if self.probes is not None:
+                self.probes.close()
             for sock in [*(s.sock for s in self.tcp), *(s.sock for s in self.udp)]:
                 with contextlib.suppress(OSError):
                     sock.close()
@@ -168,7 +181,7 @@ class Iperf3Client:
         self._connect()
         self._expect(wire.PARAM_EXCHANGE)
         assert self.conn is not None
-        params = client_params(self.spec, self.length)
+        params = client_params(self.spec, self.length, self.udp64)
         if self.auth is not None:
             params["authtoken"] = self.auth.token()
         wire.send_json(self.conn, params)
@@ -181,7 +194,21 @@ class Iperf3Client:
         self._expect(wire.TEST_START)
         self._expect(wire.TEST_RUNNING)
         self.reporter.note(f"iperf3 test started with {self.host}:{self.port}")
+        if self.probes is not None:  # only now: see netprobe.engine.iperf3.handshake
+            self.probes.start()
         return self._run_udp() if self.udp else self._run_tcp()
+
+    def _probed(self, result: Result) -> Result:
+        if self.probes is None:
+            return result
+        self.probes.close()
+        return with_probes(result, self.probes, self.t0)
+
+    def _timed_connect(self, sock: socket.socket) -> None:
+        at = time.monotonic()
+        sock.connect(self.address)
+        if self.probes is not None:  # a handshake before the load: the idle baseline
+            self.probes.connected(at, time.monotonic() - at)
 
     # -- control ------------------------------------------------------------------------
 
@@ -191,7 +218,7 @@ class Iperf3Client:
         try:
             if self.spec.bind_address:
                 sock.bind((self.spec.bind_address, 0))
-            sock.connect(self.address)
+            self._timed_connect(sock)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.sendall(self.cookie)
         except OSError as exc:
@@ -259,7 +286,7 @@ class Iperf3Client:
                 if udp:
                     stream = UdpStream(sock, iperf3_id(index), role == "sender",
                                        self.length, int(self.spec.rate_bits_per_second or 0),
-                                       False)
+                                       self.udp64)
                     stream.limit_bytes = self.spec.bytes_total
                     self.udp.append(stream)
                 else:
@@ -280,7 +307,7 @@ class Iperf3Client:
     def _open_tcp(self) -> socket.socket:
         sock = self._data_socket(socket.SOCK_STREAM)
         try:
-            sock.connect(self.address)
+            self._timed_connect(sock)
             sock.sendall(self.cookie)
         except OSError:
             sock.close()
@@ -375,6 +402,8 @@ class Iperf3Client:
         if not wire.results_ok(theirs):
             raise TestFailed(f"{self.where} sent results without the fields iperf3 requires")
         self._expect(wire.DISPLAY_RESULTS)
+        if self.probes is not None:  # none left in the accept queue of the next test
+            self.probes.settle()
         wire.send_state(self.conn, wire.IPERF_DONE)
         return theirs
 
@@ -383,6 +412,8 @@ class Iperf3Client:
         before arrive; the monotonic time the last of it came (or TEST_END's)."""
         assert self.conn is not None
         senders = [s for s in self.udp if s.sending]
+        if self.probes is not None:
+            self.probes.stop()
         for stream in senders:
             stream.stop_loop()
         if senders:
@@ -398,7 +429,7 @@ class Iperf3Client:
     def _run_tcp(self) -> Result:
         side = Side(self.spec, self.tcp, self._interval)
         side.start()
-        t0 = time.monotonic()
+        t0 = self.t0 = time.monotonic()
         try:
             self._wait_end(lambda: _moved(self.tcp), lambda: side.done, t0)
             # TEST_END once every byte written is on its way, behind the data in the
@@ -467,7 +498,7 @@ class Iperf3Client:
 
     def _run_udp(self) -> Result:
         before = core.rusage("process")
-        t0 = time.monotonic()
+        t0 = self.t0 = time.monotonic()
         for stream in self.udp:
             stream.start()
         sampler = UdpIntervals(self.keys, self.udp, self.spec.interval_s, t0, self._interval)
@@ -511,6 +542,8 @@ class Iperf3Client:
 
     def _interval(self, sample: Interval) -> None:
         self.kept.add(sample)
+        if self.probes is not None and self.t0 is not None:  # the live view's latency
+            sample = self.probes.interval(sample, self.t0)
         self.reporter.interval(sample)
 
     def _local(self) -> Endpoint:
@@ -696,8 +729,11 @@ def _one_line(exc: BaseException) -> str:
 
 
 def run_iperf3_test(spec: TestSpec, reporter: Reporter, host: str,
-                    auth: Any = None) -> Result:
+                    auth: Any = None, udp64: bool = False,
+                    probe_hz: float | None = None) -> Result:
     """Run one test against the stock iperf3 server at ``host`` (port ``spec.port`` or
     5201), with ``auth`` (:class:`~netprobe.engine.iperf3.auth.ClientAuth`) if it asks
-    for iperf3's RSA authentication."""
-    return Iperf3Client(spec, reporter, host, auth).run()
+    for iperf3's RSA authentication; ``udp64``: UDP with 64-bit sequence numbers
+    (iperf3's --udp-counters-64bit); ``probe_hz``: latency under load, TCP handshakes to
+    the server's port at this rate (:mod:`netprobe.engine.iperf3.handshake`)."""
+    return Iperf3Client(spec, reporter, host, auth, udp64, probe_hz).run()
