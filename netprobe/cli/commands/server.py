@@ -43,6 +43,16 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
     group.add_argument("--iperf3-results", metavar="FILE",
                        help="append the server's result of each iperf3 test to FILE, one "
                             "JSON line each (read back by netprobe's saved-result readers)")
+    group.add_argument("--save-dir", metavar="DIR",
+                       help="save the server's result of each iperf3 test in DIR, one JSON "
+                            "file each (`netprobe report DIR/*.json` reads them); the oldest "
+                            "removed past --save-keep")
+    group.add_argument("--save-keep", type=opts.COUNT, metavar="N", default=1000,
+                       help="most results kept in --save-dir (default: %(default)s)")
+    group.add_argument("--archive", metavar="URL",
+                       help="add each iperf3 test to a fleet archive (sqlite:///PATH or "
+                            "postgresql://...): group iperf3-clients, the client's address "
+                            "as its source; `netprobe report --archive URL` reads it")
     group.add_argument("--rsa-private-key-path", metavar="FILE",
                        help="iperf3's RSA authentication: this server's private key (PEM, "
                             "no passphrase); with --authorized-users-path, only clients "
@@ -154,6 +164,11 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
     if not args.iperf3 and (args.rsa_private_key_path or args.authorized_users_path):
         raise UsageError("--rsa-private-key-path and --authorized-users-path are for "
                          "iperf3 clients: add --iperf3")
+    kept = [flag for flag, value in (("--iperf3-results", args.iperf3_results),
+                                     ("--save-dir", args.save_dir),
+                                     ("--archive", args.archive)) if value]
+    if not args.iperf3 and kept:
+        raise UsageError(f"{kept[0]} keeps the results of iperf3 clients' tests: add --iperf3")
     config = ServerConfig(**_server_options(args))
     pidfile = _PidFile(args.pidfile) if args.pidfile else None
     with _log_sink(args.logfile) as write:
@@ -224,11 +239,13 @@ def _serve_logged(args: argparse.Namespace, config: Any, log: Any,
                 event="listening", address=args.bind, port=service.port, kind="iperf3")
 
     services = []
+    archive = None
     if args.iperf3:
         from netprobe.engine.iperf3.service import Iperf3Service
+        from netprobe.results.served import keep_each
 
-        services.append(Iperf3Service(args.iperf3_port,
-                                      on_result=_results_appender(args.iperf3_results),
+        keepers, archive = _result_keepers(args)
+        services.append(Iperf3Service(args.iperf3_port, on_result=keep_each(keepers),
                                       auth=_iperf3_auth(args)))
     try:
         serve(config, log=log, handlers=handlers(), ready=ready, services=services)
@@ -242,6 +259,9 @@ def _serve_logged(args: argparse.Namespace, config: Any, log: Any,
     finally:
         if pidfile is not None:
             pidfile.remove()
+        if archive is not None:
+            with contextlib.suppress(Exception):  # the records are in; only the run's end
+                archive.close()
 
 
 def _iperf3_auth(args: argparse.Namespace) -> Any:
@@ -267,38 +287,29 @@ def _iperf3_auth(args: argparse.Namespace) -> Any:
         raise UsageError(str(exc)) from None
 
 
-def _results_appender(path: str | None) -> Callable[[Any], None]:
-    """What to do with the server's Result of each iperf3 test: append it to ``path`` as a
-    JSON line (under a lock: tests end on their own threads), or nothing beyond the log.
-    An unwritable ``path`` is an OutputError now, before the server starts."""
+def _result_keepers(args: argparse.Namespace) -> tuple[list[Any], Any]:
+    """Where the server's Result of each iperf3 test goes (--iperf3-results, --save-dir,
+    --archive), each set up now, so an unwritable one is a one-line error before the server
+    starts; and the archive's keeper, closed at the end."""
     from netprobe.cli.outfile import OutputError
-    from netprobe.convert import to_json
+    from netprobe.results.served import ArchiveKeeper, JsonLines, KeepError, SaveDir
 
-    lock = threading.Lock()
-    if path is not None:
-        try:
-            open(path, "a", encoding="utf-8").close()
-        except OSError as exc:
-            raise OutputError(f"cannot write the iperf3 results {path}: "
-                              f"{exc.strerror or exc}") from None
+    keepers: list[Any] = []
+    archive = None
+    try:
+        if args.iperf3_results:
+            keepers.append(JsonLines(args.iperf3_results))
+        if args.save_dir:
+            keepers.append(SaveDir(args.save_dir, args.save_keep))
+        if args.archive:
+            import socket
 
-    def append(result: Any) -> None:
-        if path is None:
-            return
-        data = (to_json(result, indent=None) + "\n").encode()
-        # One write of the whole line on an O_APPEND descriptor: a reader tailing the file
-        # (a log shipper, a test) never sees half a line (through a buffered file a 10 kB
-        # line went out in two writes, and a reader between them got a line cut short).
-        with lock:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
-
-    return append
+            archive = ArchiveKeeper(args.archive, socket.gethostname(),
+                                    label=f"netprobe server --iperf3 port {args.iperf3_port}")
+            keepers.append(archive)
+    except KeepError as exc:
+        raise OutputError(str(exc)) from None
+    return keepers, archive
 
 
 @contextlib.contextmanager
