@@ -14,6 +14,7 @@ from netprobe.engine.iperf3 import udp, wire
 from netprobe.engine.iperf3.record import server_result
 from netprobe.engine.iperf3.streams import Stream
 from netprobe.engine.log import client, escape
+from netprobe.engine.sockets import IPV6_TCLASS, TCP_CONGESTION
 from netprobe.errors import NetprobeError
 from netprobe.host import utc_now_iso
 
@@ -44,6 +45,7 @@ class Iperf3Test:
         self.who = client(peer)
         self.params: wire.Params | None = None
         self.streams: list[Any] = []  # Stream (TCP) or udp.UdpStream
+        self.congestion: str | None = None  # what the TCP streams run (congestion_used)
         self._pending: list[socket.socket] = []
         self._arrived = threading.Condition()
         self._expected = 0
@@ -249,11 +251,13 @@ class Iperf3Test:
         streams: list[Any] = []
         for index, sock in enumerate(socks):
             stream_id = FIRST_STREAM_ID if index == 0 else index + 2
+            _mark(sock, p)
             if p.udp:
                 streams.append(udp.UdpStream(sock, stream_id, index >= receivers, p.length,
                                              p.bandwidth, p.udp_counters_64bit))
                 continue
             _apply_options(sock, p)
+            self.congestion = self.congestion or congestion_used(sock)
             streams.append(Stream(sock, stream_id, index >= receivers, p.length,
                                   p.bandwidth))
         return streams
@@ -292,6 +296,8 @@ class Iperf3Test:
                                 errors=getattr(s, "errors", 0),
                                 packets=getattr(s, "packets", 0)) for s in self.streams]
         results = wire.results_message(cpu, cpu, 0.0, 1 if sending else -1, rows)
+        if self.congestion:
+            results["congestion_used"] = self.congestion
         if p.get_server_output:
             total = sum(s.counted for s in self.streams)
             results["server_output_text"] = (f"netprobe server: {total} bytes in "
@@ -322,6 +328,31 @@ def _apply_options(sock: socket.socket, p: wire.Params) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if p.mss:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, p.mss)
+    if p.congestion:
+        # An algorithm the kernel lacks only warns in iperf3: the test runs on the default.
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, p.congestion.encode())
+
+
+def _mark(sock: socket.socket, p: wire.Params) -> None:
+    # -S: what this end sends carries the client's TOS (its reverse and bidir streams);
+    # the range was checked with the params (IEBADTOS).
+    if not p.tos:
+        return
+    with contextlib.suppress(OSError):
+        if sock.family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, p.tos)
+        else:
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, p.tos)
+
+
+def congestion_used(sock: socket.socket) -> str | None:
+    """The congestion control a TCP socket runs (what iperf3 reports as congestion_used)."""
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16)
+    except OSError:
+        return None
+    return raw.split(b"\0", 1)[0].decode("ascii", "replace") or None
 
 
 def _words(p: wire.Params) -> str:

@@ -44,6 +44,7 @@ IEBLOCKSIZE = 7
 IEBUFSIZE = 8
 IEOMIT = 12
 IEUDPBLOCKSIZE = 20
+IEBADTOS = 21
 IETOTALRATE = 27
 IEMAXSERVERTESTDURATIONEXCEEDED = 37
 IERECVPARAMS = 114
@@ -167,6 +168,11 @@ class Params:
     blockcount: int = 0
     udp_counters_64bit: bool = False
     get_server_output: bool = False
+    tos: int = 0
+    """IP_TOS / IPv6 traffic class of this end's data sockets (-S); 0 leaves the default."""
+    congestion: str | None = None
+    """TCP congestion control asked for (-C); one that cannot be set only warns, as in
+    iperf3."""
 
     @property
     def directions(self) -> tuple[str, ...]:
@@ -207,7 +213,17 @@ def parse_params(params: dict) -> Params:
         mss=_number(params, "MSS", 0), nodelay="nodelay" in present,
         num=_number(params, "num", 0), blockcount=_number(params, "blockcount", 0),
         udp_counters_64bit="udp_counters_64bit" in present,
-        get_server_output="get_server_output" in present)
+        get_server_output="get_server_output" in present,
+        tos=_number(params, "TOS", 0), congestion=_algorithm(_lookup(params, "congestion")))
+
+
+def _algorithm(value: Any) -> str | None:
+    # A name the kernel could know (as /proc/sys/net/ipv4/tcp_available_congestion_control
+    # lists them): short, printable, no spaces; anything else is not passed on to it.
+    if isinstance(value, str) and 0 < len(value) < 16 and value.isascii() and \
+            value.replace("_", "").replace("-", "").isalnum():
+        return value
+    return None
 
 
 def check_params(p: Params) -> tuple[int, str] | None:
@@ -224,6 +240,8 @@ def check_params(p: Params) -> tuple[int, str] | None:
         return IEBLOCKSIZE, f"block size {p.length} out of range"
     if not 0 <= p.window <= 512 << 20:
         return IEBUFSIZE, f"window {p.window} out of range"
+    if not 0 <= p.tos <= 255:
+        return IEBADTOS, f"TOS {p.tos} out of range"
     return None
 
 
