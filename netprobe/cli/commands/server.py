@@ -21,7 +21,8 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
     """The ``server`` command's options."""
     parser = opts.subparser(commands, "server", summary, epilog,
                             "%(prog)s [-p PORT] [-B ADDRESS] [--max-tests N] [-1]")
-    parser.set_defaults(handler=handle)
+    # The server's own actions, for --uci (the list argparse keeps adding to below).
+    parser.set_defaults(handler=handle, uci_actions=parser._actions)
     parser.add_argument("-p", "--port", type=opts.LISTEN_PORT, metavar="PORT",
                         help="TCP and UDP port to listen on; 0 picks a free one, shown when "
                              "ready (default: {server:port})")
@@ -80,6 +81,12 @@ def _add_service_options(parser: argparse.ArgumentParser) -> None:
                        help="write the server's process id to FILE once it listens, and "
                             "remove it on exit (refused if FILE names a running process "
                             "or is a symbolic link; a stale FILE is replaced)")
+    group.add_argument("--uci", metavar="FILE",
+                       help="take the options of the `config server` section of FILE, an "
+                            "OpenWrt UCI file (option max_duration '60', list allow "
+                            "'192.168.0.0/16': each option's name with _ for -), checked as "
+                            "here; options given here win; option enabled '0' refuses to "
+                            "start (see docs/openwrt.md)")
 
 
 def _add_server_limits(parser: argparse.ArgumentParser) -> None:
@@ -161,6 +168,10 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
         raise ToolUnavailable(f"the native server is not in this install: {exc}") from None
     from netprobe.engine.log import EventLog
 
+    if args.uci:
+        from netprobe.cli.uciargs import apply_uci
+
+        apply_uci(args, args.uci_actions, _check_options)
     if not args.iperf3 and (args.rsa_private_key_path or args.authorized_users_path):
         raise UsageError("--rsa-private-key-path and --authorized-users-path are for "
                          "iperf3 clients: add --iperf3")
@@ -176,6 +187,16 @@ def handle(args: argparse.Namespace, _load: RegistryLoader) -> int:
         with _reopen_on_hangup(write, log):
             _serve_logged(args, config, log, pidfile)
     return ExitCode.OK
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """What the server would refuse in ``args`` at start (SpecError), found now: the
+    address to listen on, ServerConfig's checks and the --allow networks."""
+    from netprobe.engine.admission import networks
+    from netprobe.engine.server import ServerConfig
+
+    opts.check_addresses(args)
+    networks(ServerConfig(**_server_options(args)).allow)
 
 
 def _to_stdout(line: str) -> None:
