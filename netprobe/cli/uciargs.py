@@ -31,7 +31,8 @@ def apply_uci(args: argparse.Namespace, actions: Sequence[argparse.Action],
     (file:line) for anything the file says wrong, UsageError if it says ``enabled '0'``.
 
     ``check(namespace)`` raises (a NetprobeError or ValueError) for options the server would
-    refuse; it runs once per option taken from the file, so the error names that line.
+    refuse; it runs once per option of the file (one the command line overrides too), so
+    the error names that line.
     """
     from netprobe.uci import load
 
@@ -49,15 +50,18 @@ def apply_uci(args: argparse.Namespace, actions: Sequence[argparse.Action],
             raise ParseError(f"unknown option {option.key!r} in config {SECTION}"
                              f"{_nearest(option.key, by_key)}", path, option.line)
         value = _value(action, option, path)
-        if getattr(args, action.dest) != action.default:
-            continue  # the command line said it
-        setattr(trial, action.dest, value)
+        given = getattr(args, action.dest) != action.default  # on the command line
         if blame:
+            # checked even where the command line wins: a bad file is bad either way
+            probe = argparse.Namespace(**vars(trial))
+            setattr(probe, action.dest, value)
             try:
-                check(trial)
+                check(probe)
             except (NetprobeError, ValueError) as exc:
                 raise ParseError(f"option {option.key} {', '.join(option.values)!r}: "
                                  f"{exc}", path, option.line) from None
+        if not given:
+            setattr(trial, action.dest, value)
     vars(args).update(vars(trial))
 
 
