@@ -148,10 +148,11 @@ def _client(port: int, *extra: str) -> subprocess.CompletedProcess:
 class _Server:
     """The server started from ``argv`` (its output in a file), stopped by its PID."""
 
-    def __init__(self, argv: list[str], port: int, log: Path) -> None:
+    def __init__(self, argv: list[str], port: int, log: Path,
+                 env: dict[str, str] | None = None) -> None:
         self.log = log
         with open(log, "wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             wait_listening(port)
         except AssertionError:
@@ -480,31 +481,52 @@ def test_every_dependency_is_a_requirement_of_the_wheel(wheel: zipfile.ZipFile) 
 
 # --- the musl userland ---------------------------------------------------------------------
 
-MUSL_CACHE = Path("/var/cache/netprobe-musl")
+MUSL_CACHE = Path(os.environ.get("NETPROBE_MUSL_CACHE", "/var/cache/netprobe-musl"))
 
 
 def _musl_python() -> Path | None:
-    found = sorted(MUSL_CACHE.glob("python-*/bin/python3"))
+    """The musl CPython scripts/musl-check builds for this machine's architecture."""
+    found = sorted(MUSL_CACHE.glob(f"python-{os.uname().machine}-*/bin/python3.11"))
     return found[-1] if found else None
 
 
-def test_shipped_config_under_musl(tmp_path: Path) -> None:
+def _pure_site(tmp_path: Path) -> Path:
+    """This checkout's netprobe without its compiled core (built for glibc here), and
+    attrs (pure Python), the one requirement the server imports on the pure path."""
+    import attr
+    import attrs
+
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "netprobe", site / "netprobe",
+                    ignore=shutil.ignore_patterns("_core*", "__pycache__"))
+    for module in (attr, attrs):
+        shutil.copytree(Path(module.__file__).parent, site / module.__name__,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return site
+
+
+def test_shipped_config_in_the_musl_userland(tmp_path: Path) -> None:
+    # What a MIPS router runs: the init script's command line, the shipped config (enabled,
+    # a secret, a free port), on a musl CPython, on the pure-Python data path.
     python = _musl_python()
     if python is None:
-        pytest.skip(f"no musl CPython in {MUSL_CACHE} yet (scripts/musl-check builds one)")
+        pytest.skip(f"no musl CPython for {os.uname().machine} in {MUSL_CACHE} yet "
+                    "(scripts/musl-check builds it)")
     port, secret = free_port(), _secret(tmp_path)
     argv = _argv(tmp_path, _variant(tmp_path, port, secret))
-    # The same command line on the musl interpreter with this checkout's package: the
-    # pure-Python data path (no compiled core for it here), as on a MIPS router.
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "NETPROBE_PURE": "1"}
-    server = subprocess.Popen([str(python), "-m", "netprobe", *argv[1:]], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(_pure_site(tmp_path)),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    # -S: only the site given here (a host interpreter's .pth finders would come first)
+    server = _Server([str(python), "-S", "-m", "netprobe", *argv[1:]], port,
+                     tmp_path / "server.log", env)
     try:
-        wait_listening(port)
         ok = _client(port, "-t", "0.5", "--secret-file", str(secret))
         too_long = _client(port, "-t", "61", "--secret-file", str(secret))
     finally:
-        server.terminate()
-        out = server.communicate(timeout=10)[0].decode(errors="replace")
-    assert ok.returncode == 0, ok.stderr + out
+        log = server.stop()
+    assert ok.returncode == 0, ok.stderr + log
     assert too_long.returncode != 0 and "limit of 60 s" in too_long.stderr
+    assert "duration 60 s" in log and "memory 16.0 MiB" in log
+    version = subprocess.run([str(python), "-S", "-m", "netprobe", "--version"], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert "data path: python" in version.stdout, version.stdout + version.stderr
