@@ -379,13 +379,15 @@ def _depends() -> set[str]:
 @needs_package_files
 def test_server_runs_without_the_requirements_the_package_leaves_out(tmp_path: Path) -> None:
     # The server as the package installs it: stevedore and rich cannot be imported. It
-    # serves a test; which split-off standard-library modules it imported is measured.
+    # serves a test (with the iperf3 service started too, as option iperf3 '1' would);
+    # which split-off standard-library modules it imported is measured.
     port, secret = free_port(), _secret(tmp_path)
     config = _variant(tmp_path, port, secret)
     script = ("import sys\n"
               f"for name in {sorted(NOT_FOR_THE_SERVER)!r}: sys.modules[name] = None\n"
               "from netprobe.cli.main import main\n"
-              f"code = main(['server', '--uci', {str(config)!r}, '-1'])\n"
+              f"code = main(['server', '--uci', {str(config)!r}, '-1', '--iperf3', "
+              f"'--iperf3-port', '{free_port()}'])\n"
               "print('IMPORTED', sorted({m.split('.')[0] for m, v in sys.modules.items() "
               "if v is not None}))\n"
               "sys.exit(code)\n")
@@ -538,4 +540,6 @@ def test_docs_table_names_every_uci_option() -> None:
         pytest.skip("needs the source checkout (docs/)")
     rows = re.findall(r"^\| `(\w+)` \| (?:option|flag|list) \|", docs.read_text(), re.M)
     keys = set(_options_by_key(_server_args().uci_actions))
-    assert set(rows) == keys | {"enabled"}
+    missing, stale = (keys | {"enabled"}) - set(rows), set(rows) - keys - {"enabled"}
+    assert not missing, f"add rows to the options table of docs/openwrt.md: {sorted(missing)}"
+    assert not stale, f"docs/openwrt.md names options the server lacks: {sorted(stale)}"
