@@ -372,8 +372,8 @@ def _makefile() -> str:
 
 
 def _depends() -> set[str]:
-    (line,) = re.findall(r"^\s*DEPENDS:=(.*)$", _makefile(), re.M)
-    return {word.lstrip("+") for word in line.split()}
+    (text,) = re.findall(r"^\s*DEPENDS:=((?:.*\\\n)*.*)$", _makefile(), re.M)
+    return {word.lstrip("+") for word in text.split() if word != "\\"}
 
 
 @needs_package_files
