@@ -66,6 +66,9 @@ class Probe:
     """With a source: the target's agent port, which the source's agent is told."""
     far_end: bool = True
     """The target runs an agent that starts the tool's far end (False: its own server)."""
+    iperf3: bool = False
+    """The target is a stock ``iperf3 -s`` (a fleet agent with ``iperf3_port``): tested by
+    the native engine in its iperf3 mode, on that port."""
 
 
 _NUMBERS = {"streams": int, "duration": float, "omit": float, "rate": float}
@@ -91,6 +94,7 @@ def resolve(config: ExporterConfig, query: Mapping[str, list[str]],
     name, module, target = module_and_target(config, asked, "/probe")
     fields = _fields(module, asked, scrape_timeout_s)
     host, port, secret, agent_port, far_end = _target(config, module, target)
+    stock = _stock_server(config, module, target)
     source = asked.get("from")
     if source is not None:
         if source not in module.sources:
@@ -105,7 +109,7 @@ def resolve(config: ExporterConfig, query: Mapping[str, list[str]],
         spec = TestSpec(host=host, port=port, **fields)
     except (SpecError, TypeError, ValueError) as exc:
         raise ProbeRefused(400, f"/probe: {exc}") from None
-    return Probe(name, spec, source, secret, agent_port, target_agent_port, far_end)
+    return Probe(name, spec, source, secret, agent_port, target_agent_port, far_end, stock)
 
 
 def module_and_target(config: ExporterConfig, asked: Mapping[str, str],
@@ -194,6 +198,12 @@ def _target(config: ExporterConfig, module: Module, target: str
     if agent is None and module.fleet_agents:
         agent = next((a for a in agents.values() if a.address == target), None)
     if agent is not None and (module.fleet_agents or target in module.targets):
+        if agent.iperf3_port is not None:  # a stock iperf3 -s: no agent, no secret there
+            if module.tool != "native":
+                raise ProbeRefused(400, f"/probe: {target[:200]!r} is a stock iperf3 server, "
+                                        f"tested by the native tool (its iperf3 mode), not "
+                                        f"{module.tool}")
+            return agent.address, agent.iperf3_port, None, None, False
         port = agent.port if module.tool == "native" else None
         return agent.address, port, agent.secret_file, agent.port, True
     if target not in module.targets:
@@ -203,6 +213,15 @@ def _target(config: ExporterConfig, module: Module, target: str
     if agent_port is None and module.tool == "native":
         agent_port = module.port
     return target, module.port, module.secret_file, agent_port, module.agent
+
+
+def _stock_server(config: ExporterConfig, module: Module, target: str) -> bool:
+    """Whether an allowed target is a fleet's stock iperf3 server (``iperf3_port``)."""
+    agents = config.agents
+    agent = agents.get(target)
+    if agent is None and module.fleet_agents:
+        agent = next((a for a in agents.values() if a.address == target), None)
+    return agent is not None and agent.iperf3_port is not None
 
 
 # --- running it -----------------------------------------------------------------------------
@@ -219,7 +238,7 @@ def run_watched(probe: Probe, client: socket.socket | None) -> Result:
         "spec": _unstructure(probe.spec), "from": probe.source,
         "secret_file": probe.secret_file,
         "agent_port": probe.agent_port, "target_agent_port": probe.target_agent_port,
-        "far_end": probe.far_end})
+        "far_end": probe.far_end, "iperf3": probe.iperf3})
     deadline = time.monotonic() + (probe.spec.duration_s or 0) + (probe.spec.omit_s or 0) \
         + START_MARGIN_S
     child = subprocess.Popen([sys.executable, "-m", "netprobe.exporter_probe"],
@@ -344,7 +363,9 @@ def _child() -> int:
         # No agent there: the target's own server listens on the port, so none is started
         # here even when the target is this machine (as `run --no-agent -p PORT`).
         options: dict[str, Any] = {"secret_file": secret_file} if secret_file else {}
-        if not asked["far_end"] and spec.port is not None:
+        if asked.get("iperf3"):
+            options["iperf3"] = True  # a stock iperf3 -s: its protocol, on its port
+        elif not asked["far_end"] and spec.port is not None:
             options["start_server"] = False
         tool = load_registry(only=spec.tool).get(spec.tool)(options or None)
         result = run_spec(tool, spec, NullReporter(), from_host=asked["from"],

@@ -191,3 +191,28 @@ def test_a_spec_the_iperf3_mode_refuses_is_said_before_anything_runs(tmp_path: P
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "groups.g.spec: " in lines[0], out.stderr
     assert "--iperf3: -O is not supported with UDP" in lines[0], out.stderr
+
+
+def test_the_exporter_probes_a_stock_server_in_its_protocol(tmp_path: Path) -> None:
+    """/probe?target=NAME where NAME is a fleet's stock iperf3 server: the exporter's host
+    tests it with the native engine's iperf3 mode on its iperf3 port (it has no netprobe
+    port to go to); a module of another tool is refused for it, before anything runs."""
+    pytest.importorskip("prometheus_client", reason="pip install 'netprobe-meter[exporter]'")
+    from tests.test_exporter_guard import exporter, get
+
+    log = tmp_path / "s1.log"
+    with stock_servers({"s1": log}) as ports:
+        fleet = tmp_path / "fleet.toml"
+        fleet.write_text(f'[agents.s1]\naddress = "127.0.0.1"\niperf3_port = {ports["s1"]}\n'
+                         '[agents.a]\naddress = "127.0.0.2"\n'
+                         '[groups.g]\ntype = "list"\npairs = [["a", "s1"]]\n')
+        config = (f'[exporter]\nfleet = "{fleet}"\n[modules.default]\nfleet_agents = true\n'
+                  '[modules.other]\ntool = "iperf2"\nfleet_agents = true\n')
+        with exporter(tmp_path, config) as (base, _):
+            status, text = get(f"{base}/probe?target=s1&duration=1")
+            refused = get(f"{base}/probe?target=s1&module=other&duration=1")
+    assert status == 200, text
+    up = text.split("netprobe_up{", 1)[1].split("\n", 1)[0]
+    assert up.endswith(" 1.0"), text
+    assert len(served_bytes(log)) == 1 and served_bytes(log)[0] > 0, log.read_text()
+    assert refused[0] == 400 and "stock iperf3 server" in refused[1], refused
