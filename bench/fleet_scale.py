@@ -47,6 +47,8 @@ from netprobe.fleet.schedule import plan
 from netprobe.fleet.shared import AHEAD_MIN_PAIRS, AHEAD_PER_AGENT, RoundQueue
 from netprobe.schema import Result
 
+LEASE_GRACE_S = 86_400.0
+"""The simulated claims' grace past the test: no lease ends by itself while the bench runs."""
 EPOCH = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 """Simulated time zero."""
 
@@ -88,15 +90,21 @@ def theory_rounds(agents: int) -> int:
 
 
 def simulate(url: str, agents: int, *, test_s: float = 30.0, rounds: int | None = None,
-             dead: int = 0, result: Result | None = None) -> dict[str, Any]:
-    """Run the simulation (see the module's text); the figures as a dict."""
+             dead: int = 0, result: Result | None = None, progress: int = 0
+             ) -> dict[str, Any]:
+    """Run the simulation (see the module's text); the figures as a dict. ``progress``:
+    a line on stderr every that many waves (0: none)."""
     fleet = mesh_fleet(agents, test_s)
     planned = plan(fleet, ["mesh"], 1)
     run_id = f"scale-{agents}-{uuid.uuid4().hex[:8]}"
     out: dict[str, Any] = {"agents": agents, "pairs": planned.tests,
                            "theory_rounds": theory_rounds(agents)}
     with open_archive(url) as archive:
-        store = claim_store(archive, claimer="scale-sim", grace_s=60.0)
+        # a lease that outlasts any wave: the simulated tests take no wall time, and the
+        # leases end only when the bench ends them (--dead, and _empty_claim_s). A grace
+        # of a minute ran out while one 10,000-agent wave (5,000 claims) was still
+        # being claimed, and its first claims were expired under the bench
+        store = claim_store(archive, claimer="scale-sim", grace_s=LEASE_GRACE_S)
         archive.start_run(Run(run_id, fleet.path, EPOCH.isoformat(), len(planned),
                               planned.tests))
         # The rounds go into the queue as it runs low, as a shared runner's do.
@@ -134,6 +142,9 @@ def simulate(url: str, agents: int, *, test_s: float = 30.0, rounds: int | None 
             complete_s += time.monotonic() - begun
             abandoned += lost
             waves += 1
+            if progress and waves % progress == 0:  # a long run shows it is alive
+                print(f"wave {waves}: {claims:,} claims, {time.monotonic() - started:.0f} s",
+                      file=sys.stderr, flush=True)
             if dead:
                 time.sleep(0.01)  # past the abandoned leases' end, on the server's clock
         out.update(rounds=waves, claims=claims, abandoned=abandoned, witness_overlaps=witness,
@@ -209,11 +220,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help="stop after this many waves")
     parser.add_argument("--test-s", type=float, default=30.0)
     parser.add_argument("--dead", type=int, default=0)
+    parser.add_argument("--progress", type=int, default=0,
+                        help="a line on stderr every this many waves")
     args = parser.parse_args()
     with server(args.url) as url:
         began = time.monotonic()
         out = simulate(url, args.agents, test_s=args.test_s, rounds=args.rounds,
-                       dead=args.dead, result=loopback_result())
+                       dead=args.dead, result=loopback_result(), progress=args.progress)
         out["wall_s"] = time.monotonic() - began
     for key, value in out.items():
         print(f"{key:22} {value:.3f}" if isinstance(value, float) else f"{key:22} {value}")
