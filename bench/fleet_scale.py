@@ -54,8 +54,9 @@ EPOCH = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 
 
 @contextlib.contextmanager
-def server(url: str | None) -> Iterator[str]:
-    """``url``, or a throwaway PostgreSQL server's (tests/pgserver.py)."""
+def server(url: str | None, bench: str = "fleet_scale") -> Iterator[str]:
+    """``url``, or a throwaway PostgreSQL server's (tests/pgserver.py); the benches of
+    this directory share it (``bench`` names the one that could not start one)."""
     if url:
         yield url
         return
@@ -64,7 +65,7 @@ def server(url: str | None) -> Iterator[str]:
 
     reason = pgserver.why_not()
     if reason:
-        raise SystemExit(f"fleet_scale: {reason}")
+        raise SystemExit(f"{bench}: {reason}")
     with pgserver.postgres_server() as started:
         yield started
 
