@@ -24,7 +24,9 @@ and per 1,000 queued pairs.
 
 ``--rounds`` stops after that many waves; without ``--url`` a throwaway server is started
 as the tests do.
-A benchmark, not a test: it asserts nothing (tests/test_fleet_scale.py checks its logic).
+A benchmark, not a test: its figures are not asserted, but a broken invariant (a host
+twice in a wave or in overlapping slots, a pair archived twice, a whole mesh in other than
+the theory's rounds) ends it with status 1 (tests/test_fleet_scale.py checks its logic).
 """
 from __future__ import annotations
 
@@ -158,6 +160,22 @@ def simulate(url: str, agents: int, *, test_s: float = 30.0, rounds: int | None 
     return out
 
 
+def violations(out: dict[str, Any]) -> list[str]:
+    """What in ``out`` (simulate's figures) breaks the schedule's invariants: a host twice
+    in one wave or in overlapping slots, a pair archived twice, and, for a whole mesh run
+    without abandoned claims, rounds other than the theory's."""
+    found = [f"{out[k]} {what}" for k, what in (
+        ("witness_overlaps", "hosts claimed twice in one wave"),
+        ("db_overlaps", "overlapping slots of one host in fleet_slots")) if out[k]]
+    if out["done"] != out["done_distinct"] or out["results"] != out["done"]:
+        found.append(f"{out['done']} pairs done, {out['done_distinct']} distinct, "
+                     f"{out['results']} results")
+    whole = out["remaining"] == 0 and out["rounds_queued"] == out["theory_rounds"]
+    if whole and not out["abandoned"] and out["rounds"] != out["theory_rounds"]:
+        found.append(f"{out['rounds']} rounds, the theory's {out['theory_rounds']}")
+    return found
+
+
 def _claim_wave(store: Any, run_id: str, agents: int) -> list[Claim]:
     """Claims until none can be taken or every host is held (the last claim of a full
     wave would only scan the whole queue to find nothing)."""
@@ -231,6 +249,9 @@ def main() -> None:
         out["wall_s"] = time.monotonic() - began
     for key, value in out.items():
         print(f"{key:22} {value:.3f}" if isinstance(value, float) else f"{key:22} {value}")
+    broken = violations(out)
+    if broken:
+        raise SystemExit("fleet_scale: invariant broken: " + "; ".join(broken))
 
 
 if __name__ == "__main__":
