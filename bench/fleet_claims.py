@@ -16,32 +16,15 @@ is a benchmark, not a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
+
+from fleet_scale import server  # this directory's: one throwaway-server helper
 
 from netprobe.archives import PairRecord, Run, open_archive
 from netprobe.fleet.claims import QueuedPair, claim_store
 from netprobe.host import utc_now_iso
-
-
-@contextlib.contextmanager
-def _server(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests import pgserver
-
-    reason = pgserver.why_not()
-    if reason:
-        raise SystemExit(f"fleet_claims: {reason}")
-    with pgserver.postgres_server() as started:
-        yield started
 
 
 def _claimer(url: str, run_id: str, hold: float, stats: dict, lock: threading.Lock) -> None:
@@ -81,7 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     hosts = [f"h{i}" for i in range(args.hosts)]
     pairs = [QueuedPair("mesh", 1, a, b, 10.0) for a in hosts for b in hosts if a != b]
-    with _server(args.url) as url:
+    with server(args.url, 'fleet_claims') as url:
         run_id = f"bench-{uuid.uuid4().hex[:8]}"
         with open_archive(url) as archive:
             archive.start_run(Run(run_id, "bench", utc_now_iso(), 1, len(pairs)))

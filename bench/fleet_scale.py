@@ -24,7 +24,9 @@ and per 1,000 queued pairs.
 
 ``--rounds`` stops after that many waves; without ``--url`` a throwaway server is started
 as the tests do.
-A benchmark, not a test: it asserts nothing (tests/test_fleet_scale.py checks its logic).
+A benchmark, not a test: its figures are not asserted, but a broken invariant (a host
+twice in a wave or in overlapping slots, a pair archived twice, a whole mesh in other than
+the theory's rounds) ends it with status 1 (tests/test_fleet_scale.py checks its logic).
 """
 from __future__ import annotations
 
@@ -47,13 +49,16 @@ from netprobe.fleet.schedule import plan
 from netprobe.fleet.shared import AHEAD_MIN_PAIRS, AHEAD_PER_AGENT, RoundQueue
 from netprobe.schema import Result
 
+LEASE_GRACE_S = 86_400.0
+"""The simulated claims' grace past the test: no lease ends by itself while the bench runs."""
 EPOCH = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 """Simulated time zero."""
 
 
 @contextlib.contextmanager
-def server(url: str | None) -> Iterator[str]:
-    """``url``, or a throwaway PostgreSQL server's (tests/pgserver.py)."""
+def server(url: str | None, bench: str = "fleet_scale") -> Iterator[str]:
+    """``url``, or a throwaway PostgreSQL server's (tests/pgserver.py); the benches of
+    this directory share it (``bench`` names the one that could not start one)."""
     if url:
         yield url
         return
@@ -62,7 +67,7 @@ def server(url: str | None) -> Iterator[str]:
 
     reason = pgserver.why_not()
     if reason:
-        raise SystemExit(f"fleet_scale: {reason}")
+        raise SystemExit(f"{bench}: {reason}")
     with pgserver.postgres_server() as started:
         yield started
 
@@ -88,15 +93,21 @@ def theory_rounds(agents: int) -> int:
 
 
 def simulate(url: str, agents: int, *, test_s: float = 30.0, rounds: int | None = None,
-             dead: int = 0, result: Result | None = None) -> dict[str, Any]:
-    """Run the simulation (see the module's text); the figures as a dict."""
+             dead: int = 0, result: Result | None = None, progress: int = 0
+             ) -> dict[str, Any]:
+    """Run the simulation (see the module's text); the figures as a dict. ``progress``:
+    a line on stderr every that many waves (0: none)."""
     fleet = mesh_fleet(agents, test_s)
     planned = plan(fleet, ["mesh"], 1)
     run_id = f"scale-{agents}-{uuid.uuid4().hex[:8]}"
     out: dict[str, Any] = {"agents": agents, "pairs": planned.tests,
                            "theory_rounds": theory_rounds(agents)}
     with open_archive(url) as archive:
-        store = claim_store(archive, claimer="scale-sim", grace_s=60.0)
+        # a lease that outlasts any wave: the simulated tests take no wall time, and the
+        # leases end only when the bench ends them (--dead, and _empty_claim_s). A grace
+        # of a minute ran out while one 10,000-agent wave (5,000 claims) was still
+        # being claimed, and its first claims were expired under the bench
+        store = claim_store(archive, claimer="scale-sim", grace_s=LEASE_GRACE_S)
         archive.start_run(Run(run_id, fleet.path, EPOCH.isoformat(), len(planned),
                               planned.tests))
         # The rounds go into the queue as it runs low, as a shared runner's do.
@@ -134,6 +145,9 @@ def simulate(url: str, agents: int, *, test_s: float = 30.0, rounds: int | None 
             complete_s += time.monotonic() - begun
             abandoned += lost
             waves += 1
+            if progress and waves % progress == 0:  # a long run shows it is alive
+                print(f"wave {waves}: {claims:,} claims, {time.monotonic() - started:.0f} s",
+                      file=sys.stderr, flush=True)
             if dead:
                 time.sleep(0.01)  # past the abandoned leases' end, on the server's clock
         out.update(rounds=waves, claims=claims, abandoned=abandoned, witness_overlaps=witness,
@@ -144,6 +158,22 @@ def simulate(url: str, agents: int, *, test_s: float = 30.0, rounds: int | None 
                    rechecked=store.rechecked)
         out.update(_database(archive, run_id))
     return out
+
+
+def violations(out: dict[str, Any]) -> list[str]:
+    """What in ``out`` (simulate's figures) breaks the schedule's invariants: a host twice
+    in one wave or in overlapping slots, a pair archived twice, and, for a whole mesh run
+    without abandoned claims, rounds other than the theory's."""
+    found = [f"{out[k]} {what}" for k, what in (
+        ("witness_overlaps", "hosts claimed twice in one wave"),
+        ("db_overlaps", "overlapping slots of one host in fleet_slots")) if out[k]]
+    if out["done"] != out["done_distinct"] or out["results"] != out["done"]:
+        found.append(f"{out['done']} pairs done, {out['done_distinct']} distinct, "
+                     f"{out['results']} results")
+    whole = out["remaining"] == 0 and out["rounds_queued"] == out["theory_rounds"]
+    if whole and not out["abandoned"] and out["rounds"] != out["theory_rounds"]:
+        found.append(f"{out['rounds']} rounds, the theory's {out['theory_rounds']}")
+    return found
 
 
 def _claim_wave(store: Any, run_id: str, agents: int) -> list[Claim]:
@@ -209,14 +239,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help="stop after this many waves")
     parser.add_argument("--test-s", type=float, default=30.0)
     parser.add_argument("--dead", type=int, default=0)
+    parser.add_argument("--progress", type=int, default=0,
+                        help="a line on stderr every this many waves")
     args = parser.parse_args()
     with server(args.url) as url:
         began = time.monotonic()
         out = simulate(url, args.agents, test_s=args.test_s, rounds=args.rounds,
-                       dead=args.dead, result=loopback_result())
+                       dead=args.dead, result=loopback_result(), progress=args.progress)
         out["wall_s"] = time.monotonic() - began
     for key, value in out.items():
         print(f"{key:22} {value:.3f}" if isinstance(value, float) else f"{key:22} {value}")
+    broken = violations(out)
+    if broken:
+        raise SystemExit("fleet_scale: invariant broken: " + "; ".join(broken))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,11 @@ def test_a_50_agent_mesh_takes_the_theorys_rounds(postgres_url: str,
     assert out["witness_overlaps"] == 0 and out["db_overlaps"] == 0
     assert out["remaining"] == 0 and out["requeues"] == 0
     assert out["results"] == out["done"] == out["done_distinct"] == 50 * 49
+    assert scale.violations(out) == []
+    # the same figures with a host twice, a pair twice, a round too many: each is named
+    broken = scale.violations({**out, "db_overlaps": 1, "done_distinct": 50 * 49 - 1,
+                               "rounds": 99})
+    assert len(broken) == 3 and "overlapping slots" in broken[0], broken
 
 
 def test_abandoned_claims_are_requeued_once_and_done(postgres_url: str,

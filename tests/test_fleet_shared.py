@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,16 +41,19 @@ def _fleet(ports: dict[str, int]) -> config.Fleet:
     return config.parse(config.tomllib.loads(text), "shared.toml")
 
 
-def _two_runners(url: str, fleet: config.Fleet, run: int) -> dict[str, RunSummary]:
-    """Runners r1 and r2, each on its own connection, working through shared run ``run``
-    together; their summaries (every runner ended, none failed)."""
+def _two_runners(url: str, fleet: config.Fleet, run: int,
+                 progress: dict[str, Any] | None = None) -> dict[str, RunSummary]:
+    """Runners r1 and r2, each on its own connection (and with its ``progress``, default
+    quiet), working through shared run ``run`` together; their summaries (every runner
+    ended, none failed)."""
     summaries: dict[str, RunSummary] = {}
     failures: list[BaseException] = []
 
     def runner(name: str) -> None:
         try:
             with open_archive(url) as archive:
-                summaries[name] = run_shared(FleetRunner(fleet, archive, QuietProgress()),
+                shown = (progress or {}).get(name, QuietProgress())
+                summaries[name] = run_shared(FleetRunner(fleet, archive, shown),
                                              run=run, claimer=name, poll_s=0.05)
         except BaseException as exc:
             failures.append(exc)
@@ -85,6 +89,33 @@ def test_two_runners_share_a_mesh_each_pair_once(postgres_url: str,
         flow = record.result.summary()
         assert flow is not None and flow.receiver is not None and flow.receiver.bytes > 0
     assert overlaps == []
+
+
+class FleetCount(QuietProgress):
+    """A progress that keeps what it is told of the whole fleet's pairs, and its own."""
+
+    def __init__(self) -> None:
+        self.own = 0
+        self.fleet: list[tuple[int, int]] = []
+
+    def pair_done(self, record: object) -> None:
+        self.own += 1
+
+    def fleet_done(self, done: int, total: int) -> None:
+        self.fleet.append((done, total))
+
+
+def test_each_shared_runners_progress_counts_every_runners_pairs(
+        postgres_url: str, agents: dict[str, int]) -> None:
+    shown = {"r1": FleetCount(), "r2": FleetCount()}
+    summaries = _two_runners(postgres_url, _fleet(agents), run=11, progress=shown)
+    assert sum(s.total for s in summaries.values()) == 12
+    for name, progress in shown.items():
+        # its own pairs are its share; what it shows is the fleet's, up to all 12
+        assert progress.own == summaries[name].total
+        assert progress.fleet and progress.fleet[-1] == (12, 12), (name, progress.fleet)
+        assert all(0 <= done <= total == 12 for done, total in progress.fleet)
+        assert [d for d, _ in progress.fleet] == sorted(d for d, _ in progress.fleet)
 
 
 def test_a_shared_run_needs_postgresql(agents: dict[str, int], tmp_path: Path) -> None:

@@ -113,6 +113,11 @@ class FleetBar:
         self.progress.advance(self.task)
         self.progress.console.print(record_line(record), soft_wrap=True, highlight=False)
 
+    def fleet_done(self, done: int, total: int) -> None:
+        """A shared run's pairs done by every runner: the bar shows the fleet's."""
+        self.progress.update(self.task, description="shared run", total=total,
+                             completed=done)
+
     def note(self, message: str) -> None:
         """A dimmed line."""
         self.progress.console.print(plain(message, "dim"), soft_wrap=True, highlight=False)

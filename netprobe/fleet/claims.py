@@ -47,6 +47,9 @@ retried forever."""
 
 ENQUEUE_BATCH = 5_000
 """Pairs queued per statement."""
+ROUND_SEQ = 1 << 32
+"""Queue positions a round queued by :meth:`ClaimStore.top_up` may take: round k's pairs
+are numbered from k x ROUND_SEQ (above the numbers a whole run queued at once takes)."""
 
 EXCLUSION_VIOLATION = "23P01"
 """SQLSTATE of a row an exclusion constraint refused."""
@@ -231,14 +234,16 @@ class ClaimStore:
             done = int(row[0]) if row else 0
             if done >= len(rounds):
                 return 0
-            waiting = int(cursor.execute(
-                "SELECT count(*) FROM fleet_pairs WHERE run_id = %s AND state = 'queued'",
-                (run_id,)).fetchone()[0])
-            seq = _last_seq(cursor, run_id)
+            waiting = _queued(cursor, run_id)
+            if waiting >= ahead:
+                return 0
             while waiting < ahead and done < len(rounds):
                 batch = list(rounds[done])
-                added += _insert(cursor, run_id, batch, seq)
-                seq, waiting, done = seq + len(batch), waiting + len(batch), done + 1
+                # numbered from the round's own place: a look for the run's highest number
+                # read every pair it had done (999,000 of a 1,000-agent mesh's, after each
+                # completion); a round's numbers are above every earlier round's
+                added += _insert(cursor, run_id, batch, done * ROUND_SEQ)
+                waiting, done = waiting + len(batch), done + 1
             cursor.execute("INSERT INTO fleet_queue (run_id, rounds_queued) VALUES (%s, %s) "
                            "ON CONFLICT (run_id) DO UPDATE SET rounds_queued = "
                            "EXCLUDED.rounds_queued", (run_id, done))
@@ -412,8 +417,16 @@ class ClaimStore:
     def remaining(self, run_id: str) -> int:
         """The pairs of ``run_id`` not done yet (queued or claimed)."""
         with self._transaction() as cursor:
-            return int(cursor.execute("SELECT count(*) FROM fleet_pairs WHERE run_id = %s "
-                                      "AND state <> 'done'", (run_id,)).fetchone()[0])
+            # the queued ones by their index, the claimed ones by their hosts' held slots
+            # (a claim holds two until it is completed or expired, in the transaction
+            # that changes the pair's state): what is left, never the done pairs read
+            # (every idle worker asks each poll, and a mesh's done pairs are 10^6)
+            held = [pair for (pair,) in cursor.execute(
+                "SELECT DISTINCT pair_id FROM fleet_slots WHERE released IS NULL").fetchall()]
+            claimed = int(cursor.execute(
+                "SELECT count(*) FROM fleet_pairs WHERE id = ANY(%s) AND run_id = %s "
+                "AND state = 'claimed'", (held, run_id)).fetchone()[0]) if held else 0
+            return _queued(cursor, run_id) + claimed
 
     def pairs(self, run_id: str) -> list[dict[str, Any]]:
         """Every pair of ``run_id`` with its state, attempts, re-queues and notes."""
@@ -479,6 +492,12 @@ def schedule_health(archive: Any) -> dict[str, tuple[str, dict[str, float]]]:
         for name, value in zip(HEALTH_SERIES, values):
             found[name][1][str(group)] = float(value)
     return found
+
+
+def _queued(cursor: Any, run_id: str) -> int:
+    """How many of ``run_id``'s pairs wait in the queue (read from the queue's index)."""
+    return int(cursor.execute("SELECT count(*) FROM fleet_pairs WHERE run_id = %s "
+                              "AND state = 'queued'", (run_id,)).fetchone()[0])
 
 
 def _last_seq(cursor: Any, run_id: str) -> int:

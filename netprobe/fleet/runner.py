@@ -105,6 +105,9 @@ class Progress(Protocol):
     def note(self, message: str) -> None:
         """Something worth a line (an unreachable host, a wait)."""
 
+    def fleet_done(self, done: int, total: int) -> None:
+        """A shared run's pairs done by all its runners, of ``total``."""
+
 
 class QuietProgress:
     """Progress that nobody watches."""
@@ -116,6 +119,9 @@ class QuietProgress:
         """Ignore it."""
 
     def note(self, message: str) -> None:
+        """Ignore it."""
+
+    def fleet_done(self, done: int, total: int) -> None:
         """Ignore it."""
 
 

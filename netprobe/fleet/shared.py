@@ -54,6 +54,9 @@ must not be given to another test before it stops. A runner killed on a live hos
 its connections at once, and its agents stop its tests within a fraction of a second."""
 BUSY_POLL_S = 0.5
 """How often a host busy with a test that is not the fleet's is asked again."""
+FLEET_PROGRESS_S = 1.0
+"""How often, at most, a runner asks the database how many of a shared run's pairs all its
+runners have done (for its progress)."""
 RENEWALS_PER_LEASE = 3
 """How many times a lease is renewed within its length: two renewals may fail (a slow or
 briefly unreachable database) before it ends."""
@@ -68,6 +71,8 @@ class RoundQueue(Sequence[list[QueuedPair]]):
         self.limits = limits
         """Each group's round limit: a pair's ``duration_s`` in the queue (its lease
         renewals stop there)."""
+        self._sizes = [0]
+        """Pairs in the first k rounds, for the k worked out so far."""
 
     def __len__(self) -> int:
         return len(self.rounds)
@@ -84,6 +89,20 @@ class RoundQueue(Sequence[list[QueuedPair]]):
             return [self[i] for i in range(*index.indices(len(self)))]
         r = self.rounds[index]
         return [QueuedPair(r.group, r.index, s, t, self.limits[r.group]) for s, t in r.pairs]
+
+    def pairs_in(self, count: int) -> int:
+        """How many pairs the first ``count`` rounds hold (each round made once)."""
+        sizes = self._sizes
+        while len(sizes) <= min(count, len(self)):
+            sizes.append(sizes[-1] + len(self.rounds[len(sizes) - 1].pairs))
+        return sizes[min(count, len(self))]
+
+
+def _pairs_in(queue: Sequence[Sequence[QueuedPair]], count: int) -> int:
+    """How many pairs the first ``count`` rounds of ``queue`` hold."""
+    if isinstance(queue, RoundQueue):
+        return queue.pairs_in(count)
+    return sum(len(r) for r in queue[:count])
 
 
 def shared_run_id(fleet_path: str, groups: Sequence[str], numbers: Sequence[int]) -> str:
@@ -109,6 +128,8 @@ class SharedRun:
     """The run's rounds, queued as the queue runs low (ClaimStore.top_up)."""
     ahead: int = 0
     """How many pairs to keep waiting in the queue."""
+    total: int = 0
+    """How many pairs the run has (its plan's tests)."""
     records: list[PairRecord] = attrs.field(factory=list)
     counts: dict[str, int] = attrs.field(factory=dict)
     failure: BaseException | None = None
@@ -117,6 +138,8 @@ class SharedRun:
     _held: dict[str, tuple[Claim, float]] = attrs.field(factory=dict)
     """The claims whose tests run now, by lease, with when each was claimed (monotonic)."""
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
+    _shown: tuple[float, int] = (float("-inf"), 0)
+    """When the fleet's progress was last asked for, and the most pairs it has shown done."""
 
     def work(self) -> None:
         """Claim, test and complete pairs until none is left or ``stop`` is set; the
@@ -129,6 +152,7 @@ class SharedRun:
                         continue  # more rounds queued: look again at once
                     if self.finished():
                         return
+                    self.show_fleet()
                     self.ended.wait(self.poll_s)
                     continue
                 with self._lock:
@@ -157,10 +181,29 @@ class SharedRun:
                     _tally(record, self.records, self.counts)
                 self.runner.progress.pair_done(record)
                 self.store.top_up(self.run_id, self.queue, self.ahead)  # keep it fed
+                self.show_fleet()
         except BaseException as exc:  # an archive failure: this runner stops
             with self._lock:
                 self.failure = self.failure or exc
             self.ended.set()
+
+    def show_fleet(self, now: bool = False) -> None:
+        """Tell the progress how many of the run's pairs every runner has done (the pairs
+        of the rounds queued less those waiting or held), at most once a FLEET_PROGRESS_S
+        unless ``now``: this runner's own pairs are only its share."""
+        with self._lock:
+            asked, shown = self._shown
+            if not now and time.monotonic() - asked < FLEET_PROGRESS_S:
+                return
+            self._shown = (time.monotonic(), shown)
+        queued = self.store.rounds_queued(self.run_id)
+        total = self.total
+        done = min(total, max(0, _pairs_in(self.queue, queued)
+                              - self.store.remaining(self.run_id)))
+        with self._lock:  # never back: two reads a top-up apart may undercount a moment
+            done = max(done, self._shown[1])
+            self._shown = (self._shown[0], done)
+        self.runner.progress.fleet_done(done, total)
 
     def finished(self) -> bool:
         """Whether every round of the run is queued and every pair done."""
@@ -243,7 +286,7 @@ def run_shared(runner: FleetRunner, groups: Sequence[str] | None = None,
                          f"{store.remaining(run_id):,} waiting, {rounds.tests:,} in all")
     count = workers or max(1, min(MAX_WORKERS, len(runner.fleet.agents) // 2))
     share = SharedRun(runner, store, run_id, stop or threading.Event(), poll_s,
-                      queue=queue, ahead=ahead)
+                      queue=queue, ahead=ahead, total=rounds.tests)
     threads = [threading.Thread(target=share.work, daemon=True, name=f"np-shared-{i}")
                for i in range(count)]
     beating = threading.Event()
@@ -262,6 +305,7 @@ def run_shared(runner: FleetRunner, groups: Sequence[str] | None = None,
             status = "failed"
             raise share.failure
         if share.finished():
+            share.show_fleet(now=True)
             status = "done"
             runner.archive.finish_run(run_id, utc_now_iso(), "done")
     finally:

@@ -1,0 +1,82 @@
+"""The shared schedule's statements that every runner repeats (topping the queue up after
+each completion, asking what is left when idle) read what the queue holds, not every pair
+the run has done: on a real PostgreSQL, the rows of ``fleet_pairs`` each statement reads
+(the server's own counters) stay near the queue's length when a whole mesh's pairs are done
+behind it. The planner is told to use indexes, as it does once the table is large (a small
+table is scanned whole whatever the statement)."""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from netprobe.archives import PairRecord, Run, open_archive
+from netprobe.fleet.claims import ClaimStore, QueuedPair, claim_store
+from netprobe.host import utc_now_iso
+
+HOSTS = 30
+AHEAD = 30
+
+
+def _rounds(n: int) -> list[list[QueuedPair]]:
+    """A directed mesh's rounds (circle method), each host at most once a round."""
+    hosts = [f"s{i}" for i in range(n)]
+    rounds = []
+    for r in range(n - 1):
+        ring = [hosts[0], *(hosts[1:][r:] + hosts[1:][:r])]
+        pairs = [(ring[i], ring[n - 1 - i]) for i in range(n // 2)]
+        rounds.append([QueuedPair("mesh", r, a, b, 10.0) for a, b in pairs])
+        rounds.append([QueuedPair("mesh", n - 1 + r, b, a, 10.0) for a, b in pairs])
+    return rounds
+
+
+def _rows_read(store: ClaimStore, call: Callable[[], Any]) -> int:
+    """How many rows of fleet_pairs ``call`` read (sequential and index reads), by the
+    server's statistics of this connection, flushed before and after."""
+    def counted() -> int:
+        with store._transaction() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+        time.sleep(0.2)  # the flush happens when the backend goes idle
+        with store._transaction() as cursor:
+            cursor.execute("SET stats_fetch_consistency = 'none'")
+            row = cursor.execute(
+                "SELECT (SELECT coalesce(seq_tup_read, 0) FROM pg_stat_user_tables WHERE "
+                "relname = 'fleet_pairs') + (SELECT coalesce(sum(idx_tup_read), 0) FROM "
+                "pg_stat_user_indexes WHERE relname = 'fleet_pairs')").fetchone()
+        return int(row[0])
+
+    before = counted()
+    call()
+    return counted() - before
+
+
+def test_top_up_and_remaining_read_the_queue_not_every_done_pair(postgres_url: str) -> None:
+    rounds = _rounds(HOSTS)
+    run_id = f"scale-{uuid.uuid4().hex[:8]}"
+    with open_archive(postgres_url) as archive:
+        archive.start_run(Run(run_id, "scale.toml", utc_now_iso(), len(rounds),
+                              sum(map(len, rounds))))
+        store = claim_store(archive, claimer="t")
+        done = 0
+        for _ in range(HOSTS * HOSTS):  # bounded: more than the mesh's pairs
+            store.top_up(run_id, rounds, AHEAD)
+            claim = store.claim(run_id)
+            if claim is None:
+                break
+            store.complete(claim, PairRecord(run_id, claim.group, claim.round, claim.source,
+                                             claim.target, utc_now_iso(), "failed", "sim"))
+            done += 1
+            if store.rounds_queued(run_id) == len(rounds) - 4:
+                break  # four rounds left to queue, a mesh's worth done behind them
+        assert done > 500 and store.rounds_queued(run_id) == len(rounds) - 4
+        with store._transaction() as cursor:
+            cursor.execute("SET enable_seqscan = off")
+        store.top_up(run_id, rounds, AHEAD)
+        store.remaining(run_id)  # first visits clear dead index entries, as any scan does
+        topped = _rows_read(store, lambda: store.top_up(run_id, rounds, AHEAD))
+        left = _rows_read(store, lambda: store.remaining(run_id))
+        assert store.remaining(run_id) > 0
+    # the queue holds about AHEAD pairs and 15 a round; the run has done over 500
+    assert topped < 4 * AHEAD, topped
+    assert left < 4 * AHEAD, left
