@@ -219,3 +219,104 @@ def tool_version_params(tools: tuple[str, ...]) -> list[Any]:
         for one in peer_params(tool):
             params.append(pytest.param(tool, *one.values, id=one.id, marks=one.marks))
     return params
+
+
+# -- iperf3 built WITH OpenSSL (build.sh builds every iperf3 --without-openssl) ------------
+
+OPENSSL_PEERS = Path.home() / ".cache" / "netprobe-peers" / "openssl"
+BUILD_TIMEOUT_S = 120  # configure + make of iperf3 3.21 take about 30 s on 2 CPUs
+
+
+def _openssl_headers() -> bool:
+    """Whether the C compiler finds OpenSSL's headers (libssl-dev on Debian)."""
+    probe = subprocess.run(["cc", "-E", "-x", "c", "-"], input="#include <openssl/rsa.h>\n",
+                           capture_output=True, text=True, timeout=30)
+    return probe.returncode == 0
+
+
+def _build_with_openssl(tarball: Path, dest: Path) -> str | None:
+    """Build ``tarball``'s iperf3 with OpenSSL into ``dest``; None, or why it failed."""
+    import tempfile
+
+    # Static when OpenSSL's static libraries are here, as build.sh builds its peers.
+    static = subprocess.run(["cc", "-print-file-name=libcrypto.a"], capture_output=True,
+                            text=True, timeout=30).stdout.strip()
+    flags = ["--enable-static-bin"] if os.path.isabs(static) else []
+    with tempfile.TemporaryDirectory(prefix="iperf3-openssl-") as work:
+        try:
+            subprocess.run(["tar", "-xzf", str(tarball), "-C", work, "--strip-components=1"],
+                           check=True, capture_output=True, timeout=60)
+            # Its own process group, so a build over time is stopped whole (make's
+            # children too), by the group's id.
+            # (configure finds OpenSSL itself; the binary's --version is checked after.)
+            build = subprocess.Popen(["sh", "-c", './configure --quiet --disable-shared "$@"'
+                                      " && make -s -j2", "sh", *flags],
+                                     cwd=work, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+            try:
+                _, errors = build.communicate(timeout=BUILD_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(build.pid, 9)
+                build.communicate(timeout=30)
+                return f"building {tarball.name} with OpenSSL took over {BUILD_TIMEOUT_S} s"
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"cannot unpack {tarball.name}: {exc}"
+        if build.returncode != 0:
+            return f"building {tarball.name} with OpenSSL failed: {errors[-300:]!r}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        partial = dest.with_suffix(".partial")
+        shutil.copy2(Path(work) / "src" / "iperf3", partial)
+        os.replace(partial, dest)  # whole or absent, never half-copied
+    return None
+
+
+@functools.cache
+def _iperf3_with_openssl(version: str) -> tuple[str | None, str]:
+    """(path, "") of iperf3 ``version`` built with OpenSSL, or (None, why not)."""
+    import fcntl
+    import hashlib
+    import time
+
+    if SHARED is None:
+        return None, "no shared/ beside the repository to build iperf3 with OpenSSL from"
+    tarball = SHARED / "peers" / f"iperf-{version}.tar.gz"
+    if not tarball.is_file():
+        return None, f"no {tarball} to build iperf3 {version} with OpenSSL from"
+    if shutil.which("cc") is None or shutil.which("make") is None:
+        return None, "no C compiler or make to build iperf3 with OpenSSL"
+    if not _openssl_headers():
+        return None, "no OpenSSL headers (libssl-dev) to build iperf3 with OpenSSL"
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()[:16]
+    dest = OPENSSL_PEERS / f"iperf3-{version}-{digest}" / "iperf3"
+    OPENSSL_PEERS.mkdir(parents=True, exist_ok=True)
+    with open(OPENSSL_PEERS / ".lock", "w") as lock:
+        # One build at a time across test processes; the others wait, bounded, for it.
+        deadline = time.monotonic() + BUILD_TIMEOUT_S + 30
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return None, f"another process held {OPENSSL_PEERS}/.lock too long"
+                time.sleep(0.5)
+        if not dest.is_file():
+            failed = _build_with_openssl(tarball, dest)
+            if failed:
+                return None, failed
+    out = subprocess.run([str(dest), "--version"], capture_output=True, text=True,
+                         timeout=10).stdout
+    if f"iperf {version}" not in out or "authentication" not in out:
+        return None, f"{dest} is not iperf3 {version} with authentication: {out[:200]!r}"
+    return str(dest), ""
+
+
+def iperf3_with_openssl(version: str = "3.21") -> str:
+    """Stock iperf3 ``version`` built with OpenSSL (once, cached under
+    :data:`OPENSSL_PEERS` by the tarball's SHA-256) from shared/peers' source, for the
+    live tests of RSA authentication with OAEP padding; the test skips, saying why,
+    without the tarball, a compiler or OpenSSL's headers."""
+    path, why = _iperf3_with_openssl(version)
+    if path is None:
+        pytest.skip(why)
+    return path

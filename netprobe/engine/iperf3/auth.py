@@ -190,14 +190,29 @@ class ServerAuth:
         try:
             text = self.key.decrypt(sealed, _padding(self.pkcs1))
         except ValueError:
-            return ("the authtoken does not decrypt with this key and padding (the client "
-                    f"uses {'OAEP' if self.pkcs1 else 'PKCS#1 v1.5'}? iperf3 3.17 and "
-                    "later use OAEP unless given --use-pkcs1-padding, earlier ones PKCS#1 "
-                    "v1.5: both ends must match)")
+            return self._undecryptable()
         found = _TOKEN_TEXT.match(text)
         if found is None:
+            # PKCS#1 v1.5 decryption rejects implicitly where OpenSSL guards against the
+            # Marvin attack (3.2 on): a token in OAEP, or for another key, comes out as
+            # random text, not as an error. An OAEP try tells the padding apart.
+            if self.pkcs1 and self._decrypts_as_oaep(sealed):
+                return self._undecryptable()
             return "the authtoken's text is not iperf3's user, password and time"
         return self._verdict(sealed, found, time.time() if now is None else now)
+
+    def _decrypts_as_oaep(self, sealed: bytes) -> bool:
+        try:
+            self.key.decrypt(sealed, _padding(False))
+        except ValueError:
+            return False
+        return True
+
+    def _undecryptable(self) -> str:
+        return ("the authtoken does not decrypt with this key and padding (the client "
+                f"uses {'OAEP' if self.pkcs1 else 'PKCS#1 v1.5'}? iperf3 clients send "
+                "OAEP from 3.17 on, PKCS#1 v1.5 before; a server takes one of them, "
+                "--use-pkcs1-padding: the old)")
 
     def _verdict(self, sealed: bytes, found: re.Match[bytes], now: float) -> str | None:
         username = found.group(1).decode("utf-8", "replace")
