@@ -1,8 +1,8 @@
 """iperf3's RSA authentication, both ends: Debian's stock iperf3 3.12 (built with OpenSSL,
 PKCS#1 v1.5 padding) as a client of ``netprobe server --iperf3 --rsa-private-key-path``
 and as an ``iperf3 -s`` that netprobe's client authenticates to; OAEP between netprobe's
-own two ends (the peers built here have no OpenSSL); bad tokens, old and replayed
-timestamps, a bounded fuzz, and the command lines' one-line errors."""
+own two ends (a stock 3.21 built with OpenSSL: test_iperf3_auth_oaep.py); bad tokens,
+old and replayed timestamps, a bounded fuzz, and the command lines' one-line errors."""
 
 from __future__ import annotations
 
@@ -171,7 +171,7 @@ def test_stock_312_server_refuses_our_client_with_bad_credentials(
         auth_run(server.port, auth)
 
 
-# -- OAEP: netprobe's two ends (no stock peer here is built with OpenSSL 3.17+) ---------
+# -- OAEP: netprobe's two ends (the stock 3.21 peer: test_iperf3_auth_oaep.py) ---------
 
 
 @pytest.mark.parametrize(("client_pkcs1", "server_pkcs1"),

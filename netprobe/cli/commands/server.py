@@ -64,7 +64,8 @@ def add_parser(commands: Any, summary: str, epilog: str) -> None:
                             "hash of {USER}PASSWORD; read again at every test")
     group.add_argument("--use-pkcs1-padding", action="store_true",
                        help="the clients' tokens use PKCS#1 v1.5 padding (iperf3 before "
-                            "3.17, or given --use-pkcs1-padding) instead of OAEP")
+                            "3.17, or 3.17.x given --use-pkcs1-padding; a 3.21 client "
+                            "always pads OAEP) instead of OAEP")
     group.add_argument("--time-skew-threshold", type=opts.COUNT, metavar="SECONDS",
                        help="how far a client's clock may be from this one's (default: 10)")
 
