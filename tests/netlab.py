@@ -56,8 +56,16 @@ class LabError(RuntimeError):
     """A lab command failed."""
 
 
-def _sh(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=30)
+NETNS_TIMEOUT_S = 120.0
+"""How long ``ip netns add``/``del`` may take. The kernel tears namespaces down in the
+background, and a new one waits for that work: on a 2-core VM, after tests that made many
+namespaces, an add took just over 30 s (it ended with status 0 as its 30 s limit fired,
+failing a whole module's fixture in a CI run here)."""
+
+
+def _sh(argv: Sequence[str], check: bool = True,
+        timeout: float = 30.0) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise LabError(f"{' '.join(argv)}: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc
@@ -81,9 +89,10 @@ class Lab:
         if not shutil.which("ip") or not shutil.which("tc"):
             return "iproute2 (ip, tc) is not installed"
         probe = f"npprobe{os.getpid()}"
-        if _sh(["ip", "netns", "add", probe], check=False).returncode != 0:
+        if _sh(["ip", "netns", "add", probe], check=False,
+               timeout=NETNS_TIMEOUT_S).returncode != 0:
             return "cannot create network namespaces here"
-        _sh(["ip", "netns", "del", probe], check=False)
+        _sh(["ip", "netns", "del", probe], check=False, timeout=NETNS_TIMEOUT_S)
         return None
 
     def __enter__(self) -> Lab:
@@ -95,10 +104,10 @@ class Lab:
     def host(self, name: str) -> str:
         """A new namespace (loopback up); returns its full name."""
         ns = f"{self.tag}{name}"
-        # Listed for the clean-up before it is made: an add that timed out (30 s, the
-        # kernel busy tearing other namespaces down) may still have made it.
+        # Listed for the clean-up before it is made: an add that timed out (the kernel
+        # busy tearing other namespaces down) may still have made it.
         self.namespaces.append(ns)
-        _sh(["ip", "netns", "add", ns])
+        _sh(["ip", "netns", "add", ns], timeout=NETNS_TIMEOUT_S)
         self.ip(ns, "link", "set", "lo", "up")
         return ns
 
@@ -241,7 +250,7 @@ class Lab:
         for proc in self.procs:
             self.stop(proc, timeout=2.0)
         for ns in reversed(self.namespaces):
-            _sh(["ip", "netns", "del", ns], check=False)
+            _sh(["ip", "netns", "del", ns], check=False, timeout=NETNS_TIMEOUT_S)
         self.namespaces.clear()
         time.sleep(0.05)  # let the kernel finish tearing down veths before the next lab
 

@@ -251,9 +251,14 @@ def test_handshakes_see_the_queue_across_a_bloated_link(version: str) -> None:
     latency = doc["latency"]
     phases = {p["name"]: p for p in latency["phases"]}
     assert phases["loaded"]["rtt"]["count"] >= 20, phases["loaded"]
-    # The queue comes and goes with the sender's window (measured: loaded p50 6-7 ms, p90
-    # 55-79 ms; idle, the data connection's handshake, 0.05 ms): its upper tail is what
-    # the probes must see, and the idle baseline is not the first contact's (3-9 ms).
+    # The queue at the sender's shaper comes and goes with its window, and TCP small
+    # queues keep it short when the sender sits on the shaping host (measured: loaded p50
+    # 5-7 ms, p90 10-79 ms; idle, the data connection's handshake, 0.05 ms). What the
+    # probes must see is a queue: a SYN behind at least four full frames at the link's
+    # rate (a p90 of 10 ms was once 9.97 in a CI run), and well above idle, whose baseline
+    # is not the first contact's (3-9 ms).
+    frame_us = 1538 * 8 / LAB_RATE_MBIT
     loaded, idle = phases["loaded"]["rtt"], phases["idle"]["rtt"]
-    assert loaded["p90_us"] > 10_000 and loaded["p90_us"] > 10 * idle["max_us"], (loaded, idle)
+    assert loaded["p90_us"] > 4 * frame_us and loaded["p90_us"] > 10 * idle["max_us"], \
+        (loaded, idle)
     assert not [w for w in doc.get("warnings", []) if w.startswith("latency probes")], doc
