@@ -42,7 +42,7 @@ from netprobe.plugin import NullReporter  # noqa: E402
 from netprobe.schema import TestSpec  # noqa: E402
 from netprobe.tools.native import NativeTool  # noqa: E402
 from tests.peers import stock_iperf3  # noqa: E402
-from tests.test_iperf3_client import stock_server  # noqa: E402
+from tests.test_iperf3_client import one_line_error, stock_server  # noqa: E402
 from tests.test_iperf3_server import COOKIE, Running  # noqa: E402
 
 USER = "alice"
@@ -316,14 +316,6 @@ def test_unusable_key_files_are_one_line_errors(tmp_path: Path, keys: dict[str, 
 def netprobe(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "netprobe", *args], capture_output=True,
                           text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
-
-
-def one_line_error(out: subprocess.CompletedProcess) -> str:
-    assert out.returncode != 0, out
-    assert "Traceback" not in out.stderr, out.stderr
-    lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, out.stderr
-    return lines[0]
 
 
 def test_server_refuses_to_start_with_an_unusable_key(tmp_path: Path,

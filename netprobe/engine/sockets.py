@@ -111,7 +111,7 @@ def socket_info(sock: socket.socket) -> SocketInfo:
         receive_buffer_bytes=rcvbuf,
         mss_bytes=_getint(sock, socket.TCP_MAXSEG),
         pmtu_bytes=info.pmtu_bytes if info else None,
-        congestion=_congestion(sock),
+        congestion=congestion_of(sock),
     )
 
 
@@ -188,7 +188,8 @@ def _getint(sock: socket.socket, option: int) -> int | None:
         return None
 
 
-def _congestion(sock: socket.socket) -> str | None:
+def congestion_of(sock: socket.socket) -> str | None:
+    """The congestion control a TCP socket runs (None where the kernel will not say)."""
     try:
         raw = sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16)
     except OSError:

@@ -14,7 +14,7 @@ from netprobe.engine.iperf3 import udp, wire
 from netprobe.engine.iperf3.record import server_result
 from netprobe.engine.iperf3.streams import Stream
 from netprobe.engine.log import client, escape
-from netprobe.engine.sockets import IPV6_TCLASS, TCP_CONGESTION
+from netprobe.engine.sockets import IPV6_TCLASS, TCP_CONGESTION, congestion_of
 from netprobe.errors import NetprobeError
 from netprobe.host import utc_now_iso
 
@@ -257,7 +257,7 @@ class Iperf3Test:
                                              p.bandwidth, p.udp_counters_64bit))
                 continue
             _apply_options(sock, p)
-            self.congestion = self.congestion or congestion_used(sock)
+            self.congestion = self.congestion or congestion_of(sock)
             streams.append(Stream(sock, stream_id, index >= receivers, p.length,
                                   p.bandwidth))
         return streams
@@ -344,15 +344,6 @@ def _mark(sock: socket.socket, p: wire.Params) -> None:
             sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, p.tos)
         else:
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, p.tos)
-
-
-def congestion_used(sock: socket.socket) -> str | None:
-    """The congestion control a TCP socket runs (what iperf3 reports as congestion_used)."""
-    try:
-        raw = sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16)
-    except OSError:
-        return None
-    return raw.split(b"\0", 1)[0].decode("ascii", "replace") or None
 
 
 def _words(p: wire.Params) -> str:
