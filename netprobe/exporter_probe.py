@@ -26,6 +26,7 @@ import attrs
 
 from netprobe.errors import NetprobeError, SpecError
 from netprobe.exporter_config import DEFAULT_MODULE, ExporterConfig, Module
+from netprobe.fleet.config import Agent
 from netprobe.schema import DIRECTIONS, PROTOCOLS, Result, TestSpec
 
 SCRAPE_MARGIN_S = 1.5
@@ -93,8 +94,9 @@ def resolve(config: ExporterConfig, query: Mapping[str, list[str]],
                                     f"module, from, debug, {', '.join([*_WORDS, *_NUMBERS])})")
     name, module, target = module_and_target(config, asked, "/probe")
     fields = _fields(module, asked, scrape_timeout_s)
-    host, port, secret, agent_port, far_end = _target(config, module, target)
-    stock = _stock_server(config, module, target)
+    agent = _fleet_agent(config, module, target)
+    host, port, secret, agent_port, far_end = _target(module, target, agent)
+    stock = agent is not None and agent.iperf3_port is not None
     source = asked.get("from")
     if source is not None:
         if source not in module.sources:
@@ -189,15 +191,23 @@ def _number(key: str, kind: type, text: str) -> float:
     return float(value)
 
 
-def _target(config: ExporterConfig, module: Module, target: str
-            ) -> tuple[str, int | None, str | None, int | None, bool]:
-    """(host, the tool's port, secret file, agent port, whether an agent is there) of an
-    allowed target."""
+def _fleet_agent(config: ExporterConfig, module: Module, target: str) -> Agent | None:
+    """The fleet's agent ``target`` names, if the module may test it (by name, or by
+    address where the module takes any fleet agent); None otherwise."""
     agents = config.agents
     agent = agents.get(target)
     if agent is None and module.fleet_agents:
         agent = next((a for a in agents.values() if a.address == target), None)
     if agent is not None and (module.fleet_agents or target in module.targets):
+        return agent
+    return None
+
+
+def _target(module: Module, target: str, agent: Agent | None
+            ) -> tuple[str, int | None, str | None, int | None, bool]:
+    """(host, the tool's port, secret file, agent port, whether an agent is there) of an
+    allowed target (``agent``: the fleet's agent it names, from :func:`_fleet_agent`)."""
+    if agent is not None:
         if agent.iperf3_port is not None:  # a stock iperf3 -s: no agent, no secret there
             if module.tool != "native":
                 raise ProbeRefused(400, f"/probe: {target[:200]!r} is a stock iperf3 server, "
@@ -213,15 +223,6 @@ def _target(config: ExporterConfig, module: Module, target: str
     if agent_port is None and module.tool == "native":
         agent_port = module.port
     return target, module.port, module.secret_file, agent_port, module.agent
-
-
-def _stock_server(config: ExporterConfig, module: Module, target: str) -> bool:
-    """Whether an allowed target is a fleet's stock iperf3 server (``iperf3_port``)."""
-    agents = config.agents
-    agent = agents.get(target)
-    if agent is None and module.fleet_agents:
-        agent = next((a for a in agents.values() if a.address == target), None)
-    return agent is not None and agent.iperf3_port is not None
 
 
 # --- running it -----------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import attrs
 
 from netprobe.engine.protocol import DEFAULT_PORT as AGENT_PORT
 from netprobe.exporter_config import ExporterConfig
-from netprobe.exporter_probe import ProbeRefused, _target, module_and_target
+from netprobe.exporter_probe import ProbeRefused, _fleet_agent, _target, module_and_target
 
 STATUS_TIMEOUT_S = 5.0
 """Longest a status request waits for the agent (without a scrape timeout to go by)."""
@@ -58,7 +58,8 @@ def resolve_status(config: ExporterConfig, query: Mapping[str, list[str]]) -> Wa
             raise ProbeRefused(400, f"unknown /status parameter {key[:80]!r} (known: target, "
                                     "module)")
     name, module, target = module_and_target(config, asked, "/status")
-    host, _port, secret_file, agent_port, far_end = _target(config, module, target)
+    host, _port, secret_file, agent_port, far_end = _target(
+        module, target, _fleet_agent(config, module, target))
     if not far_end:
         raise ProbeRefused(403, f"/status: module {name}'s targets run no netprobe agent "
                                 "(agent = false)")
