@@ -19,6 +19,8 @@ from collections.abc import Iterator, Sequence
 from itertools import count
 from typing import Callable, TypeVar
 
+from netprobe.driven.process import run_captured
+
 _ids = count(1)
 T = TypeVar("T")
 
@@ -57,15 +59,15 @@ class LabError(RuntimeError):
 
 
 NETNS_TIMEOUT_S = 120.0
-"""How long ``ip netns add``/``del`` may take. The kernel tears namespaces down in the
-background, and a new one waits for that work: on a 2-core VM, after tests that made many
-namespaces, an add took just over 30 s (it ended with status 0 as its 30 s limit fired,
-failing a whole module's fixture in a CI run here)."""
+"""How long ``ip netns add``/``del`` may take: the kernel tears namespaces down in the
+background and a new one may wait for that work. (Two CI runs saw an add "take" 30 s and
+120 s: each had ended with status 0 long before, and the wait was for a pipe another child
+held; see netprobe.driven.process.run_captured.)"""
 
 
 def _sh(argv: Sequence[str], check: bool = True,
         timeout: float = 30.0) -> subprocess.CompletedProcess:
-    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    proc = run_captured(argv, timeout)
     if check and proc.returncode != 0:
         raise LabError(f"{' '.join(argv)}: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc
@@ -220,9 +222,7 @@ class Lab:
         self, ns: str, argv: Sequence[str], timeout: float = 120
     ) -> subprocess.CompletedProcess:
         """Run a command inside ``ns`` to completion (bounded by ``timeout``)."""
-        return subprocess.run(
-            ["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, timeout=timeout
-        )
+        return run_captured(["ip", "netns", "exec", ns, *argv], timeout)
 
     def snmp(self, ns: str, group: str = "Tcp") -> dict[str, int]:
         """The kernel's /proc/net/snmp counters of one group, as seen inside ``ns``."""

@@ -34,6 +34,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from netprobe.driven.process import run_captured
+
 PREFIX = "netprobe_fence_"
 NFT_TIMEOUT_S = 20.0
 """How long one nft command may take: a CI run here saw `nft add element` take over 5 s
@@ -90,8 +92,7 @@ def _nft(script: str, *args: str) -> str:
         argv = [unshare, "-m", "sh", "-c",
                 'mount --bind "$0" /sys/fs/cgroup && exec "$@"', str(root), *argv]
     try:
-        done = subprocess.run(argv, input=script or None, capture_output=True, text=True,
-                              timeout=NFT_TIMEOUT_S, check=False)
+        done = run_captured(argv, NFT_TIMEOUT_S, input=script or None)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise FenceUnavailable(f"nft: {exc}") from None
     if done.returncode != 0:
@@ -234,8 +235,7 @@ def _destroy_sockets(name: str) -> None:
     if binary is None:
         return
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-        subprocess.run([binary, "-K", "-tuan", "cgroup", f"/{name}"], capture_output=True,
-                       timeout=NFT_TIMEOUT_S, check=False)
+        run_captured([binary, "-K", "-tuan", "cgroup", f"/{name}"], NFT_TIMEOUT_S)
 
 
 def unavailable() -> str | None:

@@ -29,6 +29,8 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
+from netprobe.driven.process import run_captured
+
 PREFIX = "netprobe_guard_"
 NFT_TIMEOUT_S = 20.0
 """How long one nft command may take: a CI run here saw `nft add element` take over 5 s
@@ -64,8 +66,7 @@ def _nft(*args: str, script: str | None = None) -> str:
     if binary is None:
         raise CounterUnavailable(f"{UNAVAILABLE} (nft is not installed)")
     try:
-        done = subprocess.run([binary, *args], input=script, capture_output=True, text=True,
-                              timeout=NFT_TIMEOUT_S, check=False)
+        done = run_captured([binary, *args], NFT_TIMEOUT_S, input=script)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CounterUnavailable(f"{UNAVAILABLE} (nft: {exc})") from None
     if done.returncode != 0:

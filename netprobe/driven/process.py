@@ -3,7 +3,8 @@
 A driven tool finds its binary (:func:`find_binary`), runs it as a :class:`DrivenProcess`
 whose merged stdout/stderr is read continuously by a thread (so a chatty child never blocks
 on a full pipe) and handed over line by line as it arrives, and stops it, with everything it
-started, by its process group. :func:`run_once` runs a short command (a version probe).
+started, by its process group. :func:`run_once` runs a short command (a version probe);
+:func:`run_captured` runs one whose stdout and stderr are wanted apart.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -375,5 +377,38 @@ def run_once(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     return code, proc.text
 
 
+def run_captured(argv: Sequence[str], timeout: float,
+                 input: str | None = None) -> subprocess.CompletedProcess:
+    """``subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)``
+    that waits for the process, not for the end of its output.
+
+    Output goes to unnamed temporary files, not pipes. A pipe reads to its end only once
+    every process holding its write end has closed it, and a child forked by another thread
+    while the pipes exist holds a copy until it execs (a ``preexec_fn`` runs first). In a
+    server that starts peer tools from several threads, and in the test suite, that turned
+    a command that had ended at once with status 0 into a wait to the limit (seen twice on
+    CI: ``ip netns add`` "taking" 30 s, then 120 s, its stderr at its end, its stdout not).
+    Raises ``subprocess.TimeoutExpired`` (the command killed) as ``run`` does, and OSError.
+    """
+    with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as out, \
+            tempfile.TemporaryFile() as err:
+        if input is not None:
+            stdin.write(input.encode())
+            stdin.seek(0)
+        proc = subprocess.Popen(list(argv), stdout=out, stderr=err,
+                                stdin=stdin if input is not None else subprocess.DEVNULL)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(list(argv), proc.returncode,
+                                           out.read().decode(errors="replace"),
+                                           err.read().decode(errors="replace"))
+
+
 __all__ = ["OUTPUT_HEAD_CHARS", "OUTPUT_TAIL_CHARS", "DrivenProcess", "KeptOutput",
-           "find_binary", "not_found", "run_once"]
+           "find_binary", "not_found", "run_captured", "run_once"]
