@@ -416,7 +416,7 @@ def test_a_runner_that_waited_for_the_creator_does_not_lock_the_new_tables(
                 "AND NOT granted").fetchone()[0]:
             time.sleep(0.02)
         creator.execute("CREATE EXTENSION IF NOT EXISTS btree_gist")
-        for statement in claims._TABLES:
+        for statement in [*claims._TABLES, *claims._INDEXES]:
             creator.execute(statement)
         # a claim in flight on the new tables, as the first runner's are at once
         claimer.execute("LOCK TABLE fleet_pairs, fleet_slots IN ROW EXCLUSIVE MODE")
@@ -525,3 +525,40 @@ def test_rounds_are_queued_as_the_queue_runs_low_and_each_pair_once(postgres_url
     assert most <= 12 + 5, most
     per_pair = _results_per_pair(postgres_url, run_id)
     assert len(per_pair) == 90 and set(per_pair.values()) == {1}
+
+
+def test_a_schedule_made_before_busy_is_brought_up_to_date(postgres_url: str) -> None:
+    """Tables made by a runner from before ``fleet_hosts.busy`` get the column and the
+    indexes from the first newer runner, with ``busy`` taken from the slots held then, so
+    that a claim reading it never takes a host an older runner holds."""
+    import psycopg
+
+    from netprobe.fleet import claims
+
+    fresh = _fresh_database(postgres_url)
+    with open_archive(fresh):  # runs and results
+        pass
+    with psycopg.connect(fresh, autocommit=True) as old:
+        old.execute("CREATE EXTENSION IF NOT EXISTS btree_gist")
+        for statement in claims._TABLES:  # the schema as the older runner made it
+            old.execute(statement)
+        old.execute("INSERT INTO runs (run_id, fleet, started, rounds, pairs, status) "
+                    "VALUES ('r', 'f.toml', now(), 1, 2, 'incomplete')")
+        old.execute("INSERT INTO fleet_hosts (host) VALUES ('a'), ('b'), ('c')")
+        row = old.execute("INSERT INTO fleet_pairs (run_id, grp, round, source, target, seq, "
+                          "duration_s, state, lease) VALUES ('r', 'g', 0, 'a', 'b', 1, 10, "
+                          "'claimed', 'L') RETURNING id").fetchone()
+        assert row is not None
+        pair = row[0]
+        old.execute("INSERT INTO fleet_pairs (run_id, grp, round, source, target, seq, "
+                    "duration_s) VALUES ('r', 'g', 0, 'b', 'c', 2, 10), "
+                    "('r', 'g', 0, 'c', 'a', 3, 10)")
+        old.execute("INSERT INTO fleet_slots (host, pair_id, lease, during) SELECT h, %s, 'L', "
+                    "tstzrange(now(), now() + interval '1 hour') FROM unnest(ARRAY['a', 'b']) h",
+                    (pair,))
+    with open_archive(fresh) as archive:
+        store = claim_store(archive, claimer="new")
+        with store._transaction() as cursor:
+            busy = dict(cursor.execute("SELECT host, busy FROM fleet_hosts").fetchall())
+        assert busy == {"a": True, "b": True, "c": False}
+        assert store.claim("r") is None  # b-c and c-a each need a host the old runner holds
