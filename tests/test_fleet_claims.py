@@ -562,3 +562,26 @@ def test_a_schedule_made_before_busy_is_brought_up_to_date(postgres_url: str) ->
             busy = dict(cursor.execute("SELECT host, busy FROM fleet_hosts").fetchall())
         assert busy == {"a": True, "b": True, "c": False}
         assert store.claim("r") is None  # b-c and c-a each need a host the old runner holds
+
+
+def test_a_host_an_older_runner_released_is_claimed_again(postgres_url: str) -> None:
+    """During an upgrade, a runner from before ``busy`` may expire a newer runner's lease
+    (the next claim of any runner does) and release its slots without clearing ``busy``:
+    a newer runner whose claim finds nothing then frees such hosts, instead of never
+    taking them again."""
+    pairs = [QueuedPair("g", 0, "u0", "u1", 10.0), QueuedPair("g", 1, "u1", "u0", 10.0)]
+    run_id = _new_run(postgres_url, pairs)
+    with open_archive(postgres_url) as archive:
+        store = claim_store(archive, claimer="new")
+        held = store.claim(run_id)
+        assert held is not None and (held.source, held.target) == ("u0", "u1")
+        store.renew(held, 0.001)  # the lease ends at once, as a dead runner's does
+        time.sleep(0.05)
+        with store._transaction() as cursor:  # the older runner's expiry of it
+            cursor.execute("UPDATE fleet_slots SET released = upper(during), how = 'expired' "
+                           "WHERE lease = %s", (held.lease,))
+            cursor.execute("UPDATE fleet_pairs SET state = 'queued', lease = NULL, "
+                           "requeues = requeues + 1 WHERE id = %s", (held.pair_id,))
+        again = store.claim(run_id)
+        assert again is not None and (again.source, again.target) == ("u0", "u1")
+        assert again.attempt == 2 and store.unstuck == 2

@@ -30,6 +30,7 @@ import datetime
 import itertools
 import os
 import socket
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -46,6 +47,10 @@ MAX_ATTEMPTS = 3
 """How many leases a pair may lose (its runner dead, or its test outrunning the lease)
 before it is given up: a pair that kills its runner, or never ends in time, is not
 retried forever."""
+
+UNSTICK_S = 60.0
+"""At most how often a runner whose claim found nothing looks for hosts marked busy that
+hold no slot (:meth:`ClaimStore.free_stale_hosts`): one scan of the busy hosts."""
 
 ENQUEUE_BATCH = 5_000
 """Pairs queued per statement."""
@@ -186,6 +191,9 @@ class ClaimStore:
         and that were retried: none is an error."""
         self.rechecked = 0
         """Claims given up before writing a slot, a host found held on the second look."""
+        self.unstuck = 0
+        """Hosts found busy with no slot held, and freed (:meth:`free_stale_hosts`)."""
+        self._unstuck_at = -UNSTICK_S  # the first claim that finds nothing looks at once
         with self._transaction() as cursor:
             # DDL, even IF NOT EXISTS, locks the tables it names: run it only when a table
             # is missing, one runner at a time, so that a runner joining a busy fleet does
@@ -292,6 +300,14 @@ class ClaimStore:
         hosts' slots until now + its length + the grace; None when no pair can be taken
         now (all done, held by others, or every free pair's host busy)."""
         self.expire()
+        claim = self._claim(run_id)
+        if claim is None and time.monotonic() - self._unstuck_at >= UNSTICK_S:
+            self._unstuck_at = time.monotonic()
+            if self.free_stale_hosts():
+                claim = self._claim(run_id)
+        return claim
+
+    def _claim(self, run_id: str) -> Claim | None:
         for _ in range(8):  # another claimer won a host: look again
             try:
                 return self._claim_once(run_id)
@@ -302,6 +318,26 @@ class ClaimStore:
                     raise
                 self.refused += 1
         return None
+
+    def free_stale_hosts(self) -> int:
+        """Clear ``busy`` of the hosts that hold no slot: a runner from before ``busy``
+        releases slots without clearing it (an expiry it ran, during an upgrade), and no
+        claim of a newer runner would take such a host again. A host whose row a claim or
+        completion holds is left to it. How many were freed."""
+        with self._transaction() as cursor:
+            stale = [host for (host,) in cursor.execute(
+                "SELECT host FROM fleet_hosts h WHERE busy AND NOT EXISTS (SELECT 1 FROM "
+                "fleet_slots s WHERE s.host = h.host AND s.released IS NULL) ORDER BY host "
+                "FOR UPDATE SKIP LOCKED").fetchall()]
+            if not stale:
+                return 0
+            # looked at again from the slots, in a new statement: a claim committed since
+            # the one above began holds its host still
+            _settle(cursor, stale)
+            freed = int(cursor.execute("SELECT count(*) FROM fleet_hosts WHERE host = ANY(%s) "
+                                       "AND NOT busy", (stale,)).fetchone()[0])
+        self.unstuck += freed
+        return freed
 
     def _claim_once(self, run_id: str) -> Claim | None:
         lease = uuid.uuid4().hex
