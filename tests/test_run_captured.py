@@ -35,3 +35,8 @@ def test_input_reaches_the_command() -> None:
 def test_output_that_is_not_utf8_is_kept_readable() -> None:
     done = run_captured(["printf", "a\\377b"], timeout=5)
     assert done.stdout == "a\ufffdb"
+
+
+def test_a_command_that_does_not_exist_is_an_os_error() -> None:
+    with pytest.raises(OSError):
+        run_captured(["netprobe-no-such-command-here"], timeout=5)

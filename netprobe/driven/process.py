@@ -380,34 +380,54 @@ def run_once(argv: Sequence[str], timeout: float) -> tuple[int, str]:
 def run_captured(argv: Sequence[str], timeout: float,
                  input: str | None = None) -> subprocess.CompletedProcess:
     """``subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)``
-    that waits for the process, not for the end of its output.
+    that waits for the process, and for no pipe at all.
 
-    Output goes to unnamed temporary files, not pipes. A pipe reads to its end only once
-    every process holding its write end has closed it, and a child forked by another thread
-    while the pipes exist holds a copy until it execs (a ``preexec_fn`` runs first). In a
-    server that starts peer tools from several threads, and in the test suite, that turned
-    a command that had ended at once with status 0 into a wait to the limit (seen twice on
-    CI: ``ip netns add`` "taking" 30 s, then 120 s, its stderr at its end, its stdout not).
-    Raises ``subprocess.TimeoutExpired`` (the command killed) as ``run`` does, and OSError.
+    Output goes to unnamed temporary files, and the command is started with
+    ``os.posix_spawnp`` (glibc reports a failed exec through memory it shares with the
+    child; ``subprocess`` waits for a pipe to close). A pipe reaches its end only once
+    every holder of its write end has closed it, and three CI runs lost a test to one
+    that did not: ``ip netns add`` twice (ended with status 0, its stdout pipe never at
+    its end: 30 s, then 120 s) and once ``nft`` (ended, and Popen still reading the pipe
+    that reports the exec, 5 minutes and on), each from a test process whose other
+    threads start processes. Raises ``subprocess.TimeoutExpired`` (the command killed)
+    as ``run`` does, and OSError when it cannot be started.
     """
     with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as out, \
-            tempfile.TemporaryFile() as err:
+            tempfile.TemporaryFile() as err, open(os.devnull, "rb") as devnull:
         if input is not None:
             stdin.write(input.encode())
             stdin.seek(0)
-        proc = subprocess.Popen(list(argv), stdout=out, stderr=err,
-                                stdin=stdin if input is not None else subprocess.DEVNULL)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise
+        source = stdin if input is not None else devnull
+        actions = [(os.POSIX_SPAWN_DUP2, source.fileno(), 0),
+                   (os.POSIX_SPAWN_DUP2, out.fileno(), 1),
+                   (os.POSIX_SPAWN_DUP2, err.fileno(), 2)]
+        # every other descriptor of this process is close-on-exec (PEP 446)
+        pid = os.posix_spawnp(argv[0], list(argv), dict(os.environ), file_actions=actions)
+        status = _wait_for(pid, timeout)
+        if status is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise subprocess.TimeoutExpired(list(argv), timeout)
         out.seek(0)
         err.seek(0)
-        return subprocess.CompletedProcess(list(argv), proc.returncode,
+        return subprocess.CompletedProcess(list(argv), os.waitstatus_to_exitcode(status),
                                            out.read().decode(errors="replace"),
                                            err.read().decode(errors="replace"))
+
+
+def _wait_for(pid: int, timeout: float) -> int | None:
+    """The wait status of child ``pid`` once it ends, None if it has not within
+    ``timeout`` seconds (looked at every few milliseconds: these commands are short)."""
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(pause)
+        pause = min(pause * 2, _POLL_S)
 
 
 __all__ = ["OUTPUT_HEAD_CHARS", "OUTPUT_TAIL_CHARS", "DrivenProcess", "KeptOutput",
