@@ -54,13 +54,19 @@ def _rows_read(store: ClaimStore, call: Callable[[], Any],
     return counted() - before
 
 
+def _started(archive: Any, rounds: list[list[QueuedPair]], prefix: str
+             ) -> tuple[str, ClaimStore]:
+    """A new run of ``rounds`` in ``archive``, and a claim store on it: (run id, store)."""
+    run_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    archive.start_run(Run(run_id, "scale.toml", utc_now_iso(), len(rounds),
+                          sum(map(len, rounds))))
+    return run_id, claim_store(archive, claimer="t")
+
+
 def test_top_up_and_remaining_read_the_queue_not_every_done_pair(postgres_url: str) -> None:
     rounds = _rounds(HOSTS)
-    run_id = f"scale-{uuid.uuid4().hex[:8]}"
     with open_archive(postgres_url) as archive:
-        archive.start_run(Run(run_id, "scale.toml", utc_now_iso(), len(rounds),
-                              sum(map(len, rounds))))
-        store = claim_store(archive, claimer="t")
+        run_id, store = _started(archive, rounds, "scale")
         done = 0
         for _ in range(HOSTS * HOSTS):  # bounded: more than the mesh's pairs
             store.top_up(run_id, rounds, AHEAD)
@@ -93,11 +99,8 @@ def test_a_claim_reads_the_hosts_it_takes_not_every_host(postgres_url: str) -> N
     now, with every host busy or with two free among 200, it reads a handful of rows of
     fleet_hosts and fleet_slots, whatever the fleet's size."""
     rounds = _rounds(CLAIM_HOSTS)
-    run_id = f"claims-{uuid.uuid4().hex[:8]}"
     with open_archive(postgres_url) as archive:
-        archive.start_run(Run(run_id, "scale.toml", utc_now_iso(), len(rounds),
-                              sum(map(len, rounds))))
-        store = claim_store(archive, claimer="t")
+        run_id, store = _started(archive, rounds, "claims")
         store.top_up(run_id, rounds, 2 * CLAIM_HOSTS)  # rounds 0-3 queued
         held: list[Claim] = []
         while (claim := store.claim(run_id)) is not None and len(held) <= CLAIM_HOSTS:

@@ -392,12 +392,11 @@ def run_captured(argv: Sequence[str], timeout: float,
     threads start processes. Raises ``subprocess.TimeoutExpired`` (the command killed)
     as ``run`` does, and OSError when it cannot be started.
     """
-    with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as out, \
-            tempfile.TemporaryFile() as err, open(os.devnull, "rb") as devnull:
+    with (tempfile.TemporaryFile() if input is not None else open(os.devnull, "rb")) as source, \
+            tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         if input is not None:
-            stdin.write(input.encode())
-            stdin.seek(0)
-        source = stdin if input is not None else devnull
+            source.write(input.encode())
+            source.seek(0)
         actions = [(os.POSIX_SPAWN_DUP2, source.fileno(), 0),
                    (os.POSIX_SPAWN_DUP2, out.fileno(), 1),
                    (os.POSIX_SPAWN_DUP2, err.fileno(), 2)]

@@ -566,7 +566,7 @@ def schedule_health(archive: Any) -> dict[str, tuple[str, dict[str, float]]]:
     if not isinstance(archive, PostgresArchive):
         return {}
     with _transaction(archive) as cursor:
-        if cursor.execute("SELECT to_regclass('fleet_pairs')").fetchone()[0] is None:
+        if not _exists(cursor, "fleet_pairs"):
             return {}
         rows = cursor.execute(_HEALTH).fetchall()
     found: dict[str, tuple[str, dict[str, float]]] = {
