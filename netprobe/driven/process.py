@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import errno
 import itertools
 import os
 import shutil
@@ -383,7 +384,7 @@ def run_captured(argv: Sequence[str], timeout: float,
     that waits for the process, and for no pipe at all.
 
     Output goes to unnamed temporary files, and the command is started with
-    ``os.posix_spawnp`` (glibc reports a failed exec through memory it shares with the
+    ``os.posix_spawn`` (glibc reports a failed exec through memory it shares with the
     child; ``subprocess`` waits for a pipe to close). A pipe reaches its end only once
     every holder of its write end has closed it, and three CI runs lost a test to one
     that did not: ``ip netns add`` twice (ended with status 0, its stdout pipe never at
@@ -401,7 +402,8 @@ def run_captured(argv: Sequence[str], timeout: float,
                    (os.POSIX_SPAWN_DUP2, out.fileno(), 1),
                    (os.POSIX_SPAWN_DUP2, err.fileno(), 2)]
         # every other descriptor of this process is close-on-exec (PEP 446)
-        pid = os.posix_spawnp(argv[0], list(argv), dict(os.environ), file_actions=actions)
+        pid = os.posix_spawn(_executable(argv[0]), list(argv), dict(os.environ),
+                             file_actions=actions)
         status = _wait_for(pid, timeout)
         if status is None:
             os.kill(pid, signal.SIGKILL)
@@ -412,6 +414,17 @@ def run_captured(argv: Sequence[str], timeout: float,
         return subprocess.CompletedProcess(list(argv), os.waitstatus_to_exitcode(status),
                                            out.read().decode(errors="replace"),
                                            err.read().decode(errors="replace"))
+
+
+def _executable(name: str) -> str:
+    """The file ``name`` runs, searched on PATH as exec does; FileNotFoundError when there
+    is none. Looked up here and not left to the spawn: under qemu-user emulation (the ARM
+    wheel suites) the child cannot share memory with its parent, so a failed exec comes
+    back as exit status 127 instead of an OSError."""
+    found = shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, "command not found", name)
+    return found
 
 
 def _wait_for(pid: int, timeout: float) -> int | None:
