@@ -32,11 +32,18 @@ def error(message: str) -> None:
     try:
         from netprobe.cli.render import print_error
     except Exception:  # rich missing or broken: the error must still reach the user
-        from netprobe.cli.textsafe import for_terminal
-
-        sys.stderr.write(f"netprobe: error: {for_terminal(' '.join(message.split()))}\n")
+        _plain_line("netprobe: error: ", message)
         return
     print_error(message)
+
+
+def _plain_line(prefix: str, message: str) -> None:
+    """``PREFIX MESSAGE`` on stderr without rich: the server and the OpenWrt package run
+    without it (it is a client-side dependency), and must still say what they say."""
+    from netprobe.cli.textsafe import for_terminal
+
+    sys.stderr.write(f"{prefix}{for_terminal(' '.join(message.split()))}\n")
+    sys.stderr.flush()
 
 
 def load_registry(only: str | None = None) -> Registry:
@@ -96,10 +103,23 @@ def output(args: argparse.Namespace) -> Output:
 
 
 def warning(message: str) -> None:
-    """``warning: MESSAGE`` on stderr, on one line."""
-    from netprobe.cli.render import print_warning
-
+    """``warning: MESSAGE`` on stderr, on one line (even without rich)."""
+    try:
+        from netprobe.cli.render import print_warning
+    except ImportError:
+        _plain_line("warning: ", message)
+        return
     print_warning(message)
+
+
+def note(message: str) -> None:
+    """A status line on stderr (dimmed where rich draws it; plain text without rich)."""
+    try:
+        from netprobe.cli.render import print_note
+    except ImportError:
+        _plain_line("", message)
+        return
+    print_note(message)
 
 
 def emit_partial(out: Output, partial: Any, reporter: Reporter) -> None:

@@ -106,6 +106,10 @@ def _terminate_as_interrupt() -> None:
 
 
 def _report(exc: Exception) -> int:
+    missing = _missing_package(exc)
+    if missing:
+        error(missing)
+        return ExitCode.INTERNAL
     code = exit_code_for(exc)
     expected = code != ExitCode.INTERNAL or isinstance(exc, (NetprobeError, OSError))
     if os.environ.get("NETPROBE_DEBUG") == "1":
@@ -117,6 +121,20 @@ def _report(exc: Exception) -> int:
     else:
         error(f"internal error: {one_line(exc)} (NETPROBE_DEBUG=1 shows the traceback)")
     return code
+
+
+def _missing_package(exc: BaseException) -> str | None:
+    """What to say when a command needs a package this install lacks (rich and stevedore
+    are the client's: OpenWrt's package and a server-only install leave them out), or
+    None when ``exc`` is something else."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    top = exc.name.split(".")[0]
+    if top == "netprobe" or top in sys.stdlib_module_names:
+        return None
+    return (f"this command needs the Python module {top!r}, which is not installed here "
+            "(a server-only install, such as OpenWrt's package, leaves out what only the "
+            "client commands use; pip install netprobe-meter brings it)")
 
 
 def iperf3_words(words: list[str]) -> list[str]:
@@ -236,8 +254,11 @@ class _Parser(argparse.ArgumentParser):
         command.exit(ExitCode.USAGE, f"{command.prog}: error: {message}\n")
 
     def print_help(self, file: Any = None) -> None:
-        from netprobe.cli.render import print_help
-
+        try:
+            from netprobe.cli.render import print_help
+        except ImportError:  # without rich (a server-only install): argparse's plain text
+            super().print_help(file)
+            return
         print_help(self.format_help(), file)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from netprobe.cli import args as opts
-from netprobe.cli.common import RegistryLoader
+from netprobe.cli.common import RegistryLoader, note
 from netprobe.cli.exitcodes import ExitCode, UsageError
 from netprobe.errors import ToolUnavailable
 
@@ -274,10 +274,8 @@ def _serve_logged(args: argparse.Namespace, config: Any, log: Any,
     except KeyboardInterrupt:
         if args.logfile:
             log("netprobe server: stopped", event="stopped")
-        else:  # a person at a terminal: the note beside the prompt, as before
-            from netprobe.cli.render import print_note
-
-            print_note("netprobe server: stopped")
+        else:  # a person at a terminal (or procd's log): the note beside the prompt
+            note("netprobe server: stopped")
     finally:
         if pidfile is not None:
             pidfile.remove()
