@@ -7,6 +7,9 @@ Measures, for one installed netprobe:
   runtime dependencies it pulls in (bytecode included: that is what the flash holds);
 - resident memory of an idle ``netprobe server`` (VmRSS, and PSS: RSS with shared pages
   divided among their users), one second after it listens;
+- resident memory during a 4-stream loopback test: the server's peak (VmHWM) and the
+  client's (ru_maxrss of the ended process), and which packages the server imported
+  from start to the test's end beyond the standard library (a router installs each);
 - wall time of ``netprobe --version`` (median of ``--reps``), next to a bare
   ``python -c pass``: under emulation only the ratio means anything;
 - what the CLI imports: module count for ``--version`` and for a 1 s loopback ``run``
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import signal
 import socket
@@ -52,7 +56,9 @@ def norm(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
 dists = {norm(d.metadata["Name"]): d for d in metadata.distributions()}
-needed, todo = set(), ["netprobe"]
+# the distribution that installs the netprobe package (netprobe-meter on PyPI)
+root = norm(metadata.packages_distributions().get("netprobe", ["netprobe"])[0])
+needed, todo = set(), [root]
 while todo:
     name = todo.pop()
     if name in needed or name not in dists:
@@ -61,7 +67,8 @@ while todo:
     for req in dists[name].requires or ():
         if "extra ==" not in req:
             todo.append(norm(re.match(r"[A-Za-z0-9._-]+", req).group(0)))
-print(json.dumps({name: size(dists[name]) for name in sorted(needed)}))
+print(json.dumps({"netprobe" if name == root else name: size(dists[name])
+                  for name in sorted(needed)}))
 """
 
 IDLE_S = 1.0
@@ -122,28 +129,102 @@ def memory_kib(pid: int) -> dict[str, int]:
     return found
 
 
+TEST_S = 2
+TEST_STREAMS = 4
+
+
+def start_server(python: str, stderr: Any, *extra: str) -> tuple[subprocess.Popen, int, float]:
+    """``netprobe server`` on a free loopback port, once it listens: (process, port,
+    seconds it took to listen)."""
+    port = free_port()
+    server = subprocess.Popen([python, *extra, "-m", "netprobe", "server", "-B", "127.0.0.1",
+                               "-p", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=stderr, cwd=tempfile.gettempdir())
+    started = time.monotonic()
+    while not listening(port):
+        if server.poll() is not None or time.monotonic() - started > START_TIMEOUT_S:
+            stop(server)
+            raise RuntimeError("netprobe server did not start listening")
+        time.sleep(0.05)
+    return server, port, time.monotonic() - started
+
+
+def stop(server: subprocess.Popen) -> None:
+    """Stop a server this benchmark started (SIGINT: it ends as after Ctrl-C)."""
+    if server.poll() is None:
+        server.send_signal(signal.SIGINT)
+    try:
+        server.wait(10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
 def server_idle_memory(python: str) -> dict[str, Any]:
     """Start ``netprobe server`` on loopback, let it idle, read its memory, stop it."""
-    port = free_port()
-    server = subprocess.Popen([python, "-m", "netprobe", "server", "-B", "127.0.0.1",
-                               "-p", str(port)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, cwd=tempfile.gettempdir())
+    server, _, listen_s = start_server(python, subprocess.DEVNULL)
     try:
-        started = time.monotonic()
-        while not listening(port):
-            if server.poll() is not None or time.monotonic() - started > START_TIMEOUT_S:
-                raise RuntimeError("netprobe server did not start listening")
-            time.sleep(0.05)
-        listen_s = time.monotonic() - started
         time.sleep(IDLE_S)
         return {"listen_s": round(listen_s, 3), **memory_kib(server.pid)}
     finally:
-        server.send_signal(signal.SIGINT)
+        stop(server)
+
+
+# Run by the measured interpreter: the distributions that provide the given top-level
+# names; a name no installed file provides (an import that was tried and failed, such as
+# pickle's probe for Jython's org.python) is left out, one outside any distribution (the
+# site's own hooks) kept as it is.
+PROVIDERS_SNIPPET = r"""
+import importlib.util, json, sys
+from importlib import metadata
+
+by_name = metadata.packages_distributions()
+found = set()
+for name in json.loads(sys.argv[1]):
+    if name in by_name:
+        found.update(by_name[name])
+    elif importlib.util.find_spec(name) is not None:
+        found.add(name)
+print(json.dumps(sorted(found)))
+"""
+
+
+def imported_packages(python: str, importtime: str) -> list[str]:
+    """The distributions (or bare modules) outside the standard library that ``-X
+    importtime`` output shows imported."""
+    names = set()
+    for line in importtime.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            top = line.rsplit("|", 1)[1].strip().split(".")[0]
+            if top and top not in sys.stdlib_module_names and top != "imported package":
+                names.add(top)
+    return list(json.loads(run_python(python, "-c", PROVIDERS_SNIPPET,
+                                      json.dumps(sorted(names)))))
+
+
+def under_test(python: str) -> dict[str, Any]:
+    """A ``-P 4`` loopback test against a fresh server: the server's peak memory, the
+    client's, and what the server imported up to the test's end."""
+    with tempfile.TemporaryFile(mode="w+") as log:
+        server, port, _ = start_server(python, log, "-X", "importtime")
         try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+            client = subprocess.Popen([python, "-m", "netprobe", "run", "127.0.0.1", "-p",
+                                       str(port), "-P", str(TEST_STREAMS), "-t", str(TEST_S),
+                                       "--json"], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, cwd=tempfile.gettempdir())
+            # wait4 gives the ended client's peak RSS (KiB on Linux); Popen is told the
+            # status so that it does not wait for the reaped process again
+            _, status, usage = os.wait4(client.pid, 0)
+            client.returncode = os.waitstatus_to_exitcode(status)
+            server_memory = memory_kib(server.pid)
+            log.seek(0)  # read before the stop: what serving needed, not what stopping does
+            imported = imported_packages(python, log.read())
+        finally:
+            stop(server)
+        return {"client_exit": client.returncode,
+                "client_maxrss_kib": usage.ru_maxrss,
+                "server": server_memory,
+                "server_imports": imported}
 
 
 def wall_times(argv: list[str], reps: int) -> list[float]:
@@ -187,6 +268,7 @@ def measure(python: str, reps: int, wheel: Path | None) -> dict[str, Any]:
                             "with_dependencies": sum(sizes.values()),
                             "by_distribution": sizes},
         "server_idle": server_idle_memory(python),
+        "under_test": under_test(python),
         "version_s": {"median": statistics.median(cli), "min": min(cli)},
         "python_pass_s": {"median": statistics.median(bare), "min": min(bare)},
         "imports": {"--version": imports(python, "--version"),
@@ -199,6 +281,7 @@ def report(r: dict[str, Any]) -> str:
     kib = 1024
     size = r["installed_bytes"]
     idle = r["server_idle"]
+    test = r["under_test"]
     cli, bare = r["version_s"], r["python_pass_s"]
     lines = [f"{r['version']} on {r['machine']}"]
     if r["wheel"]:
@@ -211,6 +294,11 @@ def report(r: dict[str, Any]) -> str:
             size["by_distribution"].items(), key=lambda kv: -kv[1])) + ")",
         f"  server idle: VmRSS        {idle.get('VmRSS', 0):8d} KiB"
         f"  (PSS {idle.get('Pss', '?')} KiB, listening after {idle['listen_s']:.2f} s)",
+        f"  -P {TEST_STREAMS} test: server peak   {test['server'].get('VmHWM', 0):8d} KiB"
+        f"  (client peak {test['client_maxrss_kib']} KiB"
+        + ("" if test["client_exit"] == 0 else f"; client exit {test['client_exit']}") + ")",
+        f"  server imported           {', '.join(test['server_imports']) or 'nothing'}"
+        " (beyond the standard library)",
         f"  netprobe --version        {cli['median'] * 1000:8.0f} ms median"
         f"  (min {cli['min'] * 1000:.0f} ms; python -c pass {bare['median'] * 1000:.0f} ms:"
         f" x{cli['median'] / bare['median']:.1f})",
