@@ -1,5 +1,6 @@
 """The shared schedule's statements that every runner repeats (topping the queue up after
-each completion, asking what is left when idle, claiming) read what the queue holds, not
+each completion, asking what is left when idle, claiming) and the exporter's scrape of its
+health read what the queue holds, not
 every pair the run has done nor every host of the fleet: on a real PostgreSQL, the rows each
 statement reads (the server's own counters) stay near the queue's length when a whole
 mesh's pairs are done behind it, and a claim's stay the same whatever the hosts.
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from netprobe.archives import PairRecord, Run, open_archive
-from netprobe.fleet.claims import Claim, ClaimStore, QueuedPair, claim_store
+from netprobe.fleet.claims import Claim, ClaimStore, QueuedPair, claim_store, schedule_health
 from netprobe.host import utc_now_iso
 
 HOSTS = 30
@@ -85,10 +86,15 @@ def test_top_up_and_remaining_read_the_queue_not_every_done_pair(postgres_url: s
         store.remaining(run_id)  # first visits clear dead index entries, as any scan does
         topped = _rows_read(store, lambda: store.top_up(run_id, rounds, AHEAD))
         left = _rows_read(store, lambda: store.remaining(run_id))
+        health: list[Any] = []
+        scraped = _rows_read(store, lambda: health.append(schedule_health(archive)))
         assert store.remaining(run_id) > 0
     # the queue holds about AHEAD pairs and 15 a round; the run has done over 500
     assert topped < 4 * AHEAD, topped
     assert left < 4 * AHEAD, left
+    # the exporter's scrape of the schedule's health: what is queued, not what is done
+    assert scraped < 4 * AHEAD, scraped
+    assert health[0]["queued_pairs"][1]["mesh"] > 0
 
 
 CLAIM_HOSTS = 200
