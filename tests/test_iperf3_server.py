@@ -567,14 +567,18 @@ def test_reverse_runs_end_whole_blocks_so_312_clients_never_hang() -> None:
                                "-p", str(native), "--iperf3", "--iperf3-port", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        assert wait_port("127.0.0.1", native, 10)
+        # both listeners: under emulation the iperf3 one opened after the native one, and
+        # a first client that found it closed failed the test
+        assert wait_port("127.0.0.1", native, 10) and wait_port("127.0.0.1", port, 10)
         hung = []
         for run in range(10):
             try:
-                subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-R", "-t", "1"],
-                               capture_output=True, timeout=15, check=True)
+                done = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-R",
+                                       "-t", "1"], capture_output=True, text=True, timeout=15)
             except subprocess.TimeoutExpired:
                 hung.append(run)
+                continue
+            assert done.returncode == 0, f"run {run}: {done.stdout[-500:]} {done.stderr}"
         assert hung == []
     finally:
         server.terminate()
