@@ -206,12 +206,22 @@ def test_nonblocking_sockets_work_without_spinning(impl: Any,
         assert not os.get_blocking(server.fileno())
 
 
+def _timeval() -> str:
+    """struct timeval's layout: 2 x 8 bytes, or 2 x 4 with a 32-bit time_t (glibc armv7l
+    before Debian trixie), which CPython shows by refusing a time past 2038. musl 1.2 on
+    armv7l has a 64-bit time_t: there getsockopt's length said "2 x 4" under qemu (4 bytes
+    back), and setting 8 bytes was EINVAL."""
+    try:
+        time.gmtime(2**31)
+    except (OverflowError, OSError, ValueError):
+        return "=2i"
+    return "=2q"
+
+
 def test_loops_restore_the_socket_timeout(impl: Any) -> None:
     with tcp_pair() as (client, server):
-        # struct timeval: 2 x 8 bytes, or 2 x 4 with a 32-bit time_t (armv7l)
-        timeval = "=2q" if len(server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                                                 16)) == 16 else "=2i"
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack(timeval, 7, 250_000))
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack(_timeval(), 7,
+                                                                             250_000))
         saved = server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16)  # in jiffies
         impl.tcp_recv(server.fileno(), impl.Counters(), length=1024, deadline=soon(0.05))
         assert server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16) == saved

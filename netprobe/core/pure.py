@@ -181,18 +181,37 @@ def _borrowed(fd: int, call: str) -> Iterator[socket.socket]:
         sock.detach()
 
 
+def _timeval_format() -> str:
+    """``struct timeval`` as this C library lays it out: two fields the size of its time_t
+    (a 32-bit CPU with a 64-bit time_t, as musl 1.2 and Debian's armhf since trixie have,
+    makes suseconds_t 64-bit too). CPython refuses a time past 2038 where time_t has 32
+    bits, and that is how its size is told; the length getsockopt returns cannot tell it:
+    qemu-user answers musl's 64-bit timeout option with 4 bytes."""
+    try:
+        time.gmtime(2**31)
+    except (OverflowError, OSError, ValueError):
+        return "=2i"
+    return "=2q"
+
+
+_TIMEVAL = _timeval_format()
+
+
 @contextlib.contextmanager
 def _loop_socket(fd: int, send: bool) -> Iterator[socket.socket]:
     """The fd as a socket with a one-tick send/receive timeout, restored afterwards."""
     opt, name = ((socket.SO_SNDTIMEO, "SO_SNDTIMEO") if send
                  else (socket.SO_RCVTIMEO, "SO_RCVTIMEO"))
+    size = struct.calcsize(_TIMEVAL)
     with _borrowed(fd, f"getsockopt({name})") as sock:
         try:
-            saved = sock.getsockopt(socket.SOL_SOCKET, opt, 16)
+            saved = sock.getsockopt(socket.SOL_SOCKET, opt, size)
         except OSError as exc:
             raise CoreError(f"getsockopt({name})", exc.errno or errno.EIO) from None
-        # struct timeval is 2 x 8 bytes, or 2 x 4 with a 32-bit time_t: the kernel says which.
-        tick = struct.pack("=2q" if len(saved) == 16 else "=2i", 0, _TICK_NS // 1000)
+        # a short answer (qemu-user's) is restored as the C core restores it: what was
+        # read, the rest zero
+        saved = saved.ljust(size, b"\0")
+        tick = struct.pack(_TIMEVAL, 0, _TICK_NS // 1000)
         try:
             sock.setsockopt(socket.SOL_SOCKET, opt, tick)
         except OSError as exc:
