@@ -10,6 +10,7 @@ import errno
 import importlib
 import os
 import re
+import select
 import shutil
 import socket
 import struct
@@ -79,6 +80,22 @@ def tcp_pair(family: int = socket.AF_INET) -> Iterator[tuple[socket.socket, sock
         server, _ = listener.accept()
     with client, server:
         yield client, server
+
+
+def send_within(sock: socket.socket, data: bytes, seconds: float = 10.0) -> None:
+    """``sock.sendall(data)``, but never blocked past ``seconds``: a loop under test that
+    stopped reading fails its test instead of hanging the suite (an armv7l run sat in
+    sendall for minutes once the receiving loop had raised)."""
+    deadline = time.monotonic() + seconds
+    view = memoryview(data)
+    while view:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([], [sock], [], left)[1]:
+            raise AssertionError(f"nothing read for {seconds:g} s: the receiver stopped")
+        try:
+            view = view[sock.send(view, socket.MSG_DONTWAIT):]
+        except BlockingIOError:
+            continue
 
 
 @contextlib.contextmanager
@@ -151,7 +168,7 @@ def test_tcp_recv_counts_to_eof(impl: Any, pool: ThreadPoolExecutor,
         counters = impl.Counters()
         got = pool.submit(impl.tcp_recv, server.fileno(), counters, length=131072,
                           skip_copy=skip_copy, deadline=soon(10))
-        client.sendall(b"x" * 2_500_001)
+        send_within(client, b"x" * 2_500_001)
         client.shutdown(socket.SHUT_WR)
         assert finish(got, 10) == 2_500_001
     assert counters.bytes == 2_500_001
@@ -159,7 +176,7 @@ def test_tcp_recv_counts_to_eof(impl: Any, pool: ThreadPoolExecutor,
 
 def test_tcp_recv_stops_exactly_at_max_bytes(impl: Any) -> None:
     with tcp_pair() as (client, server):
-        client.sendall(b"y" * 300_000)
+        send_within(client, b"y" * 300_000)
         client.shutdown(socket.SHUT_WR)
         assert impl.tcp_recv(server.fileno(), impl.Counters(), length=65536,
                              max_bytes=100_001, deadline=soon(5)) == 100_001
@@ -340,7 +357,7 @@ def test_tcp_recv_raises_its_threshold_when_its_calls_divide_the_writes(
     # (FIONREAD) are read, here the 256 KiB written before it.
     with tcp_pair() as (client, server):
         server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 << 10)  # no autotuning
-        client.sendall(pattern(256 << 10))
+        send_within(client, pattern(256 << 10))
         counters, sender = impl.Counters(), impl.Counters()
         running = pool.submit(impl.tcp_recv, server.fileno(), counters, length=16 << 10,
                               deadline=soon(5))
@@ -368,7 +385,7 @@ def test_tcp_recv_counts_a_trickle_below_the_wake_threshold(impl: Any,
         finish(sending, 5)
         assert _until(lambda: counters.bytes == sender.bytes, 1.0)
         lowat = _lowat(server)
-        client.sendall(b"x" * 1000)
+        send_within(client, b"x" * 1000)
         assert _until(lambda: counters.bytes == sender.bytes + 1000, 1.0)
         client.shutdown(socket.SHUT_WR)
         assert finish(running, 5) == sender.bytes + 1000
@@ -390,7 +407,7 @@ def test_tcp_recv_wake_threshold_follows_the_buffer_as_it_grows(impl: Any,
         first = sent = 0
         end = time.monotonic() + 3
         while first <= 1 and time.monotonic() < end:  # data, until its rate is judged
-            client.sendall(b"x" * (64 << 10))
+            send_within(client, b"x" * (64 << 10))
             sent += 64 << 10
             first = _lowat(server)
         assert first == server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4
@@ -399,7 +416,7 @@ def test_tcp_recv_wake_threshold_follows_the_buffer_as_it_grows(impl: Any,
         assert grown > first
         end = time.monotonic() + 3
         while _lowat(server) != grown and time.monotonic() < end:  # a tick or two of data
-            client.sendall(b"x" * (1 << 20))
+            send_within(client, b"x" * (1 << 20))
             sent += 1 << 20
         assert _lowat(server) == grown
         client.shutdown(socket.SHUT_WR)
@@ -826,7 +843,7 @@ def test_tcp_info_after_a_transfer(impl: Any, full_tcp_info: None) -> None:
 
 def test_both_paths_read_tcp_info_alike(compiled: Any) -> None:
     with tcp_pair() as (client, server):
-        client.sendall(b"z" * 10_000)
+        send_within(client, b"z" * 10_000)
         server.recv(10_000, socket.MSG_WAITALL)
         time.sleep(0.05)
         assert compiled.tcp_info(client.fileno()) == PURE.tcp_info(client.fileno())
