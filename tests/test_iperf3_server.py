@@ -614,3 +614,42 @@ def test_connections_past_the_limits_start_no_thread(monkeypatch: pytest.MonkeyP
     held_back = sum(int(n) for e in refused
                     for n in re.findall(r"\((\d+) more such lines", e[1]))
     assert refused and len(refused) + held_back <= 30
+
+
+def test_bidir_roles_follow_the_accept_order_not_the_cookies(monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    # The server gives a --bidir test's data connections their roles in the order it
+    # accepted them (the client opens its sending streams first). It took them in the order
+    # their cookies were read, one thread each, and a client whose second cookie was read
+    # first crossed the roles: both ends sent on one connection and read on the other,
+    # and the stock clients' --bidir read 0.00 Mbit/s both ways (three full runs, one in
+    # eight there). Here the client's first data connection holds its cookie back until
+    # the second's has been read.
+    from netprobe.engine.iperf3 import client as iperf3_client
+    from netprobe.plugin import NullReporter
+    from netprobe.schema import TestSpec
+
+    held: list[socket.socket] = []
+
+    def open_tcp(self: Any) -> socket.socket:
+        sock = self._data_socket(socket.SOCK_STREAM)
+        self._timed_connect(sock)
+        if not held:  # accepted first, its cookie later
+            held.append(sock)
+        else:
+            sock.sendall(self.cookie)
+            time.sleep(0.3)  # the server reads this cookie first
+            held[0].sendall(self.cookie)
+            held[0].settimeout(None)
+        sock.settimeout(None)
+        return sock
+
+    monkeypatch.setattr(iperf3_client.Iperf3Client, "_open_tcp", open_tcp)
+    with Running() as running:
+        spec = TestSpec(tool="iperf3", host="127.0.0.1", port=running.port, direction="bidir",
+                        duration_s=1.0, interval_s=None, rate_bits_per_second=20e6)
+        result = iperf3_client.Iperf3Client(spec, NullReporter(), "127.0.0.1").run()
+    assert len(held) == 1
+    received = {f.direction: (f.receiver.bytes if f.receiver else 0) for f in result.summaries}
+    assert set(received) == {"client_to_server", "server_to_client"}
+    assert all(count > 1_000_000 for count in received.values()), received

@@ -9,6 +9,7 @@ once up to ``--max-tests``; the rest get iperf3's busy byte."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import socket
 import threading
 from typing import Any, Callable
@@ -42,6 +43,8 @@ class Iperf3Service:
         """Tests served, refused (limits, ACL, bad params) and told busy (exporter)."""
         self._tests: dict[bytes, Iperf3Test] = {}
         self._lock = threading.Lock()
+        # one count for every listener (an accept loop each): next() on it is atomic
+        self._accepted = itertools.count()
         self._listeners: list[socket.socket] = []
         self._closed = threading.Event()
         self.udp_setup = threading.Lock()
@@ -125,11 +128,14 @@ class Iperf3Service:
                     return
                 self._closed.wait(0.1)  # e.g. out of files: let the tests end
                 continue
+            # Numbered as accepted: a test's data connections take their roles in this
+            # order, not in the order their threads read the cookies.
+            order = next(self._accepted)
             # The limits come before a thread: a flood past them costs an accept and a
             # close each, not a thread each.
             try:
                 if self._admitted(conn, peer):
-                    self._start(conn, peer)
+                    self._start(conn, peer, order)
             except Exception as exc:  # this loop must outlive any one step
                 # Were this thread to die, the port would stay open and answer no one.
                 conn.close()
@@ -139,11 +145,11 @@ class Iperf3Service:
                                             reason="internal")
                 self._closed.wait(0.1)
 
-    def _start(self, conn: socket.socket, peer: tuple) -> None:
+    def _start(self, conn: socket.socket, peer: tuple, order: int) -> None:
         """Serve an admitted connection on a thread of its own; at the tasks limit
         (TasksMax, pids.max) none starts: closed unserved, its holds given back."""
         try:
-            _spawn(self._connection, conn, peer)
+            _spawn(self._connection, conn, peer, order)
         except RuntimeError:
             conn.close()
             self.server.admission.count_out(peer[0])
@@ -170,13 +176,13 @@ class Iperf3Service:
             return False
         return True
 
-    def _connection(self, conn: socket.socket, peer: tuple) -> None:
+    def _connection(self, conn: socket.socket, peer: tuple, order: int) -> None:
         try:
-            self._first_bytes(conn, peer)
+            self._first_bytes(conn, peer, order)
         finally:
             self.server.admission.count_out(peer[0])
 
-    def _first_bytes(self, conn: socket.socket, peer: tuple) -> None:
+    def _first_bytes(self, conn: socket.socket, peer: tuple, order: int) -> None:
         admission = self.server.admission
         try:
             conn.settimeout(self.server.config.handshake_timeout_s)
@@ -195,7 +201,7 @@ class Iperf3Service:
         with self._lock:
             test = self._tests.get(cookie)
         if test is not None:
-            if not test.attach(conn, peer):
+            if not test.attach(conn, peer, order):
                 with contextlib.suppress(OSError):
                     wire.send_state(conn, wire.ACCESS_DENIED)
                 conn.close()

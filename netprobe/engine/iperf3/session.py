@@ -46,21 +46,22 @@ class Iperf3Test:
         self.params: wire.Params | None = None
         self.streams: list[Any] = []  # Stream (TCP) or udp.UdpStream
         self.congestion: str | None = None  # what the TCP streams run (congestion_used)
-        self._pending: list[socket.socket] = []
+        self._pending: list[tuple[int, socket.socket]] = []  # (accept order, connection)
         self._arrived = threading.Condition()
         self._expected = 0
 
     # -- data connections (called from the service's threads) ----------------------
 
-    def attach(self, sock: socket.socket, peer: tuple) -> bool:
-        """Take a data connection that carried this test's cookie; False if it is not
-        wanted (from another address, or more than the test opens)."""
+    def attach(self, sock: socket.socket, peer: tuple, order: int) -> bool:
+        """Take a data connection that carried this test's cookie, ``order`` being its
+        place in the listener's accept order; False if it is not wanted (from another
+        address, or more than the test opens)."""
         if not self.server.data_peer_ok(self.peer, peer):
             return False  # no reflection: data only from (and to) the control's peer
         with self._arrived:
             if len(self._pending) >= self._expected:
                 return False
-            self._pending.append(sock)
+            self._pending.append((order, sock))
             self._arrived.notify_all()
         return True
 
@@ -101,7 +102,7 @@ class Iperf3Test:
                 stream.stop.set()
             with self._arrived:
                 extra, self._pending = self._pending, []
-            for sock in [*extra, *(s.sock for s in self.streams)]:
+            for sock in [*(sock for _, sock in extra), *(s.sock for s in self.streams)]:
                 with contextlib.suppress(OSError):
                     sock.close()
             wire.sync_close(self.conn)
@@ -241,8 +242,9 @@ class Iperf3Test:
                     raise wire.WireError(f"{len(self._pending)} of {self._expected} data "
                                          "streams arrived in time (--handshake-timeout)")
                 self._arrived.wait(left)
-            socks, self._pending = self._pending, []
-        return socks
+            arrived, self._pending = self._pending, []
+        # in accept order: the cookies' threads may have finished in another
+        return [sock for _, sock in sorted(arrived, key=lambda pair: pair[0])]
 
     def _make_streams(self, p: wire.Params, socks: list[socket.socket]) -> list[Any]:
         # Roles in accept order: the receivers first (the client opens its sending streams
