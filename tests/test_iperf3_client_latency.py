@@ -197,6 +197,10 @@ def test_cli_latency_with_iperf3() -> None:
     assert "--latency-tail" in line, line
 
 
+# A rate test: both ends' byte counts of an unlimited loopback test are compared, and with
+# the emulated checks beside the suite (an experiment of .ci/run's, nice 19) the sender
+# counted 1.2% more than the stock server received (2,313,945,088 and 2,286,157,824 B).
+@pytest.mark.rate
 def test_api_latency_with_iperf3_probes_by_handshakes() -> None:
     # netprobe.run(latency=True) against a stock server: its handshake probes, not an
     # agent session on the iperf3 port (which the server would take for a client).
