@@ -53,6 +53,8 @@ BIDIR_BAND_MBIT = (87.9, 92.5)  # each direction of --bidir, ACKs sharing the li
 RESULT_WAIT_S = 5.0
 CLIENT_TIMEOUT_S = 40
 N_BYTES = 30 * 2**20
+BLOCK = 128 * 2**10  # a stock client's TCP write (its default -l)
+MULTISEND = 10  # the writes a stock client makes per turn of its loop (test->multisend)
 
 # The stock client's cells against netprobe server --iperf3 (each -t 3, or -n 30M: ~2.7 s)
 CELLS = {
@@ -130,8 +132,20 @@ def next_result(path: Path, seen: int) -> dict:
                          f"({seen} before)")
 
 
-def client_cell(lab: Lab, a: str, binary: str, results: Path, cell: str
-                ) -> tuple[dict, list[str]]:
+def n_overshoot_bytes(version: str) -> int:
+    """How far past ``-n`` a stock client of ``version`` may send, from its send loop.
+
+    3.9 checks the count inside its loop over streams, whose ``break`` leaves only that loop
+    and not the turn of ``multisend`` writes around it: up to a whole turn past (on a loaded
+    machine 67,128-323,424 bytes, up to 1.03 %; CI saw 1.03-1.20 % on three tries of three).
+    3.16 and later check it in each stream's thread before every write of a turn but its
+    last, at most two writes past; 3.12 and 3.16-3.21 sent exactly the count in five loaded
+    runs each. Two writes are allowed to all but 3.9."""
+    return (MULTISEND if version == "3.9" else 2) * BLOCK
+
+
+def client_cell(lab: Lab, a: str, binary: str, results: Path, cell: str,
+                version: str) -> tuple[dict, list[str]]:
     """One stock client run; (the server's Result, what missed: rate band, byte match)."""
     seen = len(results.read_text().splitlines()) if results.exists() else 0
     args = CELLS[cell]
@@ -147,9 +161,9 @@ def client_cell(lab: Lab, a: str, binary: str, results: Path, cell: str
         # over 3.00 s): every byte asked sent, and never above the link.
         flow = flows(theirs)["client_to_server"]
         got = mbit(flow)
-        # (3.9 sends up to 0.7 % more than asked: 31664864 for -n 30M.)
         sent = flow["sender"]["bytes"]
-        missed = [] if N_BYTES <= sent <= 1.01 * N_BYTES and got <= BAND_MBIT[1] else [
+        over = n_overshoot_bytes(version)
+        missed = [] if N_BYTES <= sent <= N_BYTES + over and got <= BAND_MBIT[1] else [
             f"-n: {sent} of {N_BYTES} bytes sent, {got:.2f} Mbit/s"]
         return theirs, [*missed, lab.qdisc_report()] if missed else []
     ours = next_result(results, seen)
@@ -196,7 +210,7 @@ def test_stock_client_against_netprobe_server(version: str, tmp_path: Path) -> N
             # (3.9's -J of a --bidir test has one direction's sums: the parser makes each
             # direction's from its streams, tests/test_iperf3_old_bidir.py.)
             ours = measured_within(
-                lambda cell=cell: client_cell(lab, a, binary, results, cell),
+                lambda cell=cell: client_cell(lab, a, binary, results, cell, version),
                 lambda got: got[1], f"iperf3 {version} {cell}")[0]
             want = {"client_to_server", "server_to_client"} if cell == "--bidir" else {
                 "server_to_client" if cell == "-R" else "client_to_server"}
