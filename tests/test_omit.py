@@ -158,3 +158,57 @@ def test_an_end_without_the_warm_up_feature_is_never_sent_it(
         assert flow.sender is not None and flow.receiver is not None
         assert flow.receiver.start_s == 0.5  # its own clock's boundary
         assert flow.sender.bytes > 0 and flow.receiver.bytes > 0
+
+
+def test_a_read_racing_the_count_is_never_counted_twice_in_the_intervals(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TCP receiver's count is its loop's plus what waits unread; a read that lands
+    between the two, each of the few times they are read, was counted twice, and the last
+    intervals of a test, carrying too little to give the surplus back, summed above the
+    summary (212 bytes on an emulated aarch64 run). The intervals now sum to the final
+    count; a boundary's count (arrived_bytes) stays late, never early."""
+    import socket
+    import time
+    from types import SimpleNamespace
+
+    from netprobe.engine import side as side_module
+    from netprobe.engine.side import LocalStream, Side
+    from netprobe.engine.sockets import unread_bytes
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    sender = socket.create_connection(listener.getsockname())
+    receiving, _ = listener.accept()
+    try:
+        payload = b"x" * 1000
+        sender.sendall(payload)
+        for _ in range(200):  # bounded: loopback delivers within microseconds
+            if unread_bytes(receiving) == len(payload):
+                break
+            time.sleep(0.005)
+        # the receive loop's counts, read while it reads
+        loop = SimpleNamespace(bytes=0, packets=0, messages=0, lost=0, out_of_order=0,
+                               duplicates=0, jitter_ms=0.0)
+
+        def racing(sock: socket.socket) -> int:
+            """The queue's length, then the loop's next read: the race, every time."""
+            waiting = unread_bytes(sock)
+            loop.bytes += len(sock.recv(100))
+            return waiting
+
+        stream = LocalStream(1, "client_to_server", "receiver", receiving,
+                             counters=loop)  # type: ignore[arg-type]
+        seen: list = []
+        side = Side(TestSpec(duration_s=1.0), [stream], seen.append)
+        monkeypatch.setattr(side_module, "unread_bytes", racing)
+        side._tick(0.0, 0.5, emit=True)
+        assert stream.arrived_bytes() >= len(payload)  # late: a boundary's side
+        monkeypatch.setattr(side_module, "unread_bytes", unread_bytes)
+        while unread_bytes(receiving):  # the loop reads the rest; nothing more comes
+            loop.bytes += len(receiving.recv(4096))
+        side._tick(0.5, 1.0, emit=True)
+        mine = [i.bytes for i in seen if i.stream_id == 1]
+        assert loop.bytes == len(payload)
+        assert sum(mine) == len(payload), mine  # was [1100, 0]
+    finally:
+        for sock in (sender, receiving, listener):
+            sock.close()

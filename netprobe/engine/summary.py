@@ -87,9 +87,8 @@ def interval(
     omitted: bool,
 ) -> Interval:
     """The interval of one stream between two snapshots."""
-    # Never below 0: a TCP receiver's snapshot taken while its loop reads may count one
-    # read's bytes twice (side.LocalStream.arrived_bytes); the next one, taken after the last
-    # byte came, must not give them back as a negative interval.
+    # Counts never go back (a TCP receiver's: side.LocalStream.arrived_floor), so this guard
+    # never cuts anything off; were one ever to, a negative interval would be a schema error.
     nbytes = max(0, now.bytes - last.bytes)
     udp = not stream.is_tcp
     receiver = stream.role == "receiver"
