@@ -24,7 +24,6 @@ from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import attrs
-import jsonschema
 import pytest
 from rich.console import Console
 
@@ -32,12 +31,13 @@ import netprobe
 from netprobe.cli import main as cli
 from netprobe.cli.main import build_parser, main, spec_from_args
 from netprobe.cli.render import LiveReporter
-from netprobe.convert import from_json, result_json_schema
+from netprobe.convert import from_json
 from netprobe.driven import free_port, wait_port
 from netprobe.errors import TestFailed, TestInterrupted
 from netprobe.plugin import ENTRY_POINT_GROUP, Availability, Capabilities, Reporter, Tool
 from netprobe.registry import Registry, load_registry
 from netprobe.schema import Result, TestSpec, ToolInfo
+from netprobe.testing import validate_document
 from tests.test_formats import sample_result
 
 REPO = Path(netprobe.__file__).resolve().parent.parent
@@ -413,7 +413,7 @@ def test_run_json_is_one_document(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_main(capsys, "run", "--tool", "replay", "-t", "2", "--json")
     assert code == 0, err
     data = only_json_document(out)
-    jsonschema.validate(data, result_json_schema())
+    validate_document(data)
     assert data["status"] == "ok" and data["spec"]["duration_s"] == 2.0
     assert err == ""  # NullReporter: the note did not leak either
 
@@ -658,7 +658,7 @@ def test_parse_real_iperf3_output(capsys: pytest.CaptureFixture[str],
                               registry=builtin_registry())
     assert code == 0, err
     data = only_json_document(out)
-    jsonschema.validate(data, result_json_schema())
+    validate_document(data)
     assert data["tool"]["name"] == "iperf3"
 
 
@@ -667,7 +667,7 @@ def test_parse_real_iperf3_output(capsys: pytest.CaptureFixture[str],
 
 def _check_result_document(stdout: str, tool: str) -> dict:
     data = only_json_document(stdout)
-    jsonschema.validate(data, result_json_schema())
+    validate_document(data)
     assert data["tool"]["name"] == tool and data["status"] == "ok"
     flow = from_json(stdout).summary("client_to_server")
     assert flow is not None and flow.receiver is not None and flow.receiver.bytes > 0

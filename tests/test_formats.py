@@ -11,12 +11,11 @@ import textwrap
 from pathlib import Path
 
 import attrs
-import jsonschema
 import pytest
 
 from netprobe.cli import outfile
 from netprobe.cli.formats import CSV_COLUMNS, Output, OutputError, format_result
-from netprobe.convert import from_json, result_json_schema
+from netprobe.convert import from_json
 from netprobe.plugin import NullReporter
 from netprobe.schema import (
     Cpu,
@@ -30,6 +29,7 @@ from netprobe.schema import (
     TestSpec,
     ToolInfo,
 )
+from netprobe.testing import validate_document
 
 GBIT = 1_000_000_000
 
@@ -110,7 +110,7 @@ def test_json_round_trip(kwargs: dict) -> None:
     result = sample_result(**kwargs)
     text = format_result(result, "json")
     assert text.endswith("\n")
-    jsonschema.validate(json.loads(text), result_json_schema())
+    validate_document(json.loads(text))
     assert from_json(text) == result
 
 

@@ -12,10 +12,9 @@ import json
 import textwrap
 from pathlib import Path
 
-import jsonschema
 import pytest
 
-from netprobe.convert import result_json_schema
+from netprobe.testing import validate_document
 from tests.test_cli import (
     assert_one_error_line,
     child_env,
@@ -158,7 +157,7 @@ def test_broken_tool_asked_for_by_name_says_why(plugins: dict[str, str]) -> None
 def test_working_plugin_runs_next_to_broken_ones(plugins: dict[str, str]) -> None:
     done = netprobe_cmd("run", "--tool", "echo", "--json", env=plugins)
     assert done.returncode == 0, done.stderr
-    jsonschema.validate(json.loads(done.stdout), result_json_schema())
+    validate_document(json.loads(done.stdout))
     human = netprobe_cmd("run", "--tool", "echo", env=plugins)
     assert human.returncode == 0, human.stderr
     assert "8.00 Mbit/s" in human.stdout and human.stdout.splitlines()[-1] == "status: ok"
@@ -178,7 +177,7 @@ def test_real_native_run_with_broken_plugins_present(plugins: dict[str, str]) ->
     done = netprobe_cmd("run", "--tool", "native", "-t", "1", "--json", env=plugins)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
-    jsonschema.validate(data, result_json_schema())
+    validate_document(data)
     assert data["tool"]["name"] == "native" and data["status"] == "ok"
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import json
+import re
+import subprocess
+import sys
 from importlib import resources
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -29,6 +32,7 @@ from netprobe.schema import (
     TestSpec,
     ToolInfo,
 )
+from netprobe.testing import validate_document
 from netprobe.tools.native import NativeTool
 
 from .budget import scaled
@@ -180,16 +184,7 @@ def test_json_round_trip(result: Result) -> None:
 @settings(max_examples=scaled(60), deadline=None)
 @given(results)
 def test_every_result_validates_against_the_schema(result: Result) -> None:
-    result_validator().validate(json.loads(convert.to_json(result)))
-
-
-@functools.cache
-def result_validator() -> jsonschema.protocols.Validator:
-    """The schema checked and compiled once: jsonschema.validate does both per call."""
-    document = convert.result_json_schema()
-    validator_class = jsonschema.validators.validator_for(document)
-    validator_class.check_schema(document)
-    return validator_class(document)
+    validate_document(json.loads(convert.to_json(result)))
 
 
 def test_shipped_schema_is_current() -> None:
@@ -203,8 +198,7 @@ def test_shipped_schema_is_current() -> None:
 def test_real_result_validates() -> None:
     result = NativeTool().run(TestSpec(duration_s=1.0, streams=2), Recorder())
     document = json.loads(convert.to_json(result))
-    shipped = json.loads(resources.files("netprobe").joinpath("result.schema.json").read_text())
-    jsonschema.validate(document, shipped)
+    validate_document(document)  # the schema shipped in the package
     assert document["summaries"][0]["receiver"]["bytes"] > 0
 
 
@@ -217,7 +211,7 @@ def test_schema_rejects_a_wrong_document() -> None:
         "remote": {"role": "nobody"},
     }
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(bad, convert.result_json_schema())
+        validate_document(bad)
     with pytest.raises(ParseError):
         convert.structure(bad, Result)
 
@@ -256,3 +250,51 @@ def test_every_property_of_the_shipped_schema_is_described() -> None:
                    if not prop.get("description")]
     assert undescribed == []
     assert "bits per second" in json.dumps(shipped).lower() or "bit/s" in json.dumps(shipped)
+
+
+_UNDER_THE_FLOOR = r"""
+import json, sys
+import jsonschema
+from netprobe import convert
+from netprobe.testing import validate_document, validate_result
+
+result = convert.from_json(open(sys.argv[1]).read())
+try:
+    validate_document({"tool": {"name": "x"}})
+    refused = False
+except jsonschema.ValidationError:
+    refused = True
+print(json.dumps({"version": jsonschema.__version__, "problems": validate_result(result),
+                  "refused": refused}))
+"""
+
+
+@pytest.mark.slow
+def test_the_kit_validates_with_the_oldest_jsonschema_its_extra_allows(
+        tmp_path: Path) -> None:
+    """The ``test`` extra allows the jsonschema of its floor (4.17: what pip installs where
+    4.18's compiled dependency has no wheel, musllinux armv7l), which could not resolve the
+    shipped schema's references under its ``urn:`` ``$id`` (RefResolutionError: unknown url
+    type: ''): the conformance kit's checks, run under that version itself, failed every
+    tool. Installed from the index beside the other one; skipped where pip cannot fetch."""
+    from tests.test_cli import REPO, child_env
+
+    floor = re.search(r'"jsonschema>=([0-9.]+)"', (REPO / "pyproject.toml").read_text())
+    assert floor, "pyproject.toml's test extra names no jsonschema floor"
+    target = tmp_path / "old"
+    fetched = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
+         str(target), f"jsonschema=={floor.group(1)}.*", "pyrsistent"],
+        capture_output=True, text=True, timeout=180)
+    if fetched.returncode != 0:
+        pytest.skip(f"pip could not fetch jsonschema {floor.group(1)}: "
+                    f"{fetched.stderr.strip().splitlines()[-1:]}")
+    saved = tmp_path / "result.json"
+    saved.write_text(convert.to_json(NativeTool().run(TestSpec(duration_s=0.5), Recorder())))
+    done = subprocess.run([sys.executable, "-c", _UNDER_THE_FLOOR, str(saved)],
+                          capture_output=True, text=True, timeout=120,
+                          env=child_env(PYTHONPATH=str(target)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    assert seen["version"].startswith(floor.group(1)), seen  # the old one, not the other
+    assert seen["problems"] == [] and seen["refused"], seen

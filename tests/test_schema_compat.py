@@ -16,6 +16,7 @@ import pytest
 from netprobe import convert, schema
 from netprobe.errors import ParseError
 from netprobe.schema import Endpoint, Interval, Latency, LatencyPhase, Result, TestSpec, ToolInfo
+from netprobe.testing import validate_document
 
 # Written by hand the way netprobe 1.0 wrote results: no run_id, no trial, no latency.
 SCHEMA_1_0_DOCUMENT = """
@@ -76,14 +77,14 @@ def test_schema_1_0_document_still_loads() -> None:
 
 
 def test_schema_1_0_document_validates_against_the_shipped_schema() -> None:
-    jsonschema.validate(json.loads(SCHEMA_1_0_DOCUMENT), _shipped_schema())
+    validate_document(json.loads(SCHEMA_1_0_DOCUMENT))
 
 
 def test_schema_1_0_document_is_rewritten_with_the_new_fields_as_null() -> None:
     again = json.loads(convert.to_json(convert.from_json(SCHEMA_1_0_DOCUMENT)))
     assert again["latency"] is None and again["run_id"] is None and again["trial"] is None
     assert again["schema_version"] == "1.0"
-    jsonschema.validate(again, _shipped_schema())
+    validate_document(again)
 
 
 def _latency_result() -> Result:
@@ -112,14 +113,14 @@ def test_result_with_latency_round_trips() -> None:
 
 
 def test_result_with_latency_validates_against_the_shipped_schema() -> None:
-    jsonschema.validate(json.loads(convert.to_json(_latency_result())), _shipped_schema())
+    validate_document(json.loads(convert.to_json(_latency_result())))
 
 
 def test_partial_latency_keeps_unknown_percentiles_null() -> None:
     only_mean = Latency(count=1000, mean_us=24.0)
     result = attrs.evolve(_latency_result(), latency=only_mean)
     document = json.loads(convert.to_json(result))
-    jsonschema.validate(document, _shipped_schema())
+    validate_document(document)
     assert document["latency"] == {
         "count": 1000, "min_us": None, "mean_us": 24.0, "p50_us": None, "p90_us": None,
         "p99_us": None, "max_us": None, "lost": None, "lost_percent": None,
@@ -133,7 +134,7 @@ def test_latency_without_count_is_rejected() -> None:
     document = json.loads(convert.to_json(_latency_result()))
     del document["latency"]["count"]
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(document, _shipped_schema())
+        validate_document(document)
     with pytest.raises(ParseError):
         convert.structure(document, Result)
 
@@ -144,7 +145,7 @@ def test_schema_1_1_latency_record_still_loads() -> None:
     document["schema_version"] = "1.1"
     document["latency"] = {"count": 41_000, "min_us": 17.5, "mean_us": 24.25, "p50_us": 23.0,
                            "p90_us": 29.5, "p99_us": 41.0, "max_us": 88.0}
-    jsonschema.validate(document, _shipped_schema())
+    validate_document(document)
     result = convert.structure(document, Result)
     assert result.latency is not None and result.latency.phases == ()
     assert result.latency.grade is None and result.latency.measured_by is None
@@ -178,7 +179,7 @@ def test_latency_phases_round_trip_and_validate() -> None:
     text = convert.to_json(result)
     assert convert.from_json(text) == result
     document = json.loads(text)
-    jsonschema.validate(document, _shipped_schema())
+    validate_document(document)
     assert document["latency"]["phases"][1]["client_to_server"]["p99_us"] == 198_000.0
     assert document["intervals"][0]["latency_p50_us"] == 150_000.0
 
@@ -187,6 +188,6 @@ def test_unknown_grade_is_rejected() -> None:
     document = json.loads(convert.to_json(_phased_result()))
     document["latency"]["grade"] = "E"
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(document, _shipped_schema())
+        validate_document(document)
     with pytest.raises(ParseError):
         convert.structure(document, Result)

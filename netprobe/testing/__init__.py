@@ -37,7 +37,7 @@ from netprobe.testing.processes import (
     still_running,
     subreaper,
 )
-from netprobe.testing.validation import shipped_schema, validate_result
+from netprobe.testing.validation import shipped_schema, validate_document, validate_result
 
 __all__ = [
     "CHECKS",
@@ -59,5 +59,6 @@ __all__ = [
     "shipped_schema",
     "still_running",
     "subreaper",
+    "validate_document",
     "validate_result",
 ]
