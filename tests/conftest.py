@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from netprobe import core
 from netprobe.core import pure
 from netprobe.core.contract import DataPath
 from tests import pgserver
+from tests.budget import tcp_info_is_full
 from tests.peers import PEER_FIXTURES, PeerBinary, check_absent_peer, default_peer
 
 CORE_NAMES = (
@@ -99,9 +99,8 @@ def peer_fixtures() -> Path:
 def full_tcp_info() -> None:
     """Skips a test that needs the kernel's TCP_INFO figures where they come back cut to
     4 bytes: qemu-user (scripts/arm-check) copies every TCP socket option out as an int."""
-    with socket.socket() as sock:
-        if len(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)) <= 4:
-            pytest.skip("TCP_INFO is truncated to 4 bytes here (qemu-user emulation)")
+    if not tcp_info_is_full():
+        pytest.skip("TCP_INFO is truncated to 4 bytes here (qemu-user emulation)")
 
 
 @pytest.fixture(scope="module")

@@ -101,6 +101,9 @@ def test_stream_threads_run_at_that_nice_level() -> None:
         # Levels are relative to the server's own (a suite run under `nice` starts it nicer).
         base = _nice_of(f"/proc/{server.pid}/stat")
         expected = min(side.MAX_NICE, base + side.data_nice(streams, cpus))
+        if expected == base:  # a suite run at nice 19 (the emulated ARM suites' runs)
+            pytest.skip(f"the server runs at nice {base} already: its loops can go no "
+                        "nicer, so nothing tells them from its other threads")
         proc = subprocess.Popen(
             [*NETPROBE, "run", "--tool", "native", "127.0.0.1", "-p", str(server.port),
              "-P", str(streams), "-t", "1.5", "--json"], stdout=subprocess.DEVNULL)
