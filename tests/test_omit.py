@@ -3,6 +3,15 @@ covers the ``-t`` seconds after it; a warm-up that leaves nothing to summarise i
 never a summary of a few milliseconds. Real native tests on loopback, in-process."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import socket
+import struct
+import termios
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+
 import pytest
 
 from netprobe.convert import from_json
@@ -48,39 +57,45 @@ def test_warm_up_longer_than_a_byte_count_is_an_error(
     assert from_json(out).status == "failed"
 
 
-def test_a_tcp_receivers_warm_up_boundary_counts_what_arrived_not_what_was_read() -> None:
-    """Bytes that reached the receiving socket before the warm-up's end belong to the
-    warm-up, read or not: counted after it (a receive loop waits for ~1 MiB before it
-    reads), they made the receiver's summary read above the wire (issue 34 item 6)."""
-    import fcntl
-    import socket
-    import struct
-    import termios
-    import time
+def _queued(sock: socket.socket) -> int:
+    """The bytes waiting unread on ``sock``, asked of the kernel here (not through the
+    code under test)."""
+    return int(struct.unpack("=i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0])
 
-    from netprobe.engine.side import LocalStream, Side
 
+@contextlib.contextmanager
+def _arrived_unread(count: int) -> Iterator[socket.socket]:
+    """The receiving end of a loopback TCP connection with ``count`` bytes arrived and
+    none read."""
     listener = socket.create_server(("127.0.0.1", 0))
     sender = socket.create_connection(listener.getsockname())
     receiving, _ = listener.accept()
     try:
-        payload = b"x" * 50_000
-        sender.sendall(payload)
-        stream = LocalStream(1, "client_to_server", "receiver", receiving)
-        side = Side(TestSpec(duration_s=1.0, omit_s=0.5), [stream], lambda sample: None)
+        sender.sendall(b"x" * count)
         for _ in range(200):  # bounded: loopback delivers within microseconds
-            queued = fcntl.ioctl(receiving.fileno(), termios.FIONREAD, b"\0\0\0\0")
-            if struct.unpack("=i", queued)[0] == len(payload):
+            if _queued(receiving) == count:
                 break
             time.sleep(0.005)
-        side._tick(0.0, 0.5, emit=False)  # the sampler's tick at the warm-up's end
-        # Nothing was read (the loop's counter is 0), yet all of it arrived in the warm-up.
-        assert stream.counters.bytes == 0
-        assert stream.base.bytes == len(payload)
-        assert stream.last.bytes == len(payload)  # the first measured interval starts there
+        yield receiving
     finally:
         for sock in (sender, receiving, listener):
             sock.close()
+
+
+def test_a_tcp_receivers_warm_up_boundary_counts_what_arrived_not_what_was_read() -> None:
+    """Bytes that reached the receiving socket before the warm-up's end belong to the
+    warm-up, read or not: counted after it (a receive loop waits for ~1 MiB before it
+    reads), they made the receiver's summary read above the wire (issue 34 item 6)."""
+    from netprobe.engine.side import LocalStream, Side
+
+    with _arrived_unread(50_000) as receiving:
+        stream = LocalStream(1, "client_to_server", "receiver", receiving)
+        side = Side(TestSpec(duration_s=1.0, omit_s=0.5), [stream], lambda sample: None)
+        side._tick(0.0, 0.5, emit=False)  # the sampler's tick at the warm-up's end
+        # Nothing was read (the loop's counter is 0), yet all of it arrived in the warm-up.
+        assert stream.counters.bytes == 0
+        assert stream.base.bytes == 50_000
+        assert stream.last.bytes == 50_000  # the first measured interval starts there
 
 
 @needs_native
@@ -167,48 +182,31 @@ def test_a_read_racing_the_count_is_never_counted_twice_in_the_intervals(
     intervals of a test, carrying too little to give the surplus back, summed above the
     summary (212 bytes on an emulated aarch64 run). The intervals now sum to the final
     count; a boundary's count (arrived_bytes) stays late, never early."""
-    import socket
-    import time
-    from types import SimpleNamespace
-
     from netprobe.engine import side as side_module
     from netprobe.engine.side import LocalStream, Side
-    from netprobe.engine.sockets import unread_bytes
 
-    listener = socket.create_server(("127.0.0.1", 0))
-    sender = socket.create_connection(listener.getsockname())
-    receiving, _ = listener.accept()
-    try:
-        payload = b"x" * 1000
-        sender.sendall(payload)
-        for _ in range(200):  # bounded: loopback delivers within microseconds
-            if unread_bytes(receiving) == len(payload):
-                break
-            time.sleep(0.005)
-        # the receive loop's counts, read while it reads
-        loop = SimpleNamespace(bytes=0, packets=0, messages=0, lost=0, out_of_order=0,
-                               duplicates=0, jitter_ms=0.0)
+    # the receive loop's counts, read while it reads
+    loop = SimpleNamespace(bytes=0, packets=0, messages=0, lost=0, out_of_order=0,
+                           duplicates=0, jitter_ms=0.0)
 
-        def racing(sock: socket.socket) -> int:
-            """The queue's length, then the loop's next read: the race, every time."""
-            waiting = unread_bytes(sock)
-            loop.bytes += len(sock.recv(100))
-            return waiting
+    def racing(sock: socket.socket) -> int:
+        """The queue's length, then the loop's next read: the race, every time."""
+        waiting = _queued(sock)
+        loop.bytes += len(sock.recv(100))
+        return waiting
 
+    with _arrived_unread(1000) as receiving:
         stream = LocalStream(1, "client_to_server", "receiver", receiving,
                              counters=loop)  # type: ignore[arg-type]
         seen: list = []
         side = Side(TestSpec(duration_s=1.0), [stream], seen.append)
         monkeypatch.setattr(side_module, "unread_bytes", racing)
         side._tick(0.0, 0.5, emit=True)
-        assert stream.arrived_bytes() >= len(payload)  # late: a boundary's side
-        monkeypatch.setattr(side_module, "unread_bytes", unread_bytes)
-        while unread_bytes(receiving):  # the loop reads the rest; nothing more comes
+        assert stream.arrived_bytes() >= 1000  # late: a boundary's side
+        monkeypatch.setattr(side_module, "unread_bytes", _queued)
+        while _queued(receiving):  # the loop reads the rest; nothing more comes
             loop.bytes += len(receiving.recv(4096))
         side._tick(0.5, 1.0, emit=True)
         mine = [i.bytes for i in seen if i.stream_id == 1]
-        assert loop.bytes == len(payload)
-        assert sum(mine) == len(payload), mine  # was [1100, 0]
-    finally:
-        for sock in (sender, receiving, listener):
-            sock.close()
+        assert loop.bytes == 1000
+        assert sum(mine) == 1000, mine  # was [1100, 0]
