@@ -139,7 +139,7 @@ def n_overshoot_bytes(version: str) -> int:
     and not the turn of ``multisend`` writes around it: up to a whole turn past (on a loaded
     machine 67,128-323,424 bytes, up to 1.03 %; CI saw 1.03-1.20 % on three tries of three).
     3.16 and later check it in each stream's thread before every write of a turn but its
-    last, at most two writes past; 3.12 and 3.16-3.21 sent exactly the count in five loaded
+    last, at most two writes past; 3.12 and 3.21 sent exactly the count in five loaded
     runs each. Two writes are allowed to all but 3.9."""
     return (MULTISEND if version == "3.9" else 2) * BLOCK
 
