@@ -110,6 +110,25 @@ def within(ours: float, theirs: float, share: float = 0.01) -> bool:
     return theirs > 0 and abs(ours - theirs) <= share * theirs
 
 
+def buffered_at_most() -> int:
+    """The most one TCP stream can hold between its sender's count and its receiver's
+    (written and not yet read): the largest send buffer plus the largest receive buffer,
+    autotuned (tcp_wmem's and tcp_rmem's third figures) or set (twice net.core's max)."""
+    def most(tcp: str, core: str) -> int:
+        autotuned = int(Path(f"/proc/sys/net/ipv4/{tcp}").read_text().split()[2])
+        return max(autotuned, 2 * int(Path(f"/proc/sys/net/core/{core}").read_text()))
+    return most("tcp_wmem", "wmem_max") + most("tcp_rmem", "rmem_max")
+
+
+def behind_by_buffers(sent: int, received: int, streams: int) -> bool:
+    """Whether a receiver's count at its end is what was sent less at most what the
+    streams' buffers held: never more than sent, never further behind than that. Not
+    within 1 %: an unlimited loopback test ends with its buffers full, and a stock server
+    stops counting at TEST_END (3.9 -P 4 on a loaded CI machine: 86 MB behind of 3.8 GB,
+    2.3 %, where 4 streams may hold 168 MB here)."""
+    return 0 <= sent - received <= streams * buffered_at_most()
+
+
 def check_tcp(result: Result, end: dict, direction: str, streams: int) -> None:
     """Both ends' figures of a TCP test against the server's own -J report."""
     assert result.status == "ok", result.errors
@@ -118,14 +137,16 @@ def check_tcp(result: Result, end: dict, direction: str, streams: int) -> None:
     if direction == "client_to_server":
         server_bytes = end["sum_received"]["bytes"]
         assert within(f.receiver.bytes, server_bytes), (f.receiver.bytes, server_bytes)
-        assert within(f.sender.bytes, server_bytes), (f.sender.bytes, server_bytes)
+        assert behind_by_buffers(f.sender.bytes, server_bytes, streams), (
+            f.sender.bytes, server_bytes, streams * buffered_at_most())
         # this side's TCP_INFO (unknown under qemu-user, which cuts it to 4 bytes)
         assert (f.sender.retransmits is not None) == tcp_info_is_full(), f.sender
         assert f.sender.cpu is not None and f.receiver.cpu is not None
     else:
         server_bytes = end["sum_sent"]["bytes"]
         assert within(f.sender.bytes, server_bytes), (f.sender.bytes, server_bytes)
-        assert within(f.receiver.bytes, server_bytes), (f.receiver.bytes, server_bytes)
+        assert behind_by_buffers(server_bytes, f.receiver.bytes, streams), (
+            server_bytes, f.receiver.bytes, streams * buffered_at_most())
         assert f.receiver.cpu is not None and f.sender.cpu is not None
     rows = [s for s in result.streams if s.direction == direction]
     assert len(rows) == streams and all(s.sender and s.receiver for s in rows), rows

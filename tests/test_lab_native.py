@@ -129,19 +129,31 @@ UDP_CEILING_MBIT = 100 * 1400 / 1466
 def test_udp_receiver_figures_stay_under_the_link_with_a_deep_queue() -> None:
     with shaped_hop(100, latency_ms=200) as (lab, a, _, b, _):
         start_server(lab, b, HOP_B_ADDR)
-        result = run_client(lab, a, "-u", "-b", "150M", "-l", "1400", "-t", "2", "-i", "0.5",
-                            host=HOP_B_ADDR)
-    flow = result["summaries"][0]
-    receiver = flow["receiver"]
+        # Never above the link, on any try; at it only while the hosts keep it busy (a
+        # loaded CI machine read 91.6 of 95.5 Mbit/s once): measured again then.
+        measured_within(
+            lambda: run_client(lab, a, "-u", "-b", "150M", "-l", "1400", "-t", "2", "-i",
+                               "0.5", host=HOP_B_ADDR),
+            _deep_queue_misses, "UDP 150M into a 100 Mbit/s link with a 200 ms queue")
+
+
+def _deep_queue_misses(result: dict) -> list[str]:
+    """What a deep-queue UDP run's receiver missed of the link's rate; an error in its
+    figures (above the link, a span that is not the sender's plus the drain, a rate that
+    is not its bytes over its span) fails at once."""
+    receiver = result["summaries"][0]["receiver"]
     span = receiver["end_s"] - receiver["start_s"]
-    assert receiver["bits_per_second"] / 1e6 <= UDP_CEILING_MBIT * 1.005, receiver
-    assert receiver["bits_per_second"] / 1e6 == pytest.approx(UDP_CEILING_MBIT, rel=0.03)
+    mbit = receiver["bits_per_second"] / 1e6
+    assert mbit <= UDP_CEILING_MBIT * 1.005, receiver
     # its own span: the sender's 2 s plus the queue's drain (at most 200 ms and a little)
     assert 2.05 < span < 2.3, receiver
     assert receiver["bytes"] * 8 / span == pytest.approx(receiver["bits_per_second"])
     for sample in result["intervals"]:
         if sample["role"] == "receiver" and sample["stream_id"] is None:
             assert sample["bits_per_second"] / 1e6 <= UDP_CEILING_MBIT * 1.02, sample
+    if mbit < UDP_CEILING_MBIT * 0.97:
+        return [f"receiver {mbit:.2f} Mbit/s of the link's {UDP_CEILING_MBIT:.2f}"]
+    return []
 
 
 def _buffer_loss_run(streams: int, gro: bool) -> tuple[dict, int]:
