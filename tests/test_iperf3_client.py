@@ -145,8 +145,9 @@ def check_tcp(result: Result, end: dict, direction: str, streams: int) -> None:
     else:
         server_bytes = end["sum_sent"]["bytes"]
         assert within(f.sender.bytes, server_bytes), (f.sender.bytes, server_bytes)
-        assert behind_by_buffers(server_bytes, f.receiver.bytes, streams), (
-            server_bytes, f.receiver.bytes, streams * buffered_at_most())
+        # (not behind_by_buffers: this side reads to the end, and a threaded stock server
+        # (3.16-3.21) counts its sent bytes before its last two writes: 262,144 more came)
+        assert within(f.receiver.bytes, server_bytes), (f.receiver.bytes, server_bytes)
         assert f.receiver.cpu is not None and f.sender.cpu is not None
     rows = [s for s in result.streams if s.direction == direction]
     assert len(rows) == streams and all(s.sender and s.receiver for s in rows), rows

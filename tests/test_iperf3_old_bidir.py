@@ -37,7 +37,13 @@ def _bidir_doc(version: str, *extra: str) -> dict:
         assert not doc.get("error"), doc["error"]
         return doc
     finally:
-        server.wait(10)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            # 3.9's -s -1 once stayed after a UDP --bidir test whose client had its whole
+            # document (CI): the client's document is what this file tests
+            server.kill()
+            server.wait(10)
 
 
 def _streams_by_flag(doc: dict, part: str) -> dict[bool, list[dict]]:
