@@ -295,12 +295,13 @@ def test_the_kit_validates_with_the_oldest_jsonschema_its_extra_allows(
     floor = _jsonschema_floor()
     target = tmp_path / "old"
     fetched = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
-         str(target), f"jsonschema=={floor.group(1)}.*", "pyrsistent"],
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "--no-deps", "--target", str(target), f"jsonschema=={floor.group(1)}.*", "pyrsistent"],
         capture_output=True, text=True, timeout=180)
     if fetched.returncode != 0:
-        pytest.skip(f"pip could not fetch jsonschema {floor.group(1)}: "
-                    f"{fetched.stderr.strip().splitlines()[-1:]}")
+        said = fetched.stderr.strip().splitlines()
+        errors = [line for line in said if line.startswith("ERROR")] or said[-1:]
+        pytest.skip(f"pip could not install jsonschema {floor.group(1)}: {errors[:2]}")
     saved = tmp_path / "result.json"
     saved.write_text(convert.to_json(NativeTool().run(TestSpec(duration_s=0.5), Recorder())))
     done = subprocess.run([sys.executable, "-c", _UNDER_THE_FLOOR, str(saved)],
