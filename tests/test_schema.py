@@ -253,7 +253,7 @@ def test_every_property_of_the_shipped_schema_is_described() -> None:
     assert "bits per second" in json.dumps(shipped).lower() or "bit/s" in json.dumps(shipped)
 
 
-def _jsonschema_floor() -> re.Match[str]:
+def _jsonschema_floor() -> str:
     """The lowest jsonschema netprobe's ``test`` extra allows, from the installed
     distribution's metadata (the wheel suites have no pyproject.toml), else the checkout's."""
     try:
@@ -262,7 +262,7 @@ def _jsonschema_floor() -> re.Match[str]:
         wanted = (Path(convert.__file__).parent.parent / "pyproject.toml").read_text()
     floor = re.search(r"jsonschema\s*>=\s*([0-9.]+)", wanted)
     assert floor, f"netprobe's test extra names no jsonschema floor: {wanted[:300]}"
-    return floor
+    return floor.group(1)
 
 
 _UNDER_THE_FLOOR = r"""
@@ -296,12 +296,12 @@ def test_the_kit_validates_with_the_oldest_jsonschema_its_extra_allows(
     target = tmp_path / "old"
     fetched = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "--no-deps", "--target", str(target), f"jsonschema=={floor.group(1)}.*", "pyrsistent"],
+         "--no-deps", "--target", str(target), f"jsonschema=={floor}.*", "pyrsistent"],
         capture_output=True, text=True, timeout=180)
     if fetched.returncode != 0:
         said = fetched.stderr.strip().splitlines()
         errors = [line for line in said if line.startswith("ERROR")] or said[-1:]
-        pytest.skip(f"pip could not install jsonschema {floor.group(1)}: {errors[:2]}")
+        pytest.skip(f"pip could not install jsonschema {floor}: {errors[:2]}")
     saved = tmp_path / "result.json"
     saved.write_text(convert.to_json(NativeTool().run(TestSpec(duration_s=0.5), Recorder())))
     done = subprocess.run([sys.executable, "-c", _UNDER_THE_FLOOR, str(saved)],
@@ -309,5 +309,5 @@ def test_the_kit_validates_with_the_oldest_jsonschema_its_extra_allows(
                           env=child_env(PYTHONPATH=str(target)))
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout)
-    assert seen["version"].startswith(floor.group(1)), seen  # the old one, not the other
+    assert seen["version"].startswith(floor), seen  # the old one, not the other
     assert seen["problems"] == [] and seen["refused"], seen
