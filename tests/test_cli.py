@@ -55,9 +55,15 @@ def netprobe_cmd(*args: str, timeout: float = TIMEOUT, env: dict | None = None,
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """The environment for a child: this netprobe first on the path, no colours."""
+    """The environment for a child: the caller's ``PYTHONPATH`` first, then this netprobe,
+    then the inherited path; no colours.
+
+    The caller's entries lead because they are what its test put there on purpose (an older
+    jsonschema, a plugin's distribution). ``REPO`` is the directory holding the netprobe
+    these tests import: the checkout, or, where the suite runs against an installed wheel,
+    site-packages itself, whose packages would otherwise shadow the caller's."""
     env = dict(os.environ)
-    paths = [str(REPO), extra.pop("PYTHONPATH", ""), env.get("PYTHONPATH", "")]
+    paths = [extra.pop("PYTHONPATH", ""), str(REPO), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(path for path in paths if path)
     env.pop("NETPROBE_DEBUG", None)
     env.update(extra)
@@ -144,6 +150,18 @@ needs_server = pytest.mark.skipif(not has_module("netprobe.engine.server"),
 def only_json_document(stdout: str) -> Any:
     """Parse stdout as exactly one JSON document (json.loads refuses trailing data)."""
     return json.loads(stdout)
+
+
+def test_a_childs_own_path_comes_before_the_netprobe_under_test(tmp_path: Path) -> None:
+    """A test's ``PYTHONPATH`` leads the child's path: against an installed wheel ``REPO`` is
+    site-packages, and put first it shadowed the older jsonschema the schema test installed
+    (the ARM wheels' suites imported 4.26.0 where 4.17.3 was asked for)."""
+    code = "import json, sys; print(json.dumps(sys.path))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=TIMEOUT, env=child_env(PYTHONPATH=str(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    path = json.loads(done.stdout)
+    assert path.index(str(tmp_path)) < path.index(str(REPO)), path
 
 
 # --- test plugins ------------------------------------------------------------------------
