@@ -256,10 +256,12 @@ def test_every_property_of_the_shipped_schema_is_described() -> None:
 def _jsonschema_floor() -> str:
     """The lowest jsonschema netprobe's ``test`` extra allows, from the installed
     distribution's metadata (the wheel suites have no pyproject.toml), else the checkout's."""
+    from tests.test_cli import REPO
+
     try:
         wanted = " ".join(importlib.metadata.requires("netprobe-meter") or [])
     except importlib.metadata.PackageNotFoundError:  # run from a checkout not installed
-        wanted = (Path(convert.__file__).parent.parent / "pyproject.toml").read_text()
+        wanted = (REPO / "pyproject.toml").read_text()
     floor = re.search(r"jsonschema\s*>=\s*([0-9.]+)", wanted)
     assert floor, f"netprobe's test extra names no jsonschema floor: {wanted[:300]}"
     return floor.group(1)
