@@ -8,6 +8,8 @@ the reason, and nothing ever instantiates, probes or runs it."""
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -20,7 +22,7 @@ from netprobe.errors import TestInterrupted, ToolNotFound
 from netprobe.plugin import API_VERSION, Availability, Capabilities, Reporter, Tool, utc_now_iso
 from netprobe.registry import Registry, load_registry
 from netprobe.schema import Endpoint, FlowSummary, Result, SideSummary, TestSpec, ToolInfo
-from netprobe.testing import CHECKS, CheckSkipped, ConformanceError, check_tool, run_check
+from netprobe.testing import CHECKS, CheckSkipped, ConformanceError, check_tool, checks, run_check
 from netprobe.tools.iperf2 import Iperf2Tool
 from netprobe.tools.iperf3 import Iperf3Tool
 from netprobe.tools.native import NativeTool
@@ -278,3 +280,33 @@ def test_of_two_third_party_tools_of_one_name_the_first_found_is_used() -> None:
     assert registry.get("current") is _Current
     (failure,) = registry.failures  # the same class published twice is no conflict
     assert "found first" in failure.error
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to become another user")
+def test_the_kits_congestion_algorithm_is_one_its_user_may_set() -> None:
+    """The kit asked for cubic wherever the kernel had it, and an unprivileged process may
+    set only the algorithms of tcp_allowed_congestion_control: on a host that lists cubic
+    as available but allows bbr and reno, iperf3 -C cubic failed the kit as nobody (the
+    musl suites). A child that became nobody must be able to set what the kit picks."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: nobody, then the kit's choice set on a socket
+        code = 1
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            name = checks._a_congestion_algorithm()
+            with socket.socket() as sock:
+                if name is not None:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, name.encode())
+            os.write(write, f"ok {name}".encode())
+            code = 0
+        except OSError as exc:
+            os.write(write, f"refused {exc}".encode())
+        finally:
+            os._exit(code)
+    os.close(write)
+    said = os.read(read, 200).decode()
+    os.close(read)
+    _, status = os.waitpid(child, 0)
+    assert said.startswith("ok ") and os.waitstatus_to_exitcode(status) == 0, said

@@ -849,12 +849,29 @@ def _inside_switches(caps: Any) -> dict[str, dict[str, Any]]:
 
 
 def _a_congestion_algorithm() -> str | None:
-    try:
-        with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
-            names = f.read().split()
-    except OSError:
+    """A TCP congestion control algorithm this process can set: cubic where it may, else
+    the first it may. Without CAP_NET_ADMIN only those of tcp_allowed_congestion_control
+    are allowed, and a host may list cubic as available but not allowed (this one: bbr
+    and reno), so each is tried on a socket of its own rather than read off a list."""
+    names: list[str] = []
+    for listed in ("tcp_allowed_congestion_control", "tcp_available_congestion_control"):
+        try:
+            with open(f"/proc/sys/net/ipv4/{listed}") as f:
+                names += [n for n in f.read().split() if n not in names]
+        except OSError:
+            continue
+    names.sort(key=lambda n: n != "cubic")
+    option: int | None = getattr(socket, "TCP_CONGESTION", None)  # Linux's only
+    if option is None:
         return None
-    return "cubic" if "cubic" in names else (names[0] if names else None)
+    for name in names:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.setsockopt(socket.IPPROTO_TCP, option, name.encode())
+            except OSError:
+                continue
+        return name
+    return None
 
 
 def _has_ipv6_loopback() -> bool:
