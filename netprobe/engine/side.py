@@ -651,9 +651,10 @@ class Side:
             return
         self._cpus_noted = now
         count = len(self.streams)
-        first = self._cpus_turn % count if count else 0
-        self._cpus_turn = first + CPUS_NOTED_PER_TICK
-        for stream in [*self.streams[first:], *self.streams[:first]][:CPUS_NOTED_PER_TICK]:
+        turn = [self.streams[(self._cpus_turn + i) % count]
+                for i in range(min(count, CPUS_NOTED_PER_TICK))]
+        self._cpus_turn += len(turn)
+        for stream in turn:
             tid = stream.thread.native_id if stream.thread is not None else None
             if tid is not None and stream.ended_at is None:
                 cpu = task_cpu(f"/proc/self/task/{tid}/stat")

@@ -63,6 +63,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Callable
 
 import attrs
@@ -855,19 +856,13 @@ def _a_congestion_algorithm() -> str | None:
     and reno), so each is tried on a socket of its own rather than read off a list."""
     names: list[str] = []
     for listed in ("tcp_allowed_congestion_control", "tcp_available_congestion_control"):
-        try:
-            with open(f"/proc/sys/net/ipv4/{listed}") as f:
-                names += [n for n in f.read().split() if n not in names]
-        except OSError:
-            continue
-    names.sort(key=lambda n: n != "cubic")
-    option: int | None = getattr(socket, "TCP_CONGESTION", None)  # Linux's only
-    if option is None:
-        return None
-    for name in names:
+        with contextlib.suppress(OSError):
+            names += Path(f"/proc/sys/net/ipv4/{listed}").read_text().split()
+    for name in sorted(dict.fromkeys(names), key=lambda n: n != "cubic"):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.setsockopt(socket.IPPROTO_TCP, option, name.encode())
+            try:  # TCP_CONGESTION is Linux's 13 (the engine's sockets module names it)
+                probe.setsockopt(socket.IPPROTO_TCP, getattr(socket, "TCP_CONGESTION", 13),
+                                 name.encode())
             except OSError:
                 continue
         return name
