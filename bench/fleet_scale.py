@@ -13,6 +13,9 @@ takes are the rounds the database's schedule gives it, to compare with the theor
 rounds for an even N (N for an odd one). ``--dead K`` abandons K first claims a wave, as
 a runner that died would (their leases made to end at once, through renew), so that the
 expiry and re-queue paths run too: each abandoned pair is re-queued and done later.
+``--runners R`` has R simulated runners, each on a connection of its own, claim each wave
+together and complete their own claims together (threads: the database does the work, and
+psycopg lets the others run while one waits), as R shared runners of one fleet would.
 
 Reports: rounds vs theory; host overlaps (the witness: a host claimed twice in one wave,
 and the database's own slot history) which must be 0; claims and completions per second;
@@ -33,11 +36,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -93,21 +99,25 @@ def theory_rounds(agents: int) -> int:
 
 
 def simulate(url: str, agents: int, *, test_s: float = 30.0, rounds: int | None = None,
-             dead: int = 0, result: Result | None = None, progress: int = 0
-             ) -> dict[str, Any]:
+             dead: int = 0, result: Result | None = None, progress: int = 0,
+             runners: int = 1) -> dict[str, Any]:
     """Run the simulation (see the module's text); the figures as a dict. ``progress``:
     a line on stderr every that many waves (0: none)."""
     fleet = mesh_fleet(agents, test_s)
     planned = plan(fleet, ["mesh"], 1)
     run_id = f"scale-{agents}-{uuid.uuid4().hex[:8]}"
-    out: dict[str, Any] = {"agents": agents, "pairs": planned.tests,
+    out: dict[str, Any] = {"agents": agents, "pairs": planned.tests, "runners": runners,
                            "theory_rounds": theory_rounds(agents)}
-    with open_archive(url) as archive:
+    with contextlib.ExitStack() as stack, ThreadPoolExecutor(runners) as pool:
+        archives = [stack.enter_context(open_archive(url)) for _ in range(runners)]
+        archive = archives[0]
         # a lease that outlasts any wave: the simulated tests take no wall time, and the
         # leases end only when the bench ends them (--dead, and _empty_claim_s). A grace
         # of a minute ran out while one 10,000-agent wave (5,000 claims) was still
         # being claimed, and its first claims were expired under the bench
-        store = claim_store(archive, claimer="scale-sim", grace_s=LEASE_GRACE_S)
+        stores = [claim_store(each, claimer=f"scale-sim-{i}", grace_s=LEASE_GRACE_S)
+                  for i, each in enumerate(archives)]
+        store = stores[0]
         archive.start_run(Run(run_id, fleet.path, EPOCH.isoformat(), len(planned),
                               planned.tests))
         # The rounds go into the queue as it runs low, as a shared runner's do.
@@ -118,6 +128,7 @@ def simulate(url: str, agents: int, *, test_s: float = 30.0, rounds: int | None 
         out["queue_s"] = time.monotonic() - started
         out["empty_claim_s"] = _empty_claim_s(store, run_id, agents)
         waves = witness = abandoned = claims = 0
+        by_runner = [0] * runners
         claim_s = complete_s = top_up_s = 0.0
         while ((store.rounds_queued(run_id) < len(queue) or store.remaining(run_id))
                and (rounds is None or waves < rounds)):
@@ -125,32 +136,33 @@ def simulate(url: str, agents: int, *, test_s: float = 30.0, rounds: int | None 
             store.top_up(run_id, queue, ahead)
             top_up_s += time.monotonic() - begun
             begun = time.monotonic()
-            wave = _claim_wave(store, run_id, agents)
+            held = _claim_waves(pool, stores, run_id, agents)
             claim_s += time.monotonic() - begun
+            wave = [claim for own in held for claim in own]
+            by_runner = [n + len(own) for n, own in zip(by_runner, held)]
             claims += len(wave)
             witness += _twice(wave)
             if not wave:
                 break  # nothing can be taken and nothing is held: cannot happen
             at = (EPOCH + datetime.timedelta(seconds=waves * test_s)).isoformat()
             begun = time.monotonic()
-            lost = 0
-            for claim in wave:
-                if lost < dead and claim.attempt == 1:  # its runner died: the lease ends now
-                    store.renew(claim, 0.001)
-                    lost += 1
-                    continue
-                store.complete(claim, PairRecord(run_id, claim.group, claim.round,
-                                                 claim.source, claim.target, at, "ok", None,
-                                                 result))
+            # the first ``dead`` first attempts' runner died: their leases end now
+            lost = [claim for claim in wave if claim.attempt == 1][:dead]
+            for claim in lost:
+                store.renew(claim, 0.001)
+            kept = [[claim for claim in own if claim not in lost] for own in held]
+            _each(pool, [functools.partial(_complete, each, own, at, result)
+                         for each, own in zip(stores, kept)])
             complete_s += time.monotonic() - begun
-            abandoned += lost
+            abandoned += len(lost)
             waves += 1
             if progress and waves % progress == 0:  # a long run shows it is alive
                 print(f"wave {waves}: {claims:,} claims, {time.monotonic() - started:.0f} s",
                       file=sys.stderr, flush=True)
             if dead:
                 time.sleep(0.01)  # past the abandoned leases' end, on the server's clock
-        out.update(rounds=waves, claims=claims, abandoned=abandoned, witness_overlaps=witness,
+        out.update(rounds=waves, claims=claims, claims_by_runner=by_runner,
+                   abandoned=abandoned, witness_overlaps=witness,
                    claims_per_s=claims / claim_s if claim_s else 0.0,
                    completions_per_s=(claims - abandoned) / complete_s if complete_s else 0.0,
                    top_up_s=top_up_s, rounds_queued=store.rounds_queued(run_id),
@@ -179,13 +191,52 @@ def violations(out: dict[str, Any]) -> list[str]:
 def _claim_wave(store: Any, run_id: str, agents: int) -> list[Claim]:
     """Claims until none can be taken or every host is held (the last claim of a full
     wave would only scan the whole queue to find nothing)."""
-    wave: list[Claim] = []
-    while 2 * len(wave) < agents - agents % 2:
-        claim = store.claim(run_id)
-        if claim is None:
-            break
-        wave.append(claim)
-    return wave
+    return _claim_waves(None, [store], run_id, agents)[0]
+
+
+def _claim_waves(pool: ThreadPoolExecutor | None, stores: list[Any], run_id: str,
+                 agents: int) -> list[list[Claim]]:
+    """Each store's claims of one wave, the stores claiming at once (one thread each),
+    until none can be taken or every host is held. A claimer that found nothing while
+    another's claim was in flight may have passed over a pair that claim then let go
+    (SKIP LOCKED): once all have stopped, the first looks once more, so a wave ends
+    only when the database has nothing to give."""
+    lock = threading.Lock()
+    taken = [0]
+    full = agents - agents % 2
+
+    def claims(store: Any) -> list[Claim]:
+        own: list[Claim] = []
+        while True:
+            with lock:
+                if 2 * taken[0] >= full:
+                    return own
+                taken[0] += 1  # a place in the wave, given back if nothing is found
+            claim = store.claim(run_id)
+            if claim is None:
+                with lock:
+                    taken[0] -= 1
+                return own
+            own.append(claim)
+
+    if pool is None or len(stores) == 1:
+        held = [claims(stores[0])]
+    else:
+        held = _each(pool, [functools.partial(claims, store) for store in stores])
+        held[0].extend(claims(stores[0]))
+    return held
+
+
+def _complete(store: Any, claims: list[Claim], at: str, result: Result | None) -> None:
+    """Each of ``claims`` completed by ``store`` with a record of an ok test at ``at``."""
+    for claim in claims:
+        store.complete(claim, PairRecord(claim.run_id, claim.group, claim.round, claim.source,
+                                         claim.target, at, "ok", None, result))
+
+
+def _each(pool: ThreadPoolExecutor, calls: list[Callable[[], Any]]) -> list[Any]:
+    """The calls run at once on ``pool``, their results in order (an error re-raised)."""
+    return [future.result() for future in [pool.submit(call) for call in calls]]
 
 
 def _twice(wave: list[Claim]) -> int:
@@ -239,13 +290,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help="stop after this many waves")
     parser.add_argument("--test-s", type=float, default=30.0)
     parser.add_argument("--dead", type=int, default=0)
+    parser.add_argument("--runners", type=int, default=1,
+                        help="simulated runners claiming together, each on its own connection")
     parser.add_argument("--progress", type=int, default=0,
                         help="a line on stderr every this many waves")
     args = parser.parse_args()
     with server(args.url) as url:
         began = time.monotonic()
         out = simulate(url, args.agents, test_s=args.test_s, rounds=args.rounds,
-                       dead=args.dead, result=loopback_result(), progress=args.progress)
+                       dead=args.dead, result=loopback_result(), progress=args.progress,
+                       runners=args.runners)
         out["wall_s"] = time.monotonic() - began
     for key, value in out.items():
         print(f"{key:22} {value:.3f}" if isinstance(value, float) else f"{key:22} {value}")

@@ -2,7 +2,8 @@
 PostgreSQL: the shared schedule, its rounds queued as the queue runs low, gives a directed
 mesh the theory's 2(N-1) rounds with no
 host twice in a round, every pair archived once; with a claim abandoned each round (its
-runner dead) every abandoned pair is re-queued once and done, still each pair once."""
+runner dead) every abandoned pair is re-queued once and done, still each pair once; with
+three runners claiming each wave together on connections of their own, the same."""
 from __future__ import annotations
 
 import importlib.util
@@ -49,3 +50,18 @@ def test_abandoned_claims_are_requeued_once_and_done(postgres_url: str,
     assert out["witness_overlaps"] == 0 and out["db_overlaps"] == 0
     assert out["remaining"] == 0
     assert out["results"] == out["done"] == out["done_distinct"] == 12 * 11
+
+
+def test_runners_claiming_together_keep_the_rounds(postgres_url: str,
+                                                  scale: ModuleType) -> None:
+    out = scale.simulate(postgres_url, 30, runners=3, dead=1)
+    # every runner took part: claims of one wave raced each other through SKIP LOCKED
+    assert len(out["claims_by_runner"]) == 3 and all(out["claims_by_runner"])
+    assert sum(out["claims_by_runner"]) == out["claims"]
+    assert out["witness_overlaps"] == 0 and out["db_overlaps"] == 0
+    assert out["remaining"] == 0 and out["requeues"] == out["abandoned"] > 0
+    assert out["results"] == out["done"] == out["done_distinct"] == 30 * 29
+    assert scale.violations(out) == []
+    # and without abandoned claims, each wave a full round: the theory's rounds
+    whole = scale.simulate(postgres_url, 30, runners=3)
+    assert whole["rounds"] == whole["theory_rounds"] == 58 and scale.violations(whole) == []
