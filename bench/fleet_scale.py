@@ -166,8 +166,9 @@ def simulate(url: str, agents: int, *, test_s: float = 30.0, rounds: int | None 
                    claims_per_s=claims / claim_s if claim_s else 0.0,
                    completions_per_s=(claims - abandoned) / complete_s if complete_s else 0.0,
                    top_up_s=top_up_s, rounds_queued=store.rounds_queued(run_id),
-                   remaining=store.remaining(run_id), refused=store.refused,
-                   rechecked=store.rechecked)
+                   remaining=store.remaining(run_id),
+                   refused=sum(each.refused for each in stores),
+                   rechecked=sum(each.rechecked for each in stores))
         out.update(_database(archive, run_id))
     return out
 
