@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -151,8 +151,7 @@ def simulate(url: str, agents: int, *, test_s: float = 30.0, rounds: int | None 
             for claim in lost:
                 store.renew(claim, 0.001)
             kept = [[claim for claim in own if claim not in lost] for own in held]
-            _each(pool, [functools.partial(_complete, each, own, at, result)
-                         for each, own in zip(stores, kept)])
+            list(pool.map(functools.partial(_complete, at=at, result=result), stores, kept))
             complete_s += time.monotonic() - begun
             abandoned += len(lost)
             waves += 1
@@ -203,28 +202,28 @@ def _claim_waves(pool: ThreadPoolExecutor | None, stores: list[Any], run_id: str
     (SKIP LOCKED): once all have stopped, the first looks once more, so a wave ends
     only when the database has nothing to give."""
     lock = threading.Lock()
-    taken = [0]
+    taken = 0
     full = agents - agents % 2
 
     def claims(store: Any) -> list[Claim]:
+        nonlocal taken
         own: list[Claim] = []
         while True:
             with lock:
-                if 2 * taken[0] >= full:
+                if 2 * taken >= full:
                     return own
-                taken[0] += 1  # a place in the wave, given back if nothing is found
+                taken += 1  # a place in the wave, given back if nothing is found
             claim = store.claim(run_id)
             if claim is None:
                 with lock:
-                    taken[0] -= 1
+                    taken -= 1
                 return own
             own.append(claim)
 
     if pool is None or len(stores) == 1:
-        held = [claims(stores[0])]
-    else:
-        held = _each(pool, [functools.partial(claims, store) for store in stores])
-        held[0].extend(claims(stores[0]))
+        return [claims(stores[0])]
+    held = list(pool.map(claims, stores))
+    held[0].extend(claims(stores[0]))
     return held
 
 
@@ -233,11 +232,6 @@ def _complete(store: Any, claims: list[Claim], at: str, result: Result | None) -
     for claim in claims:
         store.complete(claim, PairRecord(claim.run_id, claim.group, claim.round, claim.source,
                                          claim.target, at, "ok", None, result))
-
-
-def _each(pool: ThreadPoolExecutor, calls: list[Callable[[], Any]]) -> list[Any]:
-    """The calls run at once on ``pool``, their results in order (an error re-raised)."""
-    return [future.result() for future in [pool.submit(call) for call in calls]]
 
 
 def _twice(wave: list[Claim]) -> int:
