@@ -14,6 +14,7 @@ from netprobe.core import pure
 from netprobe.core.contract import DataPath
 from tests import pgserver
 from tests.budget import tcp_info_is_full
+from tests.hoststeal import StealMeter, unjudged_reason
 from tests.peers import PEER_FIXTURES, PeerBinary, check_absent_peer, default_peer
 
 CORE_NAMES = (
@@ -50,6 +51,9 @@ def pytest_configure(config: pytest.Config) -> None:
     none is set, so every test that runs ntttcp (the conformance kit, the agent's) finds it."""
     config.addinivalue_line("markers", "peer_absent: the peer binary of this parameter "
                             "is absent (tests.peers.absent_peer)")
+    config.addinivalue_line("markers", "host_timing: needs the host to run this machine's "
+                            "CPUs when woken; a failure while the host took them (steal) is "
+                            "unjudged (tests.hoststeal)")
     built = default_peer("ntttcp")
     if built is not None and not os.environ.get("NETPROBE_NTTTCP"):
         os.environ.update(built.env)
@@ -58,6 +62,62 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A parameter whose peer binary is absent skips, or fails in CI (tests.peers)."""
     check_absent_peer(item)
+
+
+_UNJUDGED: list[str] = []
+_STEAL_KEY = pytest.StashKey["float | None"]()
+_SUITE_STEAL = StealMeter()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Start the whole run's steal meter (tests.hoststeal)."""
+    _SUITE_STEAL.start()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Measure what the host took from our CPUs while the test body ran."""
+    meter = StealMeter()
+    meter.start()
+    yield
+    item.stash[_STEAL_KEY] = meter.share()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A ``host_timing`` test that failed while the host took at least STEAL_LIMIT of the
+    CPUs' time is reported skipped, unjudged, with the steal and the failure's first line:
+    its figures were the host's, not ours. Every other outcome stands."""
+    outcome = yield
+    report = outcome.get_result()
+    share = item.stash.get(_STEAL_KEY, None)
+    if share is not None:
+        report.user_properties.append(("host_steal_share", round(share, 4)))
+    if call.when != "call" or not report.failed or not _host_timing(item):
+        return
+    failure = call.excinfo.exconly().splitlines()[0][:300] if call.excinfo else "failed"
+    reason = unjudged_reason(share, failure)
+    if reason is None:
+        return
+    _UNJUDGED.append(f"{item.nodeid}: {share:.0%}")
+    report.outcome = "skipped"
+    report.longrepr = (str(item.path), item.location[1] or 0, reason)
+
+
+def _host_timing(item: pytest.Item) -> bool:
+    # A `rate` test asserts a rate or a CPU share the machine must hold: host timing too.
+    return any(item.get_closest_marker(name) for name in ("host_timing", "rate"))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say how much CPU time the host took over the run, and which tests it left unjudged."""
+    share = _SUITE_STEAL.share()
+    if share is None:
+        return
+    terminalreporter.write_line(
+        f"host steal over the run: {share:.1%} of this machine's CPU time; "
+        f"{len(_UNJUDGED)} host_timing test(s) unjudged for it"
+        + (": " + ", ".join(_UNJUDGED) if _UNJUDGED else ""))
 
 
 @pytest.fixture

@@ -318,6 +318,7 @@ def _flowing(impl: Any, pool: ThreadPoolExecutor, client: socket.socket,
                                deadline=soon(seconds), rate_bps=400e6)
 
 
+@pytest.mark.host_timing
 @pytest.mark.parametrize(("length", "wake_bytes"),
                          [(1 << 20, None), (4096, None), (4096, 32 << 10), (64 << 10, 32 << 10)])
 def test_tcp_recv_wakes_once_per_quarter_buffer(impl: Any, pool: ThreadPoolExecutor,
@@ -349,6 +350,7 @@ def test_tcp_recv_wakes_once_per_quarter_buffer(impl: Any, pool: ThreadPoolExecu
         assert _lowat(server) == before
 
 
+@pytest.mark.host_timing
 def test_tcp_recv_raises_its_threshold_when_its_calls_divide_the_writes(
         impl: Any, pool: ThreadPoolExecutor) -> None:
     # 16 KiB reads of 64 KiB writes never return less than they ask: the rate's clock once
@@ -372,6 +374,7 @@ def test_tcp_recv_raises_its_threshold_when_its_calls_divide_the_writes(
     assert seen, f"the threshold never rose to {wanted}"
 
 
+@pytest.mark.host_timing
 def test_tcp_recv_counts_a_trickle_below_the_wake_threshold(impl: Any,
                                                               pool: ThreadPoolExecutor) -> None:
     # Fewer wake-ups must not mean late counts: bytes below the threshold a fast flow set
@@ -392,6 +395,7 @@ def test_tcp_recv_counts_a_trickle_below_the_wake_threshold(impl: Any,
         assert lowat > 1000  # the trickle was below the threshold
 
 
+@pytest.mark.host_timing
 def test_tcp_recv_wake_threshold_follows_the_buffer_as_it_grows(impl: Any,
                                                                 pool: ThreadPoolExecutor) -> None:
     # The kernel grows an autotuned receive buffer as a flow proves it needs one (across a
@@ -424,6 +428,7 @@ def test_tcp_recv_wake_threshold_follows_the_buffer_as_it_grows(impl: Any,
         assert _lowat(server) == 1  # the caller's value is back once the loop returns
 
 
+@pytest.mark.host_timing
 def test_tcp_recv_wake_threshold_keeps_the_count_within_10_ms_of_a_slow_flow(
         impl: Any, pool: ThreadPoolExecutor) -> None:
     # The count moves when a call returns: with a threshold of a quarter buffer (512 KiB
@@ -442,6 +447,7 @@ def test_tcp_recv_wake_threshold_keeps_the_count_within_10_ms_of_a_slow_flow(
         assert finish(running, 5) == sender.bytes
 
 
+@pytest.mark.host_timing
 def test_tcp_recv_count_keeps_within_10_ms_of_a_slow_flow_from_its_first_byte(
         impl: Any, pool: ThreadPoolExecutor) -> None:
     # Before the flow's rate is known the threshold may not wait for more than that rate
@@ -665,6 +671,7 @@ def test_udp_duplicate_window_is_64k(impl: Any) -> None:
     assert counters.lost == 70_001 - 4
 
 
+@pytest.mark.host_timing
 def test_udp_jitter_follows_rfc3550(impl: Any) -> None:
     # Send times 10 ms apart, arrivals microseconds apart: |D| ~ 10 ms for each of the 4
     # transitions, so J = 10 ms * (1 - (15/16)**4).
@@ -676,6 +683,7 @@ def test_udp_jitter_follows_rfc3550(impl: Any) -> None:
     assert counters.jitter_ms == pytest.approx(10 * (1 - (15 / 16) ** 4), abs=0.05)
 
 
+@pytest.mark.host_timing
 def test_udp_stream_end_to_end(impl: Any, pool: ThreadPoolExecutor) -> None:
     with udp_pair() as (tx, rx):
         rx_counters, tx_counters = impl.Counters(), impl.Counters()
@@ -724,6 +732,7 @@ def test_udp_max_bytes_counts_whole_datagrams(impl: Any) -> None:
     assert counters.packets == 10
 
 
+@pytest.mark.host_timing
 def test_udp_to_a_closed_port_is_not_an_error(impl: Any) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as gone:
         gone.bind(("127.0.0.1", 0))
@@ -774,12 +783,14 @@ def _paced_tcp(impl: Any, pool: ThreadPoolExecutor, rate: float,
     return sent * 8 / seconds / rate, cpu
 
 
+@pytest.mark.host_timing
 def test_tcp_pacing_is_accurate_and_sleeps(impl: Any, pool: ThreadPoolExecutor) -> None:
     ratio, cpu = _paced_tcp(impl, pool, 100e6, 0.5)
     assert ratio == pytest.approx(1.0, abs=0.02)
     assert cpu < 0.5 * 0.5  # sleeps between writes, never spins
 
 
+@pytest.mark.host_timing
 def test_tcp_pacing_at_a_gigabit(compiled: Any, pool: ThreadPoolExecutor) -> None:
     ratio, _cpu = _paced_tcp(compiled, pool, 1e9, 0.5)
     assert ratio == pytest.approx(1.0, abs=0.02)
@@ -804,6 +815,7 @@ def _paced_udp(impl: Any, pool: ThreadPoolExecutor, seconds: float,
 PACE_TOLERANCE = 0.02 if FRACTION == 1 else 0.05
 
 
+@pytest.mark.host_timing
 def test_udp_pacing_by_bits(impl: Any, pool: ThreadPoolExecutor) -> None:
     # 100 Mbit/s of 1400-byte datagrams is ~9k sends/s: more than pure Python sustains
     # next to a pure-Python receiver on a busy 2-core box, so it is asked for less.
@@ -813,12 +825,14 @@ def test_udp_pacing_by_bits(impl: Any, pool: ThreadPoolExecutor) -> None:
     assert counters.bytes == sent and counters.lost == 0
 
 
+@pytest.mark.host_timing
 def test_udp_pacing_by_packets(impl: Any, pool: ThreadPoolExecutor) -> None:
     sent, counters = _paced_udp(impl, pool, 0.5, rate_pps=2000)
     assert sent // 1400 == pytest.approx(1000, rel=PACE_TOLERANCE)
     assert counters.packets == sent // 1400
 
 
+@pytest.mark.host_timing
 def test_udp_pacing_at_a_gigabit(compiled: Any, pool: ThreadPoolExecutor) -> None:
     sent, _counters = _paced_udp(compiled, pool, 0.5, rate_bps=1e9)
     assert sent * 8 / 0.5 == pytest.approx(1e9, rel=0.02)

@@ -67,6 +67,7 @@ def _mbit(records: list) -> dict[tuple[str, str], float]:
             for r in records if r.outcome == "ok"}
 
 
+@pytest.mark.host_timing
 def test_fleet_mesh_on_shaped_links(tmp_path: Path) -> None:
     with switched_hosts(NAMES, subnet="10.77.9", rate_mbit=100, prefix="flt") as (lab, hosts):
         switch = lab.namespaces[0]

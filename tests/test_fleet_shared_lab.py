@@ -69,6 +69,7 @@ def _overlapping(records: list[PairRecord]) -> list[tuple[str, str, str]]:
     return found
 
 
+@pytest.mark.host_timing
 def test_three_shared_runners_on_shaped_links_one_killed(tmp_path: Path, pg_url: str) -> None:
     import psycopg
 

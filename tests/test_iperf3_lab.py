@@ -196,6 +196,7 @@ def _counts(doc: dict) -> str:
         for direction, flow in flows(doc).items()))
 
 
+@pytest.mark.host_timing
 @pytest.mark.parametrize("version", list(VERSIONS))
 def test_stock_client_against_netprobe_server(version: str, tmp_path: Path) -> None:
     """Every cell of one stock client version against ``netprobe server --iperf3`` across
@@ -267,6 +268,7 @@ def _against_stock_server(version: str, reverse: bool, tries: int) -> None:
                         f"netprobe -> iperf3 {version} -s{' -R' if reverse else ''}", tries)
 
 
+@pytest.mark.host_timing
 @pytest.mark.parametrize("version", list(VERSIONS))
 def test_netprobe_client_receives_from_stock_server(version: str) -> None:
     """``netprobe run B --iperf3 -R`` against ``iperf3 -s`` of one version across the
@@ -274,6 +276,7 @@ def test_netprobe_client_receives_from_stock_server(version: str) -> None:
     _against_stock_server(version, reverse=True, tries=3)
 
 
+@pytest.mark.host_timing
 @pytest.mark.parametrize("version", list(VERSIONS))
 def test_netprobe_client_sends_to_stock_server(version: str) -> None:
     """``netprobe run B --iperf3`` against ``iperf3 -s`` of one version across the link:

@@ -87,6 +87,7 @@ def plotted(html: str, chart: str, series: str) -> list[list[tuple[float, float]
     return pieces
 
 
+@pytest.mark.host_timing
 def test_p4_run_is_plotted_at_the_links_rate_to_its_end(pair, tmp_path) -> None:  # type: ignore[no-untyped-def]
     lab, a, _ = pair
     saved = tmp_path / "p4.json"

@@ -65,6 +65,7 @@ def phase(document: dict, name: str) -> dict:
     return found
 
 
+@pytest.mark.host_timing
 def test_idle_link_probes_answer_within_a_millisecond(pair) -> None:  # type: ignore[no-untyped-def]
     lab, a, _, _ = pair
     document = run_latency(lab, a, "-t", "1", "-b", "1M", "--latency-idle", "1")
@@ -76,6 +77,7 @@ def test_idle_link_probes_answer_within_a_millisecond(pair) -> None:  # type: ig
     assert document["latency"]["grade"] in ("A+", "A")
 
 
+@pytest.mark.host_timing
 def test_deep_queue_shows_as_bufferbloat_upstream(pair) -> None:  # type: ignore[no-untyped-def]
     lab, a, _, dev_a = pair
     lab.shape(a, dev_a, RATE_MBIT, burst=f"{BURST_BYTES}b", latency_ms=200)
@@ -106,6 +108,7 @@ def test_deep_queue_shows_as_bufferbloat_upstream(pair) -> None:  # type: ignore
     assert loaded["server_to_client"]["p50_us"] < 5000
 
 
+@pytest.mark.host_timing
 def test_shallow_queue_keeps_latency_low(pair) -> None:  # type: ignore[no-untyped-def]
     lab, a, _, dev_a = pair
     lab.shape(a, dev_a, RATE_MBIT, burst=f"{BURST_BYTES}b", latency_ms=5)
@@ -121,6 +124,7 @@ def test_shallow_queue_keeps_latency_low(pair) -> None:  # type: ignore[no-untyp
     assert receiver["bits_per_second"] > 0.9 * RATE_MBIT * 1e6 * 1448 / 1538
 
 
+@pytest.mark.host_timing
 def test_bufferbloat_on_an_asymmetric_link_blames_the_upload(pair, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """100 Mbit/s down with a shallow queue, 20 Mbit/s up with a deep one (a cable or DSL
     line without SQM): each direction runs at its ceiling and the bloat is the upload's."""
@@ -151,6 +155,7 @@ def test_bufferbloat_on_an_asymmetric_link_blames_the_upload(pair, tmp_path) -> 
     assert "the queue builds from client to server (upload)" in words, proc.stdout[-3000:]
 
 
+@pytest.mark.host_timing
 def test_probes_cost_under_two_percent_of_a_100_mbit_link() -> None:
     """The same 100 Mbit/s TCP test with and without the probes (twice each, interleaved,
     the better of each kept: the host is shared and noisy)."""

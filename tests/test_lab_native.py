@@ -64,6 +64,7 @@ def _off_the_wire(lab: Lab, flow: dict, roles: tuple[str, ...]) -> list[str]:
     return [*off, lab.qdisc_report()] if off else []
 
 
+@pytest.mark.host_timing
 def test_tcp_goodput_on_a_100_mbit_link(link) -> None:  # type: ignore[no-untyped-def]
     lab, a, b = link
     start_server(lab, b)
@@ -75,6 +76,7 @@ def test_tcp_goodput_on_a_100_mbit_link(link) -> None:  # type: ignore[no-untype
                     "native TCP off 94.1 +/- 1 Mbit/s")
 
 
+@pytest.mark.host_timing
 def test_reverse_goodput_on_a_100_mbit_link(link) -> None:  # type: ignore[no-untyped-def]
     lab, a, b = link
     start_server(lab, b)
@@ -126,6 +128,7 @@ def test_retransmits_match_the_kernel_under_loss(link) -> None:  # type: ignore[
 UDP_CEILING_MBIT = 100 * 1400 / 1466
 
 
+@pytest.mark.host_timing
 def test_udp_receiver_figures_stay_under_the_link_with_a_deep_queue() -> None:
     with shaped_hop(100, latency_ms=200) as (lab, a, _, b, _):
         start_server(lab, b, HOP_B_ADDR)

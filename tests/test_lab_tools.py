@@ -61,6 +61,7 @@ def _bottleneck_mbit(tool: str, server_argv: list[str], port: int,
         return mbit, f"{mbit:.2f} Mbit/s, retransmits {retransmits}; {lab.qdisc_report()}"
 
 
+@pytest.mark.host_timing
 @pytest.mark.parametrize(("tool", "peer"), tool_version_params(tuple(sorted(SERVERS))))
 def test_every_tool_sees_the_same_bottleneck(
     tool: str, peer: PeerBinary | None, monkeypatch: pytest.MonkeyPatch

@@ -56,6 +56,7 @@ def _check_intervals(result: dict, role: str) -> list[dict]:
     return measured
 
 
+@pytest.mark.host_timing
 @needs_ntttcp
 def test_sender_intervals_from_acknowledged_bytes_fit_the_link(peer: PeerBinary) -> None:
     with shaped_pair(LINK_MBIT) as (lab, a, b):
@@ -76,6 +77,7 @@ def test_sender_intervals_from_acknowledged_bytes_fit_the_link(peer: PeerBinary)
     assert not any("so that the intervals sum" in w for w in result["warnings"])
 
 
+@pytest.mark.host_timing
 @needs_ntttcp
 def test_receive_only_intervals_from_received_bytes_fit_the_link(peer: PeerBinary) -> None:
     with shaped_pair(LINK_MBIT) as (lab, a, b):

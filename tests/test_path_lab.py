@@ -20,6 +20,7 @@ NETPROBE = [sys.executable, "-m", "netprobe"]
 H1, R1, R2, H2 = "10.77.3.1", "10.77.3.254", "10.77.4.254", "10.77.4.1"
 
 
+@pytest.mark.host_timing
 def test_path_names_the_slow_segment() -> None:
     with Lab() as lab:
         h1, router, h2 = lab.host("h1"), lab.host("r"), lab.host("h2")
