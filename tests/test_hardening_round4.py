@@ -102,6 +102,7 @@ def _hold_the_interpreter(after_s: float, for_s: float) -> threading.Thread:
     return thread
 
 
+@pytest.mark.host_timing
 def test_a_step_read_late_spans_the_time_its_bytes_took() -> None:
     """A sampler held 0.5 s read its next step's counters 0.5 s late and labelled them with
     the step's boundary: at a paced 200 Mbit/s, a 0.2 s step read 0.7 s of bytes (about

@@ -484,6 +484,7 @@ def test_run_tcp() -> None:
     assert latency.count == len(sent) >= 1 and latency.min_us == min(i.rtt_us for i in sent)
 
 
+@pytest.mark.host_timing
 @pytest.mark.peers
 @needs_iperf
 def test_run_udp_at_a_rate() -> None:

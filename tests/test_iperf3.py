@@ -629,6 +629,7 @@ def test_run_tcp(peer: PeerBinary) -> None:
         assert live == ("live intervals from --json-stream",)  # the path 3.12 lacks
 
 
+@pytest.mark.host_timing
 @pytest.mark.peers
 @pytest.mark.parametrize("peer", peer_params("iperf3"), indirect=True)
 def test_run_udp_at_a_rate(peer: PeerBinary) -> None:

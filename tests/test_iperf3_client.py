@@ -548,6 +548,7 @@ def test_silent_server_ends_within_the_read_bound(monkeypatch: pytest.MonkeyPatc
 LAB_A, LAB_B = "10.72.1.1", "10.72.1.2"
 
 
+@pytest.mark.host_timing
 @pytest.mark.slow
 @pytest.mark.parametrize("reverse", [False, True])
 def test_across_a_100_mbit_link(reverse: bool) -> None:
