@@ -90,10 +90,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     its figures were the host's, not ours. Every other outcome stands."""
     outcome = yield
     report = outcome.get_result()
+    if call.when != "call":
+        return
     share = item.stash.get(_STEAL_KEY, None)
     if share is not None:
         report.user_properties.append(("host_steal_share", round(share, 4)))
-    if call.when != "call" or not report.failed or not _host_timing(item):
+    if not report.failed or not _host_timing(item):
         return
     failure = call.excinfo.exconly().splitlines()[0][:300] if call.excinfo else "failed"
     reason = unjudged_reason(share, failure)

@@ -19,29 +19,25 @@ from __future__ import annotations
 import os
 import time
 
+from netprobe import core
+from netprobe.errors import CoreError
+
 STEAL_LIMIT = 0.05
 """The share of the CPUs' time the host may take during a ``host_timing`` test before a
 failure of it is unjudged: 1-4 % is what this VM shows when idle and well served (mostly
 the wake-ups' own delay), 17-26 % what it showed while its shaped links lost a tenth of
 their rate."""
 
-PROC_STAT = "/proc/stat"
-"""Where the counters are read (a test of this module points it at a file of its own)."""
-
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
 def steal_s() -> float | None:
-    """Seconds of steal summed over every CPU since boot; None where Linux says nothing."""
+    """Seconds of steal summed over every CPU since boot (netprobe's own /proc/stat reader,
+    ``netprobe.core.host_cpu``); None where it cannot be read."""
     try:
-        with open(PROC_STAT, encoding="ascii") as stat:
-            fields = stat.readline().split()
-    except OSError:
+        return core.host_cpu().steal * _TICK_S
+    except CoreError:
         return None
-    # cpu user nice system idle iowait irq softirq steal ...
-    if len(fields) < 9 or fields[0] != "cpu" or not fields[8].isdigit():
-        return None
-    return int(fields[8]) * _TICK_S
 
 
 def unjudged_reason(share: float | None, failure: str) -> str | None:
